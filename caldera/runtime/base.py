@@ -1,0 +1,83 @@
+"""The one interface every backend implements (local processes now; containers, Kubernetes+Volcano, Slurm later).
+
+A runtime is told where a job runs (the scheduler's allocations) and makes it so. Everything it needs to find a job
+again after the server restarts lives under the job's run directory or in ``Handle.data`` (stored by the server).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Iterator, Protocol
+
+from caldera.core.spec import JobSpec
+from caldera.scheduler.snapshot import Allocation, Node
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    job_id: str
+    attempt: int                     # 1 for the first run, +1 after each preemption re-queue
+    spec: JobSpec
+    allocations: tuple[Allocation, ...]
+    workdir: Path                    # kept across attempts so a preempted job resumes from its checkpoint
+    env: dict[str, str] = field(default_factory=dict)   # platform-injected, e.g. CALDERA_JOB_ID
+    base_url: str = ""               # for interactive jobs: the path the platform proxies, e.g. /jobs/<id>/lab/
+
+
+@dataclass
+class Handle:
+    job_id: str
+    attempt: int
+    data: dict[str, Any] = field(default_factory=dict)   # JSON-serialisable; persisted by the server
+
+
+class Phase(str, Enum):
+    STARTING = "Starting"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    LOST = "Lost"
+
+
+@dataclass(frozen=True)
+class Observation:
+    phase: Phase
+    exit_code: int | None = None
+    reason: str = ""                 # machine-readable, e.g. "ExitCode", "ProcessGone"
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An HTTP service a job exposes, reachable only by the platform's proxy."""
+
+    name: str                        # e.g. "lab"
+    host: str
+    port: int
+    base_url: str                    # path prefix the service expects
+    headers: dict[str, str] = field(default_factory=dict)   # what the proxy adds (the service's token); never shown
+
+
+class Runtime(Protocol):
+    name: str
+
+    def nodes(self) -> list[Node]:
+        """The nodes and devices this runtime can run jobs on."""
+
+    def launch(self, req: LaunchRequest) -> Handle:
+        """Start every process of the job, all or none. Raises RuntimeError with a reason if it cannot."""
+
+    def observe(self, handle: Handle) -> Observation:
+        """Current phase. Works for a handle from before a server restart (re-attach)."""
+
+    def stop(self, handle: Handle, grace_s: float, notice: str | None = None) -> None:
+        """SIGTERM to every process group, SIGKILL after ``grace_s``. Returns at once. With ``notice`` (preemption),
+        first writes it to the file named by the job's CALDERA_PREEMPT_NOTICE variable."""
+
+    def logs(self, handle: Handle, rank: int | None = None, follow: bool = False,
+             offset: int = 0) -> Iterator[bytes]:
+        """Log bytes of one rank (rank 0 when None) from ``offset``; with ``follow``, until the job ends."""
+
+    def endpoints(self, handle: Handle) -> list[Endpoint]:
+        """Services of an interactive job, once it is running."""

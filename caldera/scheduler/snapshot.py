@@ -1,0 +1,109 @@
+"""What a scheduling policy sees and what it decides.
+
+A policy is a pure function ``Snapshot -> Decisions``. The live loop builds the snapshot from the database and the
+runtimes; the simulator builds it from a trace. Neither may depend on how the other does it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from caldera.core.resources import Resources
+from caldera.core.tenancy import PriorityClass, QueueConfig
+
+
+@dataclass(slots=True, frozen=True)
+class Device:
+    index: int
+    model: str                  # lower case, e.g. "a100"
+    memory_mib: int = 0
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    cpu: float
+    memory_mib: int
+    gpus: tuple[Device, ...] = ()
+    schedulable: bool = True
+
+
+@dataclass(slots=True, frozen=True)
+class Allocation:
+    """Where one replica runs."""
+
+    node: str
+    gpus: tuple[int, ...]
+    cpu: float
+    memory_mib: int
+
+
+@dataclass(slots=True)
+class SchedJob:
+    id: str
+    user: str
+    account: str
+    queue: str
+    priority: PriorityClass
+    request: Resources                      # per replica
+    replicas: int = 1
+    submitted_at: float = 0.0               # first submission (seconds, any epoch shared with Snapshot.now)
+    queued_since: float | None = None       # last time it entered the queue (re-queue after preemption)
+    interactive: bool = False
+    max_runtime_s: float | None = None
+    attained_gpu_s: float = 0.0             # GPU-seconds received so far, over all attempts
+    # running jobs only
+    started_at: float | None = None
+    allocations: tuple[Allocation, ...] = ()
+    terminating: bool = False               # asked to stop (preempted or cancelled); resources not yet free
+
+    @property
+    def gpus(self) -> int:
+        return self.request.gpu * self.replicas
+
+
+@dataclass(slots=True)
+class Snapshot:
+    now: float
+    nodes: list[Node]
+    queued: list[SchedJob]
+    running: list[SchedJob]
+    queues: dict[str, QueueConfig] = field(default_factory=dict)
+    user_usage: dict[str, float] = field(default_factory=dict)     # decayed GPU-seconds per user
+    queue_usage: dict[str, float] = field(default_factory=dict)    # decayed GPU-seconds per queue
+
+
+@dataclass(slots=True, frozen=True)
+class Start:
+    job_id: str
+    allocations: tuple[Allocation, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class Preempt:
+    job_id: str
+    by_job_id: str | None
+    reason: str                 # machine-readable, e.g. "Reclaim", "BestEffort", "Priority"
+    message: str
+
+
+@dataclass(slots=True, frozen=True)
+class Reason:
+    """Why a queued job is not starting now. ``code`` is stable; ``message`` is for humans."""
+
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Decisions:
+    starts: list[Start] = field(default_factory=list)
+    preemptions: list[Preempt] = field(default_factory=list)
+    pending: dict[str, list[Reason]] = field(default_factory=dict)
+
+
+class Policy(Protocol):
+    name: str
+
+    def __call__(self, snapshot: Snapshot) -> Decisions: ...
