@@ -1,0 +1,180 @@
+"""Users, accounts, queues (admins write; users read their own), nodes and usage."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, HTTPException
+from pydantic import BaseModel, Field, ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from caldera.core.spec import spec_errors
+from caldera.core.states import JobState
+from caldera.core.tenancy import QueueConfig, Role
+from caldera.db.models import Account, Job, Usage, User
+from caldera.scheduler.quota import validate_queues
+from caldera.server import tenancy
+from caldera.server.deps import admin_user, current_user, db_session, platform
+from caldera.server.errors import InvalidFields
+from caldera.server.platform import Platform
+
+router = APIRouter(prefix="/api/v1", tags=["admin"])
+
+
+class UserIn(BaseModel):
+    username: str = Field(..., pattern=r"^[a-z_][a-z0-9_.-]{0,63}$")
+    password: str
+    role: Role = Role.USER
+    accounts: list[str] = Field(default_factory=list)
+
+
+class AccountIn(BaseModel):
+    name: str = Field(..., pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")
+    description: str = ""
+
+
+class MemberIn(BaseModel):
+    username: str
+
+
+class PasswordIn(BaseModel):
+    password: str
+
+
+def _user_view(db: Session, u: User) -> dict:
+    return {"id": u.id, "username": u.username, "role": u.role, "active": u.active,
+            "default_account": u.default_account, "accounts": tenancy.user_accounts(db, u)}
+
+
+@router.post("/users", status_code=201)
+def create_user(body: UserIn, _: User = Depends(admin_user), db: Session = Depends(db_session)) -> dict:
+    user = tenancy.create_user(db, body.username, body.password, body.role, body.accounts or None)
+    db.commit()
+    return _user_view(db, user)
+
+
+@router.get("/users")
+def list_users(_: User = Depends(admin_user), db: Session = Depends(db_session)) -> list[dict]:
+    return [_user_view(db, u) for u in db.scalars(select(User).order_by(User.username))]
+
+
+@router.put("/me/password")
+def change_password(body: PasswordIn, user: User = Depends(current_user), p: Platform = Depends(platform),
+                    db: Session = Depends(db_session)) -> dict:
+    from caldera.server.security import hash_password
+    if len(body.password) < 8:
+        raise HTTPException(400, "password: must be at least 8 characters")
+    user.password_hash = hash_password(body.password)
+    db.commit()
+    (p.settings.data_dir / "initial-admin.txt").unlink(missing_ok=True)
+    return {"ok": True}
+
+
+@router.post("/accounts", status_code=201)
+def create_account(body: AccountIn, _: User = Depends(admin_user), db: Session = Depends(db_session)) -> dict:
+    acc = tenancy.create_account(db, body.name, body.description)
+    db.commit()
+    return {"name": acc.name, "description": acc.description}
+
+
+@router.get("/accounts")
+def list_accounts(user: User = Depends(current_user), db: Session = Depends(db_session)) -> list[dict]:
+    mine = set(tenancy.user_accounts(db, user))
+    rows = db.scalars(select(Account).order_by(Account.name))
+    return [{"name": a.name, "description": a.description, "member": a.name in mine}
+            for a in rows if user.role == Role.ADMIN.value or a.name in mine]
+
+
+@router.post("/accounts/{name}/members", status_code=201)
+def add_member(name: str, body: MemberIn, _: User = Depends(admin_user), db: Session = Depends(db_session)) -> dict:
+    tenancy.add_member(db, name, tenancy.get_user(db, body.username))
+    db.commit()
+    return {"account": name, "username": body.username}
+
+
+@router.delete("/accounts/{name}/members/{username}")
+def remove_member(name: str, username: str, _: User = Depends(admin_user),
+                  db: Session = Depends(db_session)) -> dict:
+    tenancy.remove_member(db, name, tenancy.get_user(db, username))
+    db.commit()
+    return {"account": name, "username": username, "removed": True}
+
+
+@router.put("/queues/{name}")
+def put_queue(name: str, body: dict, _: User = Depends(admin_user), p: Platform = Depends(platform),
+              db: Session = Depends(db_session)) -> dict:
+    """Create or replace a queue. Refused when the whole set of queues could not hold on this cluster."""
+    try:
+        cfg = QueueConfig.model_validate({**body, "name": name})
+    except ValidationError as exc:
+        raise InvalidFields(spec_errors(exc)) from None
+    tenancy.get_account(db, cfg.account)
+    queues = tenancy.all_queue_configs(db)
+    queues[name] = cfg
+    problems = validate_queues(list(queues.values()), p.nodes())
+    if problems:
+        raise InvalidFields([{"field": "quotas", "reason": m} for m in problems])
+    tenancy.put_queue(db, cfg)
+    db.commit()
+    return cfg.model_dump(mode="json")
+
+
+def _queue_usage(db: Session, queue: str) -> dict:
+    """What runs in a queue now, per resource key and per user, and its decayed fair-share usage."""
+    from caldera.core.resources import Resources, add_vectors
+    names = dict(db.execute(select(User.id, User.username)).all())
+    total: dict[str, float] = {}
+    per_user: dict[str, dict[str, float]] = {}
+    for job in db.scalars(select(Job).where(Job.queue == queue,
+                                            Job.state.in_((JobState.STARTING.value, JobState.RUNNING.value)))):
+        vec = Resources(**job.spec.get("resources", {})).vector(job.spec.get("replicas", 1))
+        total = add_vectors(total, vec)
+        u = names.get(job.user_id, "?")
+        per_user[u] = add_vectors(per_user.get(u, {}), vec)
+    row = db.get(Usage, f"queue:{queue}")
+    return {"in_use": total, "by_user": per_user, "decayed_gpu_seconds": row.value if row else 0.0}
+
+
+@router.get("/queues")
+def list_queues(user: User = Depends(current_user), db: Session = Depends(db_session)) -> list[dict]:
+    mine = set(tenancy.user_accounts(db, user))
+    out = []
+    for cfg in tenancy.all_queue_configs(db).values():
+        if user.role == Role.ADMIN.value or cfg.account in mine:
+            out.append({**cfg.model_dump(mode="json"), "usage": _queue_usage(db, cfg.name)})
+    return out
+
+
+@router.get("/queues/{name}")
+def get_queue(name: str, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
+    q, account = tenancy.get_queue(db, name)
+    if user.role != Role.ADMIN.value and not tenancy.is_member(db, user, account):
+        raise HTTPException(404, f"no queue {name!r}")
+    return {**tenancy.queue_config(q, account).model_dump(mode="json"), "usage": _queue_usage(db, name)}
+
+
+@router.get("/usage")
+def my_usage(user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
+    """A user's own usage and limits: what they run in each of their queues, against its caps."""
+    row = db.get(Usage, f"user:{user.username}")
+    queues = []
+    for cfg in tenancy.all_queue_configs(db).values():
+        if cfg.account in tenancy.user_accounts(db, user):
+            usage = _queue_usage(db, cfg.name)
+            queues.append({"queue": cfg.name, "account": cfg.account, "mine": usage["by_user"].get(user.username, {}),
+                           "queue_in_use": usage["in_use"], "user_caps": cfg.user_caps.model_dump(),
+                           "quotas": {k: v.model_dump() for k, v in cfg.quotas.items()}})
+    return {"user": user.username, "decayed_gpu_seconds": row.value if row else 0.0, "queues": queues}
+
+
+@router.get("/nodes")
+def nodes(user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)) -> list:
+    """Nodes and which devices are free now (the idle resources view)."""
+    used: dict[str, dict[int, str]] = {}
+    admin = user.role == Role.ADMIN.value
+    for job in db.scalars(select(Job).where(Job.state.in_((JobState.STARTING.value, JobState.RUNNING.value)))):
+        for a in job.allocations:
+            for g in a["gpus"]:
+                # others' jobs show as busy, not by id
+                used.setdefault(a["node"], {})[g] = job.id if admin or job.user_id == user.id else "busy"
+    return [{"name": n.name, "cpu": n.cpu, "memory_mib": n.memory_mib, "schedulable": n.schedulable,
+             "gpus": [{"index": d.index, "model": d.model, "memory_mib": d.memory_mib,
+                       "job": used.get(n.name, {}).get(d.index)} for d in n.gpus]} for n in p.nodes()]

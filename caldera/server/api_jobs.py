@@ -1,0 +1,99 @@
+"""Jobs: submit, list, describe, events, logs, cancel, why pending."""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Query
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from caldera.core.spec import parse_spec
+from caldera.core.states import JobState
+from caldera.db.models import Job, User
+from caldera.runtime.base import Handle
+from caldera.server import jobs
+from caldera.server.deps import current_user, db_session, platform
+from caldera.server.platform import Platform
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+
+def _usernames(db: Session) -> dict[int, str]:
+    return dict(db.execute(select(User.id, User.username)).all())
+
+
+@router.post("", status_code=201)
+def submit(body: dict[str, Any] = Body(...), user: User = Depends(current_user), p: Platform = Depends(platform),
+           db: Session = Depends(db_session)) -> dict:
+    spec = parse_spec(body)
+    with p.state_lock:
+        job = jobs.submit(p, db, user, spec)
+        db.commit()
+    return jobs.view(job, user.username)
+
+
+@router.get("")
+def list_jobs(all: bool = False, state: list[str] | None = Query(None), limit: int = Query(200, ge=1, le=5000),
+              user: User = Depends(current_user), db: Session = Depends(db_session)) -> list[dict]:
+    names = _usernames(db)
+    return [jobs.view(j, names.get(j.user_id)) for j in jobs.list_jobs(db, user, all, state, limit)]
+
+
+@router.get("/{job_id}")
+def describe(job_id: str, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
+    job = jobs.visible(db, user, job_id)
+    out = jobs.view(job, _usernames(db).get(job.user_id))
+    out["events"] = [jobs.event_view(e) for e in jobs.events(db, job)]
+    return out
+
+
+@router.get("/{job_id}/events")
+def job_events(job_id: str, user: User = Depends(current_user), db: Session = Depends(db_session)) -> list[dict]:
+    return [jobs.event_view(e) for e in jobs.events(db, jobs.visible(db, user, job_id))]
+
+
+@router.get("/{job_id}/why")
+def why(job_id: str, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
+    job = jobs.visible(db, user, job_id)
+    reasons = job.pending_reasons if job.state == JobState.QUEUED.value else []
+    return {"id": job.id, "state": job.state, "reason": job.reason, "message": job.message, "pending": reasons}
+
+
+@router.post("/{job_id}/cancel")
+def cancel(job_id: str, user: User = Depends(current_user), p: Platform = Depends(platform),
+           db: Session = Depends(db_session)) -> dict:
+    with p.state_lock:
+        job = jobs.visible(db, user, job_id)
+        jobs.cancel(p, db, job, user)
+        db.commit()
+    return jobs.view(job, user.username)
+
+
+@router.get("/{job_id}/logs")
+def logs(job_id: str, rank: int | None = Query(None, ge=0), follow: bool = False, offset: int = Query(0, ge=0),
+         user: User = Depends(current_user), p: Platform = Depends(platform),
+         db: Session = Depends(db_session)) -> StreamingResponse:
+    """Plain bytes of one rank's log. With follow, the response stays open until the job ends; a job that has not
+    started yet is waited for."""
+    job = jobs.visible(db, user, job_id)
+    if not follow and not job.handle and job.attempt == 0:
+        raise HTTPException(409, f"job {job_id} has not started; it is {job.state}")
+    if rank is not None and rank >= job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1):
+        raise HTTPException(400, f"rank {rank} does not exist")
+    job_id, attempt, handle = job.id, job.attempt, job.handle
+
+    def stream() -> Iterator[bytes]:
+        nonlocal attempt, handle
+        if follow:
+            while not handle:   # wait for the launch (or the end, if it never starts)
+                time.sleep(0.5)
+                with p.session() as s:
+                    j = s.get(Job, job_id)
+                    if j is None or JobState(j.state).terminal and not j.handle:
+                        return
+                    attempt, handle = j.attempt, j.handle
+        yield from p.runtime.logs(Handle(job_id, attempt, handle or {}), rank=rank, follow=follow, offset=offset)
+
+    return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")

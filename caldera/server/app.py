@@ -1,0 +1,62 @@
+"""The FastAPI application."""
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from caldera.core.spec import SpecError
+from caldera.core.states import InvalidTransition
+from caldera.server import api_admin, api_auth, api_jobs, proxy, web
+from caldera.server.errors import CalderaError
+from caldera.server.loop import SchedulerLoop
+from caldera.server.platform import Platform
+
+
+def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.proxy_client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
+        loop = SchedulerLoop(platform)
+        app.state.loop = loop
+        if run_loop:
+            loop.start()
+        try:
+            yield
+        finally:
+            loop.stop()
+            await app.state.proxy_client.aclose()
+
+    app = FastAPI(title="Caldera", version="0.1.0", lifespan=lifespan, openapi_url="/api/v1/openapi.json",
+                  docs_url="/api/v1/docs", redoc_url=None)
+    app.state.platform = platform
+
+    @app.exception_handler(SpecError)
+    async def _spec(_: Request, exc: SpecError):
+        return JSONResponse({"detail": str(exc), "errors": exc.errors}, status_code=400)
+
+    @app.exception_handler(CalderaError)
+    async def _domain(_: Request, exc: CalderaError):
+        return JSONResponse({"detail": exc.message, "errors": getattr(exc, "errors", [])}, status_code=exc.status)
+
+    @app.exception_handler(InvalidTransition)
+    async def _transition(_: Request, exc: InvalidTransition):
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError):
+        errors = [{"field": ".".join(str(x) for x in e["loc"][1:]) or str(e["loc"][0]), "reason": e["msg"]}
+                  for e in exc.errors()]
+        return JSONResponse({"detail": "; ".join(f"{e['field']}: {e['reason']}" for e in errors), "errors": errors},
+                            status_code=400)
+
+    @app.get("/api/v1/health", tags=["meta"])
+    def health() -> dict:
+        return {"ok": True}
+
+    for r in (api_auth.router, api_jobs.router, api_admin.router, proxy.router, web.router):
+        app.include_router(r)
+    return app

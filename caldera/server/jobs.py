@@ -1,0 +1,133 @@
+"""Job rules independent of HTTP: submission, visibility, cancellation, state changes with their events."""
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from caldera.core.spec import JobSpec
+from caldera.core.states import JobState, check_transition
+from caldera.core.tenancy import Role
+from caldera.db.models import Job, JobEventRow, User
+from caldera.scheduler.quota import never_fits
+from caldera.server import tenancy
+from caldera.server.errors import Forbidden, Invalid, NotFound
+from caldera.server.platform import Platform
+
+
+def record(db: Session, job: Job, to: JobState, reason: str, message: str = "", now: float | None = None) -> None:
+    """The one way a job changes state: checked against the state machine, and always leaves an event."""
+    now = time.time() if now is None else now
+    src = JobState(job.state) if job.state else None
+    if src is not None:
+        check_transition(src, to)
+    job.state = to.value
+    job.reason = reason
+    job.message = message
+    db.add(JobEventRow(job_id=job.id, at=now, from_state=src.value if src else None, to_state=to.value,
+                       reason=reason, message=message))
+
+
+def note(db: Session, job: Job, reason: str, message: str) -> None:
+    """An event that is not a transition (e.g. a preemption was requested)."""
+    db.add(JobEventRow(job_id=job.id, at=time.time(), from_state=job.state, to_state=job.state, reason=reason,
+                       message=message))
+
+
+def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
+    account = spec.account or user.default_account
+    if not account:
+        raise Invalid("account", "you belong to no account; ask an admin to add you to one")
+    try:
+        tenancy.get_account(db, account)
+    except NotFound:
+        raise Invalid("account", f"unknown account {account!r}") from None
+    if user.role != Role.ADMIN.value and not tenancy.is_member(db, user, account):
+        raise Invalid("account", f"you are not a member of account {account!r}")
+    if spec.queue:
+        try:
+            _, owner = tenancy.get_queue(db, spec.queue)
+        except NotFound:
+            raise Invalid("queue", f"unknown queue {spec.queue!r}") from None
+        if owner != account:
+            raise Invalid("queue", f"queue {spec.queue!r} belongs to account {owner!r}, not {account!r}")
+        queue = spec.queue
+    else:
+        queue = tenancy.default_queue(db, account)
+    why = never_fits(spec.resources, spec.replicas, p.nodes())
+    if why:
+        raise Invalid("resources", why)
+
+    now = time.time()
+    job = Job(id=secrets.token_hex(5), name=spec.name, user_id=user.id, account=account, queue=queue,
+              kind=spec.kind.value, priority=spec.priority.value, spec=spec.model_dump(mode="json"), state="",
+              submitted_at=now, attempt=0, allocations=[], pending_reasons=[])
+    db.add(job)
+    record(db, job, JobState.PENDING, "Submitted", f"submitted by {user.username}", now)
+    record(db, job, JobState.QUEUED, "Admitted", f"queued in {queue}", now)
+    job.queued_at = now
+    db.flush()
+    return job
+
+
+def visible(db: Session, user: User, job_id: str) -> Job:
+    """A job the user may see: their own, or any for an admin. Others' jobs do not exist for them."""
+    job = db.get(Job, job_id)
+    if job is None or (job.user_id != user.id and user.role != Role.ADMIN.value):
+        raise NotFound(f"no job {job_id!r}")
+    return job
+
+
+def list_jobs(db: Session, user: User, everyone: bool = False, states: list[str] | None = None,
+              limit: int = 200) -> list[Job]:
+    q = select(Job).order_by(Job.submitted_at.desc()).limit(limit)
+    if not (everyone and user.role == Role.ADMIN.value):
+        q = q.where(Job.user_id == user.id)
+    if states:
+        q = q.where(Job.state.in_(states))
+    return list(db.scalars(q))
+
+
+def events(db: Session, job: Job) -> list[JobEventRow]:
+    return list(db.scalars(select(JobEventRow).where(JobEventRow.job_id == job.id).order_by(JobEventRow.id)))
+
+
+def cancel(p: Platform, db: Session, job: Job, actor: User) -> Job:
+    """Queued jobs are cancelled at once; running ones get SIGTERM, then SIGKILL after the grace period, and
+    become Cancelled when their processes are gone."""
+    if job.user_id != actor.id and actor.role != Role.ADMIN.value:
+        raise Forbidden("not your job")
+    state = JobState(job.state)
+    if state.terminal:
+        return job
+    if state in (JobState.PENDING, JobState.QUEUED, JobState.PREEMPTED):
+        record(db, job, JobState.CANCELLED, "CancelledByUser", f"cancelled by {actor.username}")
+        job.finished_at = time.time()
+        return job
+    if job.stop_requested != "cancel":
+        job.stop_requested = "cancel"
+        job.stop_detail = {"by": actor.username}
+        note(db, job, "CancelRequested",
+             f"cancelled by {actor.username}; SIGTERM, SIGKILL after {p.settings.cancel_grace_s:g}s")
+        if job.handle:
+            from caldera.runtime.base import Handle
+            p.runtime.stop(Handle(job.id, job.attempt, job.handle), p.settings.cancel_grace_s)
+    return job
+
+
+def view(job: Job, username: str | None = None) -> dict[str, Any]:
+    return {
+        "id": job.id, "name": job.name, "user": username, "account": job.account, "queue": job.queue,
+        "kind": job.kind, "priority": job.priority, "state": job.state, "reason": job.reason,
+        "message": job.message, "attempt": job.attempt, "submitted_at": job.submitted_at,
+        "started_at": job.started_at, "finished_at": job.finished_at, "exit_code": job.exit_code,
+        "allocations": job.allocations, "pending_reasons": job.pending_reasons, "spec": job.spec,
+        "gpus": job.spec.get("resources", {}).get("gpu", 0) * job.spec.get("replicas", 1),
+    }
+
+
+def event_view(e: JobEventRow) -> dict[str, Any]:
+    return {"at": e.at, "from": e.from_state, "to": e.to_state, "reason": e.reason, "message": e.message}

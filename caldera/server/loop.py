@@ -1,0 +1,241 @@
+"""The live scheduling loop: observe runtimes, charge usage, ask the policy, apply its decisions.
+
+It calls the same pure policy function the simulator calls; everything here is about turning database rows into a
+snapshot and decisions back into state changes, durably. Order matters for crash safety: a job is marked Starting
+with its allocation *before* launch, and its handle is stored right after, so a restart finds every process.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timezone
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from caldera.core.resources import Resources
+from caldera.core.spec import JobSpec
+from caldera.core.states import JobState
+from caldera.core.tenancy import PriorityClass
+from caldera.db.models import Job, Usage, User
+from caldera.runtime.base import Handle, LaunchRequest, Phase
+from caldera.scheduler import fairshare
+from caldera.scheduler.registry import get_policy
+from caldera.scheduler.snapshot import Allocation, Decisions, Policy, SchedJob, Snapshot
+from caldera.server import tenancy
+from caldera.server.jobs import note, record
+from caldera.server.platform import Platform
+
+log = logging.getLogger("caldera.loop")
+
+ACTIVE = (JobState.STARTING.value, JobState.RUNNING.value)
+
+
+def lab_base_url(job_id: str) -> str:
+    return f"/jobs/{job_id}/lab/"
+
+
+def _alloc_to_json(a: Allocation) -> dict:
+    return {"node": a.node, "gpus": list(a.gpus), "cpu": a.cpu, "memory_mib": a.memory_mib}
+
+
+def _alloc_from_json(d: dict) -> Allocation:
+    return Allocation(d["node"], tuple(d["gpus"]), d["cpu"], d["memory_mib"])
+
+
+def _gpus(job: Job) -> int:
+    r = job.spec.get("resources", {})
+    return int(r.get("gpu", 0)) * int(job.spec.get("replicas", 1))
+
+
+class SchedulerLoop:
+    def __init__(self, platform: Platform, policy: Policy | None = None):
+        self.p = platform
+        self.policy = policy or get_policy(platform.settings.policy)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_charge: float | None = None
+        self.last_decisions: Decisions | None = None
+        self.cycle_ms: float = 0.0
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.recover()
+        self._thread = threading.Thread(target=self._run, name="caldera-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # the loop must survive one bad cycle; the next one retries
+                log.exception("scheduling cycle failed")
+            self._stop.wait(self.p.settings.schedule_interval_s)
+
+    def recover(self) -> None:
+        """After a restart: re-attach to running jobs; mark those whose processes are gone Lost. Queued jobs simply
+        stay queued."""
+        with self.p.state_lock, self.p.session() as db:
+            for job in db.scalars(select(Job).where(Job.state.in_(ACTIVE))):
+                handle = Handle(job.id, job.attempt, job.handle or {})
+                try:
+                    obs = self.p.runtime.observe(handle)
+                except Exception as exc:  # noqa: BLE001 - any failure to find it means it is lost
+                    record(db, job, JobState.LOST, "ReattachFailed", f"could not re-attach after restart: {exc}")
+                    job.finished_at = time.time()
+                    continue
+                if obs.phase in (Phase.STARTING, Phase.RUNNING):
+                    note(db, job, "Reattached", "server restarted; processes still running")
+                else:
+                    self._finish(db, job, obs.phase, obs.exit_code, obs.reason, obs.message, time.time())
+            db.commit()
+
+    # ---- one cycle -------------------------------------------------------------------------------------------
+    def tick(self) -> Decisions:
+        t0 = time.perf_counter()
+        now = time.time()
+        with self.p.state_lock, self.p.session() as db:
+            self._observe(db, now)
+            user_usage, queue_usage = self._charge(db, now)
+            snap = self._snapshot(db, now, user_usage, queue_usage)
+            decisions = self.policy(snap)
+            self._apply(db, decisions, now)
+            db.commit()
+        self.last_decisions = decisions
+        self.cycle_ms = (time.perf_counter() - t0) * 1000
+        return decisions
+
+    def _observe(self, db: Session, now: float) -> None:
+        for job in db.scalars(select(Job).where(Job.state.in_(ACTIVE))):
+            if not job.handle:
+                continue
+            obs = self.p.runtime.observe(Handle(job.id, job.attempt, job.handle))
+            if obs.phase is Phase.RUNNING and job.state == JobState.STARTING.value:
+                record(db, job, JobState.RUNNING, "Running", obs.message or "all processes running", now)
+            elif obs.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST):
+                self._finish(db, job, obs.phase, obs.exit_code, obs.reason, obs.message, now)
+
+    def _finish(self, db: Session, job: Job, phase: Phase, exit_code: int | None, reason: str, message: str,
+                now: float) -> None:
+        if job.started_at is not None:
+            job.attained_gpu_s += max(0.0, now - job.started_at) * _gpus(job)
+        job.exit_code = exit_code
+        job.finished_at = now
+        if job.stop_requested == "cancel":
+            record(db, job, JobState.CANCELLED, "CancelledByUser",
+                   f"cancelled by {(job.stop_detail or {}).get('by', 'a user')}", now)
+        elif job.stop_requested == "preempt":
+            d = job.stop_detail or {}
+            record(db, job, JobState.PREEMPTED, d.get("reason", "Preempted"), d.get("message", ""), now)
+            record(db, job, JobState.QUEUED, "Requeued", "re-queued after preemption; same working directory", now)
+            job.queued_at, job.finished_at, job.started_at, job.exit_code = now, None, None, None
+            job.allocations, job.handle = [], None
+        elif phase is Phase.SUCCEEDED:
+            record(db, job, JobState.SUCCEEDED, "Completed", message or "exit code 0", now)
+        elif phase is Phase.FAILED:
+            record(db, job, JobState.FAILED, reason or "ExitCode", message or f"exit code {exit_code}", now)
+        else:
+            record(db, job, JobState.LOST, reason or "ProcessGone", message or "processes vanished", now)
+        job.stop_requested, job.stop_detail = None, None
+
+    def _charge(self, db: Session, now: float) -> tuple[dict[str, float], dict[str, float]]:
+        """Decay usage and charge what ran since the last cycle, as GPU-seconds per user and per queue."""
+        rows = {u.key: u for u in db.scalars(select(Usage))}
+        last = self._last_charge or max((u.updated_at for u in rows.values()), default=now)
+        elapsed = max(0.0, now - last)
+        self._last_charge = now
+        values = fairshare.decay({k: u.value for k, u in rows.items()}, elapsed, self.p.settings.fair_share_half_life_s)
+        names = dict(db.execute(select(User.id, User.username)).all())
+        for job in db.scalars(select(Job).where(Job.state == JobState.RUNNING.value)):
+            gs = _gpus(job) * elapsed
+            if gs:
+                for key in (f"user:{names.get(job.user_id)}", f"queue:{job.queue}"):
+                    values[key] = values.get(key, 0.0) + gs
+        for key, value in values.items():
+            row = rows.get(key)
+            if row is None:
+                db.add(Usage(key=key, value=value, updated_at=now))
+            else:
+                row.value, row.updated_at = value, now
+        users = {k[5:]: v for k, v in values.items() if k.startswith("user:")}
+        queues = {k[6:]: v for k, v in values.items() if k.startswith("queue:")}
+        return users, queues
+
+    def _snapshot(self, db: Session, now: float, user_usage: dict, queue_usage: dict) -> Snapshot:
+        names = dict(db.execute(select(User.id, User.username)).all())
+        queued, running = [], []
+        for job in db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))):
+            spec = job.spec
+            sj = SchedJob(
+                id=job.id, user=names.get(job.user_id, "?"), account=job.account, queue=job.queue,
+                priority=PriorityClass(job.priority), request=Resources(**spec.get("resources", {})),
+                replicas=int(spec.get("replicas", 1)), submitted_at=job.submitted_at,
+                queued_since=job.queued_at, interactive=job.kind == "jupyter",
+                max_runtime_s=spec.get("max_runtime_s"), attained_gpu_s=job.attained_gpu_s)
+            if job.state == JobState.QUEUED.value:
+                queued.append(sj)
+            else:
+                sj.started_at = job.started_at
+                sj.allocations = tuple(_alloc_from_json(a) for a in job.allocations)
+                sj.terminating = job.stop_requested is not None
+                if job.started_at is not None:
+                    sj.attained_gpu_s += (now - job.started_at) * sj.gpus
+                running.append(sj)
+        return Snapshot(now=now, nodes=self.p.nodes(), queued=queued, running=running,
+                        queues=tenancy.all_queue_configs(db), user_usage=user_usage, queue_usage=queue_usage)
+
+    def _apply(self, db: Session, decisions: Decisions, now: float) -> None:
+        grace = self.p.settings.preempt_grace_s
+        for pre in decisions.preemptions:
+            job = db.get(Job, pre.job_id)
+            if job is None or job.state not in ACTIVE or job.stop_requested:
+                continue
+            deadline = datetime.fromtimestamp(now + grace, timezone.utc).isoformat()
+            job.stop_requested = "preempt"
+            job.stop_detail = {"by": pre.by_job_id, "reason": pre.reason, "message": pre.message}
+            note(db, job, "PreemptionRequested", f"{pre.message}; SIGTERM now, SIGKILL at {deadline}")
+            if job.handle:
+                notice = f"preempted: {pre.message}\ndeadline: {deadline}\n"
+                self.p.runtime.stop(Handle(job.id, job.attempt, job.handle), grace, notice=notice)
+        for start in decisions.starts:
+            job = db.get(Job, start.job_id)
+            if job is None or job.state != JobState.QUEUED.value:
+                continue
+            self._launch(db, job, start.allocations, now)
+        for job_id, reasons in decisions.pending.items():
+            payload = [{"code": r.code, "message": r.message, "details": r.details} for r in reasons]
+            job = db.get(Job, job_id)
+            if job is not None and job.state == JobState.QUEUED.value and job.pending_reasons != payload:
+                job.pending_reasons = payload
+
+    def _launch(self, db: Session, job: Job, allocations: tuple[Allocation, ...], now: float) -> None:
+        job.attempt += 1
+        job.allocations = [_alloc_to_json(a) for a in allocations]
+        job.pending_reasons = []
+        job.started_at = now
+        if not job.workdir:
+            job.workdir = str(JobSpec.model_validate(job.spec).workdir or self.p.settings.runs_dir / job.id / "work")
+        where = ", ".join(f"{a.node}[gpus {','.join(map(str, a.gpus)) or '-'}]" for a in allocations)
+        record(db, job, JobState.STARTING, "Scheduled", f"attempt {job.attempt} on {where}", now)
+        db.commit()   # durable before any process exists
+        from pathlib import Path
+        req = LaunchRequest(job_id=job.id, attempt=job.attempt, spec=JobSpec.model_validate(job.spec),
+                            allocations=allocations, workdir=Path(job.workdir),
+                            env={"CALDERA_ACCOUNT": job.account, "CALDERA_QUEUE": job.queue},
+                            base_url=lab_base_url(job.id))
+        try:
+            handle = self.p.runtime.launch(req)
+        except Exception as exc:  # noqa: BLE001 - a launch failure fails this job, not the loop
+            log.warning("launch of %s failed: %s", job.id, exc)
+            record(db, job, JobState.FAILED, "LaunchFailed", str(exc))
+            job.finished_at = time.time()
+            db.commit()
+            return
+        job.handle = handle.data
+        db.commit()

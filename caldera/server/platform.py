@@ -1,0 +1,50 @@
+"""Everything one running Caldera server holds: settings, database, keys, the runtime and the scheduler loop."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from caldera.config import Settings
+from caldera.db.engine import make_engine, migrate, session_factory
+from caldera.runtime.base import Runtime
+from caldera.scheduler.snapshot import Node
+from caldera.server.security import Keys
+
+
+@dataclass
+class Platform:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker
+    keys: Keys
+    runtime: Runtime
+    # One process owns job state: the API and the scheduler loop take this lock around every state change, so a
+    # cancel never races a launch.
+    state_lock: threading.RLock = field(default_factory=threading.RLock)
+    _nodes: list[Node] | None = None
+
+    @classmethod
+    def create(cls, settings: Settings, runtime: Runtime | None = None) -> "Platform":
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.runs_dir.mkdir(parents=True, exist_ok=True)
+        engine = make_engine(settings.db_url)
+        migrate(engine)
+        if runtime is None:
+            from caldera.runtime.local.runtime import LocalRuntime
+            runtime = LocalRuntime(settings)
+        return cls(settings, engine, session_factory(engine), Keys.load_or_create(settings.data_dir / "secrets.json"),
+                   runtime)
+
+    def session(self) -> Session:
+        return self.sessions()
+
+    def nodes(self) -> list[Node]:
+        if self._nodes is None:
+            self._nodes = self.runtime.nodes()
+        return self._nodes
+
+    def refresh_nodes(self) -> None:
+        self._nodes = None

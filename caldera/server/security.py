@@ -1,0 +1,102 @@
+"""Passwords, access and refresh tokens, personal API tokens.
+
+Access and refresh tokens are JWTs signed with *different* keys and carry a ``typ`` claim, so a refresh token can
+never be accepted where an access token is expected (and vice versa). Personal tokens and browser sessions are
+random secrets of which only a SHA-256 is stored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jwt
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerifyMismatchError
+
+_hasher = PasswordHasher()
+
+PERSONAL_PREFIX = "cal_"
+SESSION_PREFIX = "cals_"
+
+
+def hash_password(password: str) -> str:
+    return _hasher.hash(password)
+
+
+def verify_password(password_hash: str, password: str) -> bool:
+    try:
+        return _hasher.verify(password_hash, password)
+    except (VerifyMismatchError, InvalidHashError):
+        return False
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_opaque_token(prefix: str) -> str:
+    return prefix + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Keys:
+    access: str
+    refresh: str
+
+    @classmethod
+    def load_or_create(cls, path: Path) -> "Keys":
+        """Keys live in a 0600 file in the data directory, created once."""
+        if path.exists():
+            data = json.loads(path.read_text())
+            return cls(data["access"], data["refresh"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        keys = cls(secrets.token_hex(32), secrets.token_hex(32))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"access": keys.access, "refresh": keys.refresh}, fh)
+        return keys
+
+
+class TokenError(Exception):
+    pass
+
+
+def issue_access(keys: Keys, user_id: int, ttl_s: int) -> str:
+    now = int(time.time())
+    return jwt.encode({"sub": str(user_id), "typ": "access", "iat": now, "exp": now + ttl_s}, keys.access,
+                      algorithm="HS256")
+
+
+def issue_refresh(keys: Keys, user_id: int, ttl_s: int) -> tuple[str, str, float]:
+    now = int(time.time())
+    jti = secrets.token_hex(16)
+    exp = now + ttl_s
+    token = jwt.encode({"sub": str(user_id), "typ": "refresh", "jti": jti, "iat": now, "exp": exp}, keys.refresh,
+                       algorithm="HS256")
+    return token, jti, float(exp)
+
+
+def _decode(token: str, key: str, typ: str) -> dict:
+    try:
+        claims = jwt.decode(token, key, algorithms=["HS256"], options={"require": ["exp", "sub", "typ"]})
+    except jwt.ExpiredSignatureError:
+        raise TokenError("token expired") from None
+    except jwt.PyJWTError:
+        raise TokenError("invalid token") from None
+    if claims.get("typ") != typ:
+        raise TokenError("wrong token type")
+    return claims
+
+
+def decode_access(keys: Keys, token: str) -> int:
+    return int(_decode(token, keys.access, "access")["sub"])
+
+
+def decode_refresh(keys: Keys, token: str) -> tuple[int, str]:
+    claims = _decode(token, keys.refresh, "refresh")
+    return int(claims["sub"]), str(claims.get("jti", ""))

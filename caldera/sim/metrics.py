@@ -1,0 +1,163 @@
+"""What a replay measured.
+
+* JCT (job completion time) = finish - submit, over completed jobs.
+* Queueing delay = first start - submit, over jobs that started.
+* Makespan = last finish - first submit.
+* GPU allocation rate = allocated GPUs / cluster GPUs, a step function of time; its mean is time-weighted over
+  ``[first submit, end of replay]``. GPUs of a preempted job still in its grace period count as allocated.
+* Fairness: **Jain's index over accounts of the mean bounded slowdown**. A job's bounded slowdown (Feitelson) is
+  ``max(1, JCT / max(duration, tau))`` with ``tau = 10 s``, so seconds-long jobs do not dominate; ``x_a`` is its
+  mean over account ``a``'s completed jobs, and ``J = (sum x_a)^2 / (n * sum x_a^2)`` over the ``n`` accounts with
+  completed jobs. ``J = 1`` when every account's jobs are slowed down equally; ``J = 1/n`` when one account bears
+  all the slowdown. It is a measure of equal treatment (in slowdown), not of absolute speed: compare it together
+  with the JCT figures.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from caldera.sim.simulator import SimResult
+
+BSLD_TAU_S = 10.0
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)`` of non-negative values: 1 when all are equal, ``1/n``
+    when a single one is non-zero. 1.0 for an empty or all-zero input (nothing is unequal)."""
+    x = np.asarray(list(values), dtype=float)
+    if x.size == 0:
+        return 1.0
+    if np.any(x < 0):
+        raise ValueError("Jain's index is defined for non-negative values")
+    sq = float(np.dot(x, x))
+    if sq == 0.0:
+        return 1.0
+    return float(x.sum() ** 2 / (x.size * sq))
+
+
+def bounded_slowdown(jct: np.ndarray, duration: np.ndarray, tau: float = BSLD_TAU_S) -> np.ndarray:
+    return np.maximum(1.0, jct / np.maximum(duration, tau))
+
+
+def _stats(x: np.ndarray) -> dict[str, float | None]:
+    if x.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+    p50, p95, p99 = np.percentile(x, [50, 95, 99])
+    return {"mean": float(x.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99), "max": float(x.max())}
+
+
+def time_weighted_mean(t: Sequence[float], v: Sequence[float], start: float, end: float) -> float:
+    """Mean of the step function that is ``v[i]`` on ``[t[i], t[i+1])`` (the last step lasts until ``end``)."""
+    if end <= start or not len(t):
+        return float(v[-1]) if len(v) else 0.0
+    ta = np.clip(np.append(np.asarray(t, dtype=float), end), start, end)
+    dt = np.diff(ta)
+    return float(np.dot(dt, np.asarray(v, dtype=float)) / (end - start))
+
+
+def resample_steps(t: Sequence[float], v: Sequence[float], start: float, end: float,
+                   points: int = 500) -> tuple[list[float], list[float]]:
+    """The step function averaged over ``points`` equal bins of ``[start, end]``: bin start times and means."""
+    if end <= start or not len(t):
+        return [float(start)], [float(v[-1]) if len(v) else 0.0]
+    ts = np.asarray(t, dtype=float)
+    vs = np.asarray(v, dtype=float)
+    edges = np.linspace(start, end, points + 1)
+    # integral of the step function up to each edge
+    seg_end = np.append(ts[1:], end)
+    cum = np.concatenate([[0.0], np.cumsum(vs * np.clip(seg_end - ts, 0, None))])
+    idx = np.clip(np.searchsorted(ts, edges, side="right") - 1, 0, len(ts) - 1)
+    at_edge = cum[idx] + vs[idx] * np.clip(edges - ts[idx], 0, None)
+    at_edge[edges < ts[0]] = 0.0
+    means = np.diff(at_edge) / np.diff(edges)
+    return edges[:-1].tolist(), means.tolist()
+
+
+def job_arrays(result: SimResult) -> dict[str, np.ndarray]:
+    """Per-job arrays (NaN where a job did not start / finish)."""
+    jobs = result.jobs
+    nan = math.nan
+    return {
+        "submit": np.fromiter((j.trace.submit_time_s for j in jobs), float, len(jobs)),
+        "duration": np.fromiter((j.trace.duration_s for j in jobs), float, len(jobs)),
+        "gpus": np.fromiter((j.gpus for j in jobs), float, len(jobs)),
+        "start": np.fromiter((nan if j.first_start is None else j.first_start for j in jobs), float, len(jobs)),
+        "finish": np.fromiter((nan if j.finish is None else j.finish for j in jobs), float, len(jobs)),
+        "preemptions": np.fromiter((j.preemptions for j in jobs), float, len(jobs)),
+    }
+
+
+def compute_metrics(result: SimResult, series_points: int = 500, tau: float = BSLD_TAU_S,
+                    cdf_points: int = 200) -> dict[str, Any]:
+    """The JSON-able summary of one replay (see the module docstring for definitions)."""
+    a = job_arrays(result)
+    done = ~np.isnan(a["finish"])
+    started = ~np.isnan(a["start"])
+    jct = (a["finish"] - a["submit"])[done]
+    wait = (a["start"] - a["submit"])[started]
+    first = float(a["submit"].min()) if len(result.jobs) else 0.0
+    last_finish = float(a["finish"][done].max()) if done.any() else first
+    end = max(result.end_time, last_finish)
+
+    bsld = bounded_slowdown(jct, a["duration"][done], tau)
+    accounts = np.array([j.sj.account for j in result.jobs], dtype=object)[done]
+    per_account: dict[str, dict[str, float]] = {}
+    if accounts.size:
+        names, inv = np.unique(accounts.astype(str), return_inverse=True)
+        sums = np.bincount(inv, weights=bsld)
+        counts = np.bincount(inv)
+        jsum = np.bincount(inv, weights=jct)
+        for k, name in enumerate(names):
+            per_account[str(name)] = {"jobs": int(counts[k]), "mean_slowdown": float(sums[k] / counts[k]),
+                                      "mean_jct_s": float(jsum[k] / counts[k])}
+    fairness = jain_index([v["mean_slowdown"] for v in per_account.values()])
+
+    total = max(result.total_gpus, 1)
+    alloc_rate = [g / total for g in result.alloc_gpus]
+    series_t, series_v = resample_steps(result.alloc_t, alloc_rate, first, end, series_points)
+    q_t, q_v = resample_steps(result.queue_t, result.queue_len, first, end, series_points)
+    preempted_jobs = int((a["preemptions"] > 0).sum())
+    return {
+        "policy": result.policy,
+        "cluster": result.cluster.describe(),
+        "total_gpus": result.total_gpus,
+        "jobs": {
+            "submitted": len(result.jobs) + len(result.dropped) + result.not_arrived,
+            "simulated": len(result.jobs),
+            "completed": int(done.sum()),
+            "unfinished": int((~done).sum()) + result.not_arrived,
+            "dropped_never_fit": len(result.dropped),
+        },
+        "jct_s": _stats(jct),
+        "queueing_delay_s": _stats(wait),
+        "slowdown": _stats(bsld),
+        "jct_cdf": dict(zip(("jct_s", "fraction"), _cdf(jct, cdf_points))),
+        "makespan_s": float(last_finish - first) if done.any() else 0.0,
+        "gpu_allocation": {
+            "mean": time_weighted_mean(result.alloc_t, alloc_rate, first, end),
+            "t_s": series_t,
+            "rate": series_v,
+        },
+        "queue_length": {"mean": time_weighted_mean(result.queue_t, result.queue_len, first, end),
+                         "max": int(max(result.queue_len)) if result.queue_len else 0, "t_s": q_t, "jobs": q_v},
+        "fairness": {"jain_account_slowdown": fairness, "tau_s": tau, "per_account": per_account},
+        "preemptions": {"total": int(a["preemptions"].sum()), "jobs_preempted": preempted_jobs,
+                        "by_reason": dict(result.preemptions_by_reason)},
+        "invalid_decisions": dict(result.invalid_decisions),
+        "stopped": result.stopped,
+        "sim": {"cycles": result.cycles, "policy_s": result.policy_s, "wall_s": result.wall_s,
+                "end_time_s": end},
+    }
+
+
+def _cdf(values: np.ndarray, points: int) -> tuple[list[float], list[float]]:
+    """The empirical CDF sampled on a log grid: ``(x, fraction <= x)``."""
+    x = np.sort(values)
+    if x.size == 0:
+        return [], []
+    lo = max(float(x[0]), 1.0)
+    grid = np.unique(np.geomspace(lo, max(float(x[-1]), lo * 1.0001), points))
+    return grid.tolist(), (np.searchsorted(x, grid, side="right") / x.size).tolist()

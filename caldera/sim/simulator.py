@@ -1,0 +1,516 @@
+"""Event-driven replay of a trace through a scheduling policy.
+
+The policy is the same callable the live loop uses (``Snapshot -> Decisions``). Each scheduling cycle builds a
+:class:`Snapshot` from state the simulator keeps up to date incrementally (queued and running jobs in insertion-ordered
+dicts, per-node free GPUs, decayed usage), calls the policy and applies its decisions:
+
+* ``Start``: the job runs on the given allocations for its remaining work; a completion event is queued.
+* ``Preempt``: the victim stops (after ``preempt_grace_s``, during which it keeps its resources and is
+  ``terminating``), goes back to the queue with its remaining work preserved (checkpoint/resume: the work done up to
+  the preemption request is kept, plus ``restart_overhead_s`` on resume) and its GPU-seconds added to
+  ``attained_gpu_s``.
+
+Cycles run once per batch of simultaneous events (arrivals, completions, releases) and, while jobs wait, at least
+every ``tick_s`` simulated seconds so time-based rules (starvation, reservations, least-attained-service) progress.
+Nothing runs while the queue is empty and nothing happens. Jobs that could not fit the empty cluster are dropped and
+counted. If the cluster is idle, no event is left and ``stuck_ticks`` cycles in a row start nothing (for instance a
+quota caps a queue below a job's size), the replay stops and the queued jobs are reported as unfinished.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from caldera.core.resources import GPU, Resources
+from caldera.core.tenancy import QueueConfig, Quota
+from caldera.scheduler.snapshot import Allocation, Decisions, Node, Policy, SchedJob, Snapshot
+from caldera.sim.cluster import ClusterSpec
+from caldera.sim.traces import TraceJob, _account
+
+log = logging.getLogger("caldera.sim")
+
+DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
+
+_COMPLETE, _RELEASE = 0, 1
+
+
+class SimulationError(RuntimeError):
+    """A policy decision the simulator cannot apply (raised only with ``strict=True``)."""
+
+
+def _local_decay(values: dict[str, float], elapsed_s: float, half_life_s: float) -> dict[str, float]:
+    if elapsed_s <= 0 or not half_life_s or half_life_s <= 0 or math.isinf(half_life_s):
+        return dict(values)
+    f = 0.5 ** (elapsed_s / half_life_s)
+    return {k: v * f for k, v in values.items()}
+
+
+def _decay_function() -> Callable[[dict[str, float], float, float], dict[str, float]]:
+    """``caldera.scheduler.fairshare.decay(values, elapsed_s, half_life_s)`` when that module exists (so the
+    simulator ages usage exactly as the live loop does), else a local exponential half-life decay."""
+    try:
+        from caldera.scheduler import fairshare  # type: ignore[attr-defined]
+    except ImportError:
+        return _local_decay
+    fn = getattr(fairshare, "decay", None)
+    if not callable(fn):
+        return _local_decay
+    try:
+        probe = fn({"x": 1.0}, 10.0, 20.0)
+        if not isinstance(probe, dict) or not 0.0 < float(probe["x"]) < 1.0:
+            return _local_decay
+    except Exception:  # noqa: BLE001 - an incompatible signature: keep the local one
+        return _local_decay
+    return fn
+
+
+# --------------------------------------------------------------------------------------------------- queues
+def default_queues(jobs: Iterable[TraceJob], total_gpus: int, share: str = "demand") -> dict[str, QueueConfig]:
+    """One queue per account (named after it), with no caps. ``share`` sets each queue's GPU ``deserved`` share:
+    ``demand`` (proportional to the account's GPU-seconds in the trace; weight likewise, averaging 1), ``equal``
+    (``total_gpus / accounts``) or ``none`` (no quota at all)."""
+    demand: dict[str, float] = {}
+    for j in jobs:
+        a = _account(j.account)
+        demand[a] = demand.get(a, 0.0) + max(j.gpu_seconds, 0.0)
+    if not demand:
+        return {}
+    n = len(demand)
+    total = sum(demand.values())
+    out: dict[str, QueueConfig] = {}
+    for acct, d in sorted(demand.items()):
+        if share == "none":
+            out[acct] = QueueConfig(name=acct, account=acct)
+            continue
+        if share == "equal" or total <= 0:
+            frac = 1.0 / n
+        elif share == "demand":
+            frac = d / total
+        else:
+            raise ValueError(f"share must be demand, equal or none, not {share!r}")
+        weight = max(frac * n, 1e-6)
+        out[acct] = QueueConfig(name=acct, account=acct, weight=weight,
+                                quotas={GPU: Quota(deserved=total_gpus * frac)})
+    return out
+
+
+def load_queue_file(path: str | Path) -> list[QueueConfig]:
+    """Queue configs from JSON or YAML: a list of :class:`QueueConfig` objects or ``{"queues": [...]}``."""
+    import json
+
+    import yaml
+
+    path = Path(path)
+    text = path.read_text()
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    if isinstance(data, dict):
+        data = data.get("queues", data)
+        if isinstance(data, dict):   # {name: {...}}
+            data = [{"name": k, **v} for k, v in data.items()]
+    return [QueueConfig.model_validate(q) for q in data]
+
+
+# --------------------------------------------------------------------------------------------------- state
+class SimJob:
+    """Simulator-side state of one job, wrapping the :class:`SchedJob` the policy sees."""
+
+    __slots__ = ("trace", "sj", "remaining_s", "first_start", "finish", "attempt", "preemptions", "run_start",
+                 "base_attained", "gpus", "preempt_at")
+
+    def __init__(self, trace: TraceJob, sj: SchedJob) -> None:
+        self.trace = trace
+        self.sj = sj
+        self.remaining_s = trace.duration_s
+        self.first_start: float | None = None
+        self.finish: float | None = None
+        self.attempt = 0
+        self.preemptions = 0
+        self.run_start: float | None = None
+        self.base_attained = 0.0
+        self.gpus = sj.gpus
+        self.preempt_at: float | None = None
+
+
+@dataclass(slots=True)
+class SimOptions:
+    tick_s: float | None = 60.0             # periodic cycle while jobs wait; None/0: only on events
+    cycle_quantum_s: float = 0.0            # > 0: cycles only on multiples of this (events in between batch up)
+    half_life_s: float = DEFAULT_HALF_LIFE_S
+    preempt_grace_s: float = 0.0
+    restart_overhead_s: float = 0.0
+    share: str = "demand"
+    queues: list[QueueConfig] | None = None
+    strict: bool = False                    # raise on decisions that cannot be applied (else count and skip)
+    max_time_s: float | None = None         # stop the replay at this simulated time
+    stuck_ticks: int = 3
+    cpu_per_gpu: float | None = None        # per-GPU CPU/memory of jobs whose trace has none; default: the
+    memory_mib_per_gpu: int | None = None   # cluster's scarcest ratio, so only GPUs constrain
+
+
+@dataclass(slots=True)
+class SimResult:
+    policy: str
+    cluster: ClusterSpec
+    jobs: list[SimJob]
+    dropped: list[TraceJob]                 # could never fit the cluster
+    not_arrived: int                        # arrivals after max_time_s
+    end_time: float
+    alloc_t: list[float]
+    alloc_gpus: list[int]
+    queue_t: list[float]
+    queue_len: list[int]
+    total_gpus: int
+    cycles: int = 0
+    policy_s: float = 0.0
+    wall_s: float = 0.0
+    preemptions_by_reason: dict[str, int] = field(default_factory=dict)
+    invalid_decisions: dict[str, int] = field(default_factory=dict)
+    stopped: str = "done"
+
+
+class Simulator:
+    """Replays ``jobs`` on ``cluster`` under ``policy``. :meth:`run` returns a :class:`SimResult`."""
+
+    def __init__(self, jobs: Iterable[TraceJob], cluster: ClusterSpec, policy: Policy,
+                 options: SimOptions | None = None) -> None:
+        self.opt = options or SimOptions()
+        self.cluster = cluster
+        self.policy = policy
+        self.policy_name = getattr(policy, "name", type(policy).__name__)
+        self.nodes: list[Node] = cluster.build()
+        self.total_gpus = cluster.total_gpus
+        gpn = cluster.max_gpus_per_node
+        cpg, mpg = cluster.cpu_memory_per_gpu()
+        self.cpu_per_gpu = self.opt.cpu_per_gpu if self.opt.cpu_per_gpu is not None else cpg
+        self.mem_per_gpu = self.opt.memory_mib_per_gpu if self.opt.memory_mib_per_gpu is not None else mpg
+
+        traces = sorted(jobs, key=lambda j: (j.submit_time_s, j.id))
+        # queues from the file first (an account maps to the first queue naming it), generated ones for the rest
+        self.queues: dict[str, QueueConfig] = {}
+        self.queue_of: dict[str, str] = {}
+        for q in self.opt.queues or ():
+            self.queues[q.name] = q
+            self.queue_of.setdefault(_account(q.account), q.name)
+        rest = [j for j in traces if _account(j.account) not in self.queue_of]
+        for name, q in default_queues(rest, self.total_gpus, self.opt.share).items():
+            if name in self.queues:   # a file queue of that name serves another account: keep the file's
+                name = f"{name}-auto"
+                q = q.model_copy(update={"name": name})
+            self.queues[name] = q
+            self.queue_of[q.account] = name
+
+        self.dropped: list[TraceJob] = []
+        self.arrivals: list[TraceJob] = []
+        fit_cache: dict[tuple, bool] = {}
+        self._res_cache: dict[tuple, Resources] = {}
+        for j in traces:
+            j = j.split(gpn) if gpn else j
+            cpu, mem = self._cpu_mem(j)
+            key = (j.replicas, j.gpus_per_replica, cpu, mem, j.gpu_model)
+            ok = fit_cache.get(key)
+            if ok is None:
+                ok = fit_cache[key] = cluster.can_ever_fit(*key)
+            (self.arrivals if ok else self.dropped).append(j)
+
+    def _cpu_mem(self, j: TraceJob) -> tuple[float, int]:
+        g = j.gpus_per_replica
+        cpu = j.cpu if j.cpu is not None else (self.cpu_per_gpu * g if g else 1.0)
+        mem = j.memory_mib if j.memory_mib is not None else (self.mem_per_gpu * g if g else 1024)
+        return float(cpu), int(mem)
+
+    def _resources(self, j: TraceJob) -> Resources:
+        cpu, mem = self._cpu_mem(j)
+        key = (cpu, mem, j.gpus_per_replica, j.gpu_model)
+        r = self._res_cache.get(key)
+        if r is None:
+            r = self._res_cache[key] = Resources(cpu=cpu, memory_mib=mem, gpu=j.gpus_per_replica,
+                                                 gpu_model=j.gpu_model)
+        return r
+
+    def _make(self, j: TraceJob) -> SimJob:
+        acct = _account(j.account)
+        queue = self.queue_of.get(acct)
+        if queue is None:   # account unknown to a queue file: give it its own uncapped queue
+            queue = self.queue_of[acct] = acct
+            self.queues[acct] = QueueConfig(name=acct, account=acct)
+        sj = SchedJob(id=j.id, user=j.user, account=acct, queue=queue, priority=j.priority,
+                      request=self._resources(j), replicas=j.replicas, submitted_at=j.submit_time_s,
+                      queued_since=j.submit_time_s)
+        return SimJob(j, sj)
+
+    # ------------------------------------------------------------------------------------------------- run
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        opt = self.opt
+        decay = _decay_function()
+        tick = opt.tick_s if opt.tick_s and opt.tick_s > 0 else None
+        quantum = opt.cycle_quantum_s if opt.cycle_quantum_s and opt.cycle_quantum_s > 0 else None
+        strict = opt.strict
+        policy = self.policy
+
+        node_free: dict[str, list[Any]] = {}      # name -> [free gpu index set, cpu, memory, model by index]
+        for n in self.nodes:
+            node_free[n.name] = [{d.index for d in n.gpus}, n.cpu, n.memory_mib, {d.index: d.model for d in n.gpus}]
+
+        jobs: dict[str, SimJob] = {}
+        queued: dict[str, SchedJob] = {}
+        running: dict[str, SimJob] = {}
+        running_sj: dict[str, SchedJob] = {}
+        heap: list[tuple[float, int, int, str, int]] = []
+        seq = 0
+        user_usage: dict[str, float] = {}
+        queue_usage: dict[str, float] = {}
+        user_gpus: dict[str, int] = {}
+        queue_gpus: dict[str, int] = {}
+        allocated = 0
+        alloc_t: list[float] = [0.0]
+        alloc_g: list[int] = [0]
+        queue_t: list[float] = [0.0]
+        queue_n: list[int] = [0]
+        by_reason: dict[str, int] = {}
+        invalid: dict[str, int] = {}
+        arrivals = self.arrivals
+        n_arr = len(arrivals)
+        ai = 0
+        last_charge = arrivals[0].submit_time_s if arrivals else 0.0
+        next_tick = math.inf
+        cycles = 0
+        policy_s = 0.0
+        idle_cycles = 0
+        stopped = "done"
+        now = last_charge
+        restart = opt.restart_overhead_s
+        grace = opt.preempt_grace_s
+        inf = math.inf
+
+        def bad(kind: str, msg: str) -> None:
+            if strict:
+                raise SimulationError(f"{self.policy_name} at t={now:.0f}: {msg}")
+            if kind not in invalid:
+                log.warning("%s at t=%.0f: %s (further ones are only counted)", self.policy_name, now, msg)
+            invalid[kind] = invalid.get(kind, 0) + 1
+
+        def release(job: SimJob) -> None:
+            nonlocal allocated
+            sj = job.sj
+            for a in sj.allocations:
+                nf = node_free[a.node]
+                nf[0].update(a.gpus)
+                nf[1] += a.cpu
+                nf[2] += a.memory_mib
+            allocated -= job.gpus
+            user_gpus[sj.user] -= job.gpus
+            queue_gpus[sj.queue] -= job.gpus
+            del running[sj.id]
+            del running_sj[sj.id]
+
+        def stop_and_requeue(job: SimJob, t: float) -> None:
+            """Release the victim and re-queue it with its remaining work (checkpointed at the request)."""
+            sj = job.sj
+            upto = job.preempt_at if job.preempt_at is not None else t
+            job.remaining_s = max(0.0, job.remaining_s - (upto - job.run_start)) + restart
+            job.base_attained += (t - job.run_start) * job.gpus
+            release(job)
+            job.attempt += 1
+            job.run_start = None
+            job.preempt_at = None
+            sj.attained_gpu_s = job.base_attained
+            sj.started_at = None
+            sj.allocations = ()
+            sj.terminating = False
+            sj.queued_since = t
+            queued[sj.id] = sj
+
+        def start(job: SimJob, allocs: tuple[Allocation, ...], t: float) -> bool:
+            nonlocal allocated, seq
+            sj = job.sj
+            req = sj.request
+            if len(allocs) != sj.replicas:
+                bad("start_replicas", f"start of {sj.id} has {len(allocs)} allocations for {sj.replicas} replicas")
+                return False
+            # validate first, then take: a gang starts whole or not at all
+            need: dict[str, list[float]] = {}
+            for a in allocs:
+                nf = node_free.get(a.node)
+                if nf is None:
+                    bad("start_node", f"start of {sj.id} on unknown node {a.node}")
+                    return False
+                if len(a.gpus) != req.gpu or len(set(a.gpus)) != req.gpu:
+                    bad("start_gpus", f"start of {sj.id} gives {len(a.gpus)} GPUs per replica, wants {req.gpu}")
+                    return False
+                acc = need.setdefault(a.node, [0.0, 0.0])
+                acc[0] += a.cpu
+                acc[1] += a.memory_mib
+                for g in a.gpus:
+                    if g not in nf[0]:
+                        bad("start_busy", f"start of {sj.id} on {a.node} GPU {g}, which is not free")
+                        return False
+                    if req.gpu_model and nf[3].get(g) != req.gpu_model:
+                        bad("start_model", f"start of {sj.id} on {a.node} GPU {g}: not a {req.gpu_model}")
+                        return False
+            seen: set[tuple[str, int]] = set()
+            for a in allocs:
+                for g in a.gpus:
+                    if (a.node, g) in seen:
+                        bad("start_busy", f"start of {sj.id} uses {a.node} GPU {g} twice")
+                        return False
+                    seen.add((a.node, g))
+            for name, (cpu, mem) in need.items():
+                nf = node_free[name]
+                if nf[1] + 1e-6 < cpu or nf[2] < mem:
+                    bad("start_cpu_memory", f"start of {sj.id} over-commits CPU or memory on {name}")
+                    return False
+            for a in allocs:
+                nf = node_free[a.node]
+                nf[0].difference_update(a.gpus)
+                nf[1] -= a.cpu
+                nf[2] -= a.memory_mib
+            del queued[sj.id]
+            allocated += job.gpus
+            user_gpus[sj.user] = user_gpus.get(sj.user, 0) + job.gpus
+            queue_gpus[sj.queue] = queue_gpus.get(sj.queue, 0) + job.gpus
+            running[sj.id] = job
+            running_sj[sj.id] = sj
+            job.run_start = t
+            if job.first_start is None:
+                job.first_start = t
+            sj.started_at = t
+            sj.allocations = tuple(allocs)
+            seq += 1
+            heapq.heappush(heap, (t + job.remaining_s, seq, _COMPLETE, sj.id, job.attempt))
+            return True
+
+        max_time = opt.max_time_s if opt.max_time_s is not None else inf
+        while True:
+            t_arr = arrivals[ai].submit_time_s if ai < n_arr else inf
+            t_evt = heap[0][0] if heap else inf
+            t = min(t_arr, t_evt, next_tick)
+            if t == inf:
+                break
+            if quantum is not None and t != next_tick:
+                t = math.ceil(t / quantum - 1e-12) * quantum
+            if t > max_time:
+                stopped = "max_time"
+                now = max(now, max_time)
+                break
+
+            # charge usage for [last_charge, t] with the allocation that held over it
+            elapsed = t - last_charge
+            if elapsed > 0:
+                if user_usage:
+                    user_usage = decay(user_usage, elapsed, opt.half_life_s)
+                    queue_usage = decay(queue_usage, elapsed, opt.half_life_s)
+                for u, g in user_gpus.items():
+                    if g:
+                        user_usage[u] = user_usage.get(u, 0.0) + g * elapsed
+                for q, g in queue_gpus.items():
+                    if g:
+                        queue_usage[q] = queue_usage.get(q, 0.0) + g * elapsed
+                last_charge = t
+            now = t
+
+            changed = False
+            while heap and heap[0][0] <= t:
+                _, _, kind, jid, attempt = heapq.heappop(heap)
+                job = jobs[jid]
+                if job.attempt != attempt or jid not in running:
+                    continue
+                if kind == _COMPLETE:
+                    job.base_attained += (t - job.run_start) * job.gpus
+                    job.sj.attained_gpu_s = job.base_attained
+                    job.remaining_s = 0.0
+                    job.finish = t
+                    release(job)
+                    job.attempt += 1
+                else:   # grace over: the victim is gone
+                    stop_and_requeue(job, t)
+                changed = True
+            while ai < n_arr and arrivals[ai].submit_time_s <= t:
+                job = self._make(arrivals[ai])
+                ai += 1
+                jobs[job.sj.id] = job
+                queued[job.sj.id] = job.sj
+                changed = True
+
+            if changed or t == next_tick:
+                # ---- one scheduling cycle
+                for job in running.values():
+                    job.sj.attained_gpu_s = job.base_attained + (t - job.run_start) * job.gpus
+                snap = Snapshot(now=t, nodes=self.nodes, queued=list(queued.values()),
+                                running=list(running_sj.values()), queues=self.queues,
+                                user_usage=dict(user_usage), queue_usage=dict(queue_usage))
+                p0 = time.perf_counter()
+                decisions: Decisions = policy(snap)
+                policy_s += time.perf_counter() - p0
+                cycles += 1
+                acted = False
+                for pre in decisions.preemptions:
+                    job = running.get(pre.job_id)
+                    if job is None or job.sj.terminating:
+                        if pre.job_id not in queued:   # preempting a queued job is a harmless no-op
+                            bad("preempt_not_running", f"preemption of {pre.job_id}, which is not running")
+                        continue
+                    job.preemptions += 1
+                    by_reason[pre.reason] = by_reason.get(pre.reason, 0) + 1
+                    acted = True
+                    if grace > 0:
+                        job.sj.terminating = True
+                        job.preempt_at = t
+                        seq += 1
+                        heapq.heappush(heap, (t + grace, seq, _RELEASE, job.sj.id, job.attempt))
+                    else:
+                        stop_and_requeue(job, t)
+                for st in decisions.starts:
+                    job = jobs.get(st.job_id)
+                    if job is None or st.job_id not in queued:
+                        bad("start_not_queued", f"start of {st.job_id}, which is not queued")
+                        continue
+                    if start(job, st.allocations, t):
+                        acted = True
+
+                if alloc_g[-1] != allocated:
+                    if alloc_t[-1] == t:
+                        alloc_g[-1] = allocated
+                    else:
+                        alloc_t.append(t)
+                        alloc_g.append(allocated)
+                if queue_n[-1] != len(queued):
+                    if queue_t[-1] == t:
+                        queue_n[-1] = len(queued)
+                    else:
+                        queue_t.append(t)
+                        queue_n.append(len(queued))
+
+                if queued and tick is not None:
+                    next_tick = t + tick
+                else:
+                    next_tick = inf
+                if queued and not heap and ai >= n_arr and not acted:
+                    idle_cycles += 1
+                    if idle_cycles >= max(1, opt.stuck_ticks) or tick is None:
+                        stopped = "stuck"
+                        break
+                else:
+                    idle_cycles = 0
+            elif queued and tick is not None and next_tick == inf:
+                next_tick = t + tick
+
+        end = now
+        for job in running.values():   # only on max_time: account what they got so far
+            job.sj.attained_gpu_s = job.base_attained + (end - job.run_start) * job.gpus
+        return SimResult(policy=self.policy_name, cluster=self.cluster, jobs=list(jobs.values()),
+                         dropped=self.dropped, not_arrived=n_arr - ai, end_time=end,
+                         alloc_t=alloc_t, alloc_gpus=alloc_g, queue_t=queue_t, queue_len=queue_n,
+                         total_gpus=self.total_gpus, cycles=cycles, policy_s=policy_s,
+                         wall_s=time.perf_counter() - wall0, preemptions_by_reason=by_reason,
+                         invalid_decisions=invalid, stopped=stopped)
+
+
+def simulate(jobs: Iterable[TraceJob], cluster: ClusterSpec, policy: Policy,
+             options: SimOptions | None = None) -> SimResult:
+    return Simulator(jobs, cluster, policy, options).run()

@@ -1,0 +1,161 @@
+"""Shared fixtures: settings in a temp dir, a platform on SQLite or a real PostgreSQL, an API client, and a real
+`caldera up` server process."""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from caldera.config import FakeGpu, Settings
+
+POSTGRES_URL = os.environ.get("CALDERA_TEST_POSTGRES_URL")   # e.g. postgresql+psycopg://postgres@127.0.0.1:5433/postgres
+
+
+def _fresh_postgres_db() -> str:
+    from sqlalchemy import create_engine, text
+    name = "caldera_test_" + secrets.token_hex(4)
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return POSTGRES_URL.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'caldera.db'}"
+    if not POSTGRES_URL:
+        pytest.skip("CALDERA_TEST_POSTGRES_URL not set")
+    return _fresh_postgres_db()
+
+
+def make_settings(tmp_path: Path, db_url: str | None = None, gpus: int = 4, model: str = "a100", **kw) -> Settings:
+    return Settings(data_dir=tmp_path / "data", database_url=db_url, fake_gpus=[FakeGpu(model=model)] * gpus,
+                    node_name="node-0", node_cpu=16, node_memory_mib=65536, cancel_grace_s=2, preempt_grace_s=2,
+                    schedule_interval_s=0.2, **kw)
+
+
+@pytest.fixture
+def settings(tmp_path, db_url) -> Settings:
+    return make_settings(tmp_path, db_url)
+
+
+@pytest.fixture
+def platform(settings):
+    from caldera.server.platform import Platform
+    from caldera.server.tenancy import bootstrap
+    p = Platform.create(settings)
+    with p.session() as db:
+        bootstrap(db, "admin-password")
+        db.commit()
+    yield p
+    p.engine.dispose()
+
+
+class Api:
+    """A TestClient that logs in as someone."""
+
+    def __init__(self, client: TestClient):
+        self.client = client
+
+    def login(self, username: str, password: str) -> dict[str, str]:
+        r = self.client.post("/api/v1/auth/login", json={"username": username, "password": password})
+        assert r.status_code == 200, r.text
+        return {"Authorization": f"Bearer {r.json()['access_token']}"}
+
+    def user(self, admin: dict, username: str, password: str = "password-123", **body) -> dict[str, str]:
+        r = self.client.post("/api/v1/users", json={"username": username, "password": password, **body},
+                             headers=admin)
+        assert r.status_code == 201, r.text
+        return self.login(username, password)
+
+
+@pytest.fixture
+def api(platform):
+    """The app without its background loop: tests drive scheduling cycles with `app.state.loop.tick()`."""
+    from caldera.server.app import create_app
+    with TestClient(create_app(platform, run_loop=False)) as client:
+        yield Api(client)
+
+
+@pytest.fixture
+def admin(api) -> dict[str, str]:
+    return api.login("admin", "admin-password")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`caldera up` as users run it, in its own process, so tests can SIGKILL and restart it."""
+
+    def __init__(self, data_dir: Path, port: int, env: dict[str, str]):
+        self.data_dir, self.port, self.env = data_dir, port, env
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+        self.output = ""
+
+    def start(self) -> "ServerProcess":
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "caldera.cli.main", "up", "--data-dir", str(self.data_dir), "--port",
+             str(self.port), "--fake-gpus", "2", "--fake-gpu-model", "a100"],
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if httpx.get(self.url + "/api/v1/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"caldera up exited: {self.proc.stdout.read()}")
+            time.sleep(0.2)
+        raise RuntimeError("caldera up did not answer in 60 s")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture
+def server(tmp_path, db_url):
+    env = {**os.environ, "CALDERA_INITIAL_ADMIN_PASSWORD": "admin-password", "CALDERA_DATABASE_URL": db_url,
+           "CALDERA_SCHEDULE_INTERVAL_S": "0.3", "CALDERA_CANCEL_GRACE_S": "2", "CALDERA_NODE_NAME": "node-0",
+           "CALDERA_CONFIG_DIR": str(tmp_path / "cli-config"), "COLUMNS": "200"}
+    srv = ServerProcess(tmp_path / "data", free_port(), env)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def wait_for(fn, timeout: float = 60, interval: float = 0.2, what: str = "condition"):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last value {last!r}")

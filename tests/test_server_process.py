@@ -1,0 +1,142 @@
+"""`caldera up` as a real process: the CLI end to end, restarts after SIGKILL, the Jupyter proxy."""
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import httpx
+import pytest
+import websockets
+
+from tests.conftest import wait_for
+
+
+def cli(server, *args, check=True, timeout=60):
+    r = subprocess.run([sys.executable, "-m", "caldera.cli.main", *args], env=server.env, capture_output=True,
+                       text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r
+
+
+def token(server, username="admin", password="admin-password"):
+    pair = httpx.post(server.url + "/api/v1/auth/login", json={"username": username, "password": password}).json()
+    return {"Authorization": f"Bearer {pair['access_token']}"}
+
+
+def job(server, h, jid):
+    return httpx.get(f"{server.url}/api/v1/jobs/{jid}", headers=h).json()
+
+
+def until(server, h, jid, states, timeout=60):
+    return wait_for(lambda: (j := job(server, h, jid))["state"] in states and j, timeout, what=f"{jid} in {states}")
+
+
+def test_cli_end_to_end(server, tmp_path):
+    cli(server, "login", "--url", server.url, "-u", "admin", "-p", "admin-password")
+    cred = tmp_path / "cli-config" / "credentials.json"
+    assert oct(cred.stat().st_mode & 0o777) == "0o600" and json.loads(cred.read_text())["token"].startswith("cal_")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: count\ncommand: sh -c 'for i in 1 2 3; do echo tick $i; sleep 0.5; done'\n"
+                    "resources: {gpu: 1}\n")
+    out = cli(server, "submit", str(spec)).stdout
+    jid = out.split("submitted ")[1].split()[0]
+    follow = cli(server, "logs", "-f", jid, timeout=90).stdout
+    assert follow.split("\n")[:3] == ["tick 1", "tick 2", "tick 3"]
+    assert cli(server, "wait", jid, "--timeout", "30").returncode == 0
+    listing = cli(server, "ls").stdout
+    assert jid in listing and "Succeeded" in listing
+    desc = cli(server, "describe", jid).stdout
+    for word in ("Submitted", "Admitted", "Scheduled", "Completed", "gpu"):
+        assert word in desc
+    assert cli(server, "logs", jid).stdout.startswith("tick 1")   # also after the job ended
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ncommand: 'true'\nresources: {gpu: 64}\n")
+    r = cli(server, "submit", str(bad), check=False)
+    assert r.returncode == 1 and "resources" in r.stderr
+
+    long = tmp_path / "long.yaml"
+    long.write_text("name: long\ncommand: sleep 120\n")
+    lid = cli(server, "submit", str(long)).stdout.split("submitted ")[1].split()[0]
+    h = token(server)
+    until(server, h, lid, {"Running"})
+    cli(server, "cancel", lid)
+    assert until(server, h, lid, {"Cancelled"})["state"] == "Cancelled"
+
+
+def test_sigkill_restart_loses_no_job(server, tmp_path):
+    h = token(server)
+    post = lambda spec: httpx.post(server.url + "/api/v1/jobs", json=spec, headers=h).json()["id"]   # noqa: E731
+    survivor = post({"name": "survivor", "command": ["sh", "-c", "sleep 4; echo survived"], "resources": {"gpu": 2}})
+    victim = post({"name": "victim", "command": ["sleep", "300"]})
+    until(server, h, survivor, {"Running"})
+    until(server, h, victim, {"Running"})
+    waiting = post({"name": "waiting", "command": ["echo", "ran later"], "resources": {"gpu": 1}})
+    assert job(server, h, waiting)["state"] == "Queued"
+    victim_pids = [int(p.read_text()) for p in (tmp_path / "data" / "runs" / victim).rglob("*.pid")]
+    assert victim_pids, "the runtime records pids in the run dir"
+
+    server.kill()
+    for pid in victim_pids:        # the victim's processes die while the server is down
+        try:
+            os.killpg(pid, 9)
+        except ProcessLookupError:
+            pass
+    server.start()
+    h = token(server)
+    lost = until(server, h, victim, {"Lost"})
+    assert lost["events"][-1]["reason"] in ("ProcessGone", "ReattachFailed")
+    done = until(server, h, survivor, {"Succeeded"}, timeout=60)
+    assert "Reattached" in [e["reason"] for e in done["events"]]
+    assert httpx.get(f"{server.url}/api/v1/jobs/{survivor}/logs", headers=h).text.strip() == "survived"
+    assert until(server, h, waiting, {"Succeeded"})["state"] == "Succeeded"
+
+
+@pytest.mark.jupyter
+def test_jupyter_through_the_proxy(server):
+    pytest.importorskip("jupyterlab")
+    h = token(server)
+    jid = httpx.post(server.url + "/api/v1/jobs", json={"name": "lab", "kind": "jupyter"}, headers=h).json()["id"]
+    until(server, h, jid, {"Running"}, timeout=120)
+    base = f"{server.url}/jobs/{jid}/lab"
+
+    # no platform login: no way in; a browser is sent to the login page
+    assert httpx.get(f"{base}/api/status").status_code == 401
+    r = httpx.get(f"{base}/", headers={"Accept": "text/html"})
+    assert r.status_code == 303 and r.headers["location"].startswith("/login")
+    # another user: the job does not exist for them
+    httpx.post(server.url + "/api/v1/users", json={"username": "mallory", "password": "password-123"}, headers=h)
+    assert httpx.get(f"{base}/api/status", headers=token(server, "mallory", "password-123")).status_code == 404
+
+    r = httpx.post(f"{base}/api/kernels", json={"name": "python3"}, headers=h, timeout=60)
+    assert r.status_code == 201, r.text
+    kernel = r.json()["id"]
+    handle = httpx.get(f"{server.url}/api/v1/jobs/{jid}", headers=h).text
+    assert "token" not in handle.lower() or "IdentityProvider" not in handle
+
+    async def run_code() -> str:
+        url = f"ws://127.0.0.1:{server.port}/jobs/{jid}/lab/api/kernels/{kernel}/channels"
+        async with websockets.connect(url, additional_headers=h) as ws:
+            msg_id = uuid.uuid4().hex
+            await ws.send(json.dumps({
+                "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "t", "session": "s",
+                           "version": "5.3"},
+                "parent_header": {}, "metadata": {}, "channel": "shell",
+                "content": {"code": "print(6*7)", "silent": False, "store_history": False,
+                            "user_expressions": {}, "allow_stdin": False}}))
+            while True:
+                m = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                if m.get("parent_header", {}).get("msg_id") == msg_id and m["msg_type"] == "stream":
+                    return m["content"]["text"]
+    assert asyncio.run(run_code()).strip() == "42"
+
+    # a browser session (cookie from the login page) works too
+    with httpx.Client(base_url=server.url) as browser:
+        r = browser.post("/login", data={"username": "admin", "password": "admin-password",
+                                         "next": f"/jobs/{jid}/lab/api/status"}, follow_redirects=True)
+        assert r.status_code == 200 and "kernels" in r.json()
+    httpx.post(f"{server.url}/api/v1/jobs/{jid}/cancel", headers=h)
+    until(server, h, jid, {"Cancelled"})
