@@ -56,6 +56,9 @@ class SchedJob:
     started_at: float | None = None
     allocations: tuple[Allocation, ...] = ()
     terminating: bool = False               # asked to stop (preempted or cancelled); resources not yet free
+    preempted_by: str | None = None         # terminating because it was preempted for this queued job (the
+                                            # Preempt.by_job_id that caused it); its resources are soon-free for
+                                            # that job only. None while terminating: soon-free for anyone
 
     @property
     def gpus(self) -> int:

@@ -25,7 +25,8 @@ router = APIRouter(tags=["proxy"])
 
 # hop-by-hop headers (RFC 9110 7.6.1) and the ones that carry the *platform's* credentials or origin
 _DROP_REQUEST = {"host", "connection", "keep-alive", "proxy-authorization", "te", "trailer", "transfer-encoding",
-                 "upgrade", "authorization", "cookie", "origin", "content-length"}
+                 "upgrade", "authorization", "cookie", "origin", "content-length",
+                 "accept-encoding"}   # identity upstream, so HTML can be scrubbed of the job's token
 _DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding"}
 
 
@@ -46,6 +47,14 @@ def _endpoint(p: Platform, token: str | None, job_id: str) -> Endpoint:
     if not eps:
         raise HTTPException(503, "the job exposes no endpoint yet")
     return eps[0]
+
+
+def _scrub(body: bytes, ep: Endpoint) -> bytes:
+    for value in ep.headers.values():
+        secret = value.split()[-1].encode()
+        if len(secret) >= 16:
+            body = body.replace(secret, b"")
+    return body
 
 
 def _upstream_headers(headers, ep: Endpoint) -> dict[str, str]:
@@ -74,6 +83,16 @@ async def http_proxy(job_id: str, path: str, request: Request) -> Response:
                                     headers=_upstream_headers(request.headers, ep), content=request.stream())
     resp = await client.send(upstream, stream=True)
     headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in _DROP_RESPONSE]
+    if resp.headers.get("content-type", "").startswith("text/html"):
+        # Lab writes its token into the page config; the browser does not need it (this proxy authenticates
+        # every request), so it never leaves the platform
+        body = _scrub(await resp.aread(), ep)
+        await resp.aclose()
+        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+        headers.append(("content-length", str(len(body))))
+        page = Response(body, status_code=resp.status_code)
+        page.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        return page
     out = StreamingResponse(resp.aiter_raw(), status_code=resp.status_code, background=BackgroundTask(resp.aclose))
     # aiter_raw passes the body through as sent, so length and encoding headers stay true
     out.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]

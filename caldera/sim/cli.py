@@ -83,6 +83,7 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
             preempt_grace_s: float = 0.0,
             restart_overhead_s: float = 0.0,
             share: str = "demand",
+            runtime_estimate: float | None = None,
             queue_file: str | Path | None = None,
             policy_options: dict[str, dict[str, Any]] | None = None,
             max_time_s: float | None = None,
@@ -100,7 +101,8 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
     Alibaba-style node list, e.g. the openb one), else ``nodes`` x ``gpus_per_node`` ``gpu_model``.
     ``limit`` keeps the first N jobs; ``time_scale`` multiplies all times (submissions and durations; 0.1 replays
     the same schedule shape 10x shorter, with fewer periodic cycles); ``arrival_scale`` multiplies submissions only
-    (< 1 raises the load). ``policy_options`` maps a policy name to the keyword arguments of its factory.
+    (< 1 raises the load). ``runtime_estimate`` (>= 1) gives jobs ``max_runtime_s`` = remaining work x it (what
+    reservations and backfill use; 1 = exact); ``None`` leaves it unknown. ``policy_options`` maps a policy name to the keyword arguments of its factory.
 
     Returns ``{"config": ..., "results": [one metrics dict per policy], "json": path, "png": path}``; writes
     ``results.json`` and ``comparison.png`` to ``out_dir`` (unless it is ``None``) and prints a Rich table.
@@ -134,7 +136,7 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
     queues = load_queue_file(queue_file) if queue_file else None
     options = SimOptions(tick_s=tick_s, cycle_quantum_s=cycle_quantum_s, half_life_s=half_life_s,
                          preempt_grace_s=preempt_grace_s, restart_overhead_s=restart_overhead_s, share=share,
-                         queues=queues, strict=strict, max_time_s=max_time_s)
+                         queues=queues, strict=strict, max_time_s=max_time_s, runtime_estimate=runtime_estimate)
     results: list[dict[str, Any]] = []
     wall: dict[str, float] = {}
     for name in policies:
@@ -156,7 +158,7 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
               "arrival_scale": arrival_scale, "cluster": spec.to_dict(), "policies": list(policies),
               "policy_options": policy_options or {}, "tick_s": tick_s, "cycle_quantum_s": cycle_quantum_s,
               "half_life_s": half_life_s, "preempt_grace_s": preempt_grace_s,
-              "restart_overhead_s": restart_overhead_s, "share": share,
+              "restart_overhead_s": restart_overhead_s, "share": share, "runtime_estimate": runtime_estimate,
               "queue_file": str(queue_file) if queue_file else None, "max_time_s": max_time_s}
     out: dict[str, Any] = {"config": config, "results": results, "json": None, "png": None}
     if not quiet:
@@ -217,6 +219,7 @@ def run_cmd(
     preempt_grace: float = typer.Option(0.0, help="seconds a preempted job keeps its GPUs"),
     restart_overhead: float = typer.Option(0.0, help="seconds of work added when a preempted job resumes"),
     share: str = typer.Option("demand", help="generated queues' deserved GPU share: demand, equal or none"),
+    runtime_estimate: Optional[float] = typer.Option(None, help="jobs declare max_runtime_s = work x this (>= 1)"),
     queue_file: Optional[Path] = typer.Option(None, help="JSON/YAML queue configs (QueueConfig list)"),
     policy_options: Optional[str] = typer.Option(None, help='JSON: {"caldera": {"option": value}, ...}'),
     max_time: Optional[float] = typer.Option(None, help="stop at this simulated time (s)"),
@@ -234,7 +237,7 @@ def run_cmd(
             nodes_csv=nodes_csv, limit=limit, time_scale=time_scale, arrival_scale=arrival_scale,
             tick_s=tick or None, cycle_quantum_s=cycle_quantum, half_life_s=half_life,
             preempt_grace_s=preempt_grace, restart_overhead_s=restart_overhead, share=share,
-            queue_file=queue_file, policy_options=json.loads(policy_options) if policy_options else None,
+            runtime_estimate=runtime_estimate, queue_file=queue_file, policy_options=json.loads(policy_options) if policy_options else None,
             max_time_s=max_time, strict=strict, out_dir=out, plot=not no_plot)
 
 

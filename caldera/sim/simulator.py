@@ -37,36 +37,52 @@ log = logging.getLogger("caldera.sim")
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 
 _COMPLETE, _RELEASE = 0, 1
+_HAS_PREEMPTED_BY = "preempted_by" in getattr(SchedJob, "__dataclass_fields__", {})
 
 
 class SimulationError(RuntimeError):
     """A policy decision the simulator cannot apply (raised only with ``strict=True``)."""
 
 
-def _local_decay(values: dict[str, float], elapsed_s: float, half_life_s: float) -> dict[str, float]:
-    if elapsed_s <= 0 or not half_life_s or half_life_s <= 0 or math.isinf(half_life_s):
-        return dict(values)
-    f = 0.5 ** (elapsed_s / half_life_s)
-    return {k: v * f for k, v in values.items()}
+def _local_decay_factor(elapsed_s: float, half_life_s: float | None) -> float:
+    if elapsed_s <= 0 or half_life_s is None or half_life_s <= 0 or math.isinf(half_life_s):
+        return 1.0
+    return 0.5 ** (elapsed_s / half_life_s)
 
 
-def _decay_function() -> Callable[[dict[str, float], float, float], dict[str, float]]:
-    """``caldera.scheduler.fairshare.decay(values, elapsed_s, half_life_s)`` when that module exists (so the
-    simulator ages usage exactly as the live loop does), else a local exponential half-life decay."""
+def _decay_factor_function() -> Callable[[float, float | None], float]:
+    """``caldera.scheduler.fairshare.decay_factor`` when that module exists (so the simulator ages usage exactly as
+    the live loop does), else a local half-life decay."""
     try:
-        from caldera.scheduler import fairshare  # type: ignore[attr-defined]
+        from caldera.scheduler import fairshare
     except ImportError:
-        return _local_decay
-    fn = getattr(fairshare, "decay", None)
-    if not callable(fn):
-        return _local_decay
-    try:
-        probe = fn({"x": 1.0}, 10.0, 20.0)
-        if not isinstance(probe, dict) or not 0.0 < float(probe["x"]) < 1.0:
-            return _local_decay
-    except Exception:  # noqa: BLE001 - an incompatible signature: keep the local one
-        return _local_decay
-    return fn
+        return _local_decay_factor
+    fn = getattr(fairshare, "decay_factor", None)
+    return fn if callable(fn) else _local_decay_factor
+
+
+def advance_usage(usage: dict[str, float], gpus: dict[str, int], elapsed_s: float, half_life_s: float | None,
+                  factor: Callable[[float, float | None], float] = _local_decay_factor) -> dict[str, float]:
+    """Decay ``usage`` over ``elapsed_s`` and charge ``gpus[k]`` GPUs held throughout, integrating the decay exactly
+    (``g * h/ln2 * (1 - 2**(-elapsed/h))``, about ``g * elapsed`` for short intervals), as
+    ``fairshare.advance`` does, but from per-key GPU counts kept up to date by the simulator instead of a scan of the
+    running jobs."""
+    if elapsed_s <= 0:
+        return usage
+    f = factor(elapsed_s, half_life_s)
+    if f == 1.0:
+        out = dict(usage)
+        w = elapsed_s
+    else:
+        out = {k: v * f for k, v in usage.items()}
+        w = half_life_s / _LN2 * (1.0 - f)   # type: ignore[operator]
+    for k, g in gpus.items():
+        if g:
+            out[k] = out.get(k, 0.0) + g * w
+    return out
+
+
+_LN2 = math.log(2.0)
 
 
 # --------------------------------------------------------------------------------------------------- queues
@@ -148,6 +164,8 @@ class SimOptions:
     strict: bool = False                    # raise on decisions that cannot be applied (else count and skip)
     max_time_s: float | None = None         # stop the replay at this simulated time
     stuck_ticks: int = 3
+    runtime_estimate: float | None = None   # >= 1: queued jobs get max_runtime_s = remaining work x this (1 = an
+                                            # exact oracle, for backfill/reservations); None: unknown
     cpu_per_gpu: float | None = None        # per-GPU CPU/memory of jobs whose trace has none; default: the
     memory_mib_per_gpu: int | None = None   # cluster's scarcest ratio, so only GPUs constrain
 
@@ -179,6 +197,8 @@ class Simulator:
     def __init__(self, jobs: Iterable[TraceJob], cluster: ClusterSpec, policy: Policy,
                  options: SimOptions | None = None) -> None:
         self.opt = options or SimOptions()
+        if self.opt.runtime_estimate is not None and self.opt.runtime_estimate < 1.0:
+            raise ValueError("runtime_estimate must be >= 1 (the simulator does not kill jobs at max_runtime_s)")
         self.cluster = cluster
         self.policy = policy
         self.policy_name = getattr(policy, "name", type(policy).__name__)
@@ -238,16 +258,18 @@ class Simulator:
         if queue is None:   # account unknown to a queue file: give it its own uncapped queue
             queue = self.queue_of[acct] = acct
             self.queues[acct] = QueueConfig(name=acct, account=acct)
+        est = self.opt.runtime_estimate
         sj = SchedJob(id=j.id, user=j.user, account=acct, queue=queue, priority=j.priority,
                       request=self._resources(j), replicas=j.replicas, submitted_at=j.submit_time_s,
-                      queued_since=j.submit_time_s)
+                      queued_since=j.submit_time_s, max_runtime_s=None if est is None else j.duration_s * est)
         return SimJob(j, sj)
 
     # ------------------------------------------------------------------------------------------------- run
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         opt = self.opt
-        decay = _decay_function()
+        factor = _decay_factor_function()
+        half_life = opt.half_life_s
         tick = opt.tick_s if opt.tick_s and opt.tick_s > 0 else None
         quantum = opt.cycle_quantum_s if opt.cycle_quantum_s and opt.cycle_quantum_s > 0 else None
         strict = opt.strict
@@ -286,6 +308,7 @@ class Simulator:
         now = last_charge
         restart = opt.restart_overhead_s
         grace = opt.preempt_grace_s
+        est = opt.runtime_estimate
         inf = math.inf
 
         def bad(kind: str, msg: str) -> None:
@@ -323,7 +346,11 @@ class Simulator:
             sj.started_at = None
             sj.allocations = ()
             sj.terminating = False
+            if _HAS_PREEMPTED_BY:
+                sj.preempted_by = None
             sj.queued_since = t
+            if est is not None:
+                sj.max_runtime_s = job.remaining_s * est
             queued[sj.id] = sj
 
         def start(job: SimJob, allocs: tuple[Allocation, ...], t: float) -> bool:
@@ -402,15 +429,8 @@ class Simulator:
             # charge usage for [last_charge, t] with the allocation that held over it
             elapsed = t - last_charge
             if elapsed > 0:
-                if user_usage:
-                    user_usage = decay(user_usage, elapsed, opt.half_life_s)
-                    queue_usage = decay(queue_usage, elapsed, opt.half_life_s)
-                for u, g in user_gpus.items():
-                    if g:
-                        user_usage[u] = user_usage.get(u, 0.0) + g * elapsed
-                for q, g in queue_gpus.items():
-                    if g:
-                        queue_usage[q] = queue_usage.get(q, 0.0) + g * elapsed
+                user_usage = advance_usage(user_usage, user_gpus, elapsed, half_life, factor)
+                queue_usage = advance_usage(queue_usage, queue_gpus, elapsed, half_life, factor)
                 last_charge = t
             now = t
 
@@ -460,6 +480,8 @@ class Simulator:
                     acted = True
                     if grace > 0:
                         job.sj.terminating = True
+                        if _HAS_PREEMPTED_BY:
+                            job.sj.preempted_by = pre.by_job_id
                         job.preempt_at = t
                         seq += 1
                         heapq.heappush(heap, (t + grace, seq, _RELEASE, job.sj.id, job.attempt))

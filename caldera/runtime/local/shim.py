@@ -26,6 +26,10 @@ from caldera.runtime.local import procs
 from caldera.runtime.local.rundir import RunDir, create_json_exclusive, read_json, write_json_atomic
 
 
+def _ignore(signum, frame) -> None:  # noqa: ANN001
+    pass
+
+
 class Supervisor:
     def __init__(self, run_dir: RunDir, rank: int, workdir: str, argv: list[str], world_size: int,
                  gang_grace_s: float):
@@ -73,6 +77,11 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGALRM, self._on_deadline)
+        # a command may signal its own process group (``kill -USR1 0``); that must not kill its supervisor. A
+        # no-op handler, not SIG_IGN: caught signals revert to their default in the command at exec, ignored
+        # ones would stay ignored there
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, _ignore)
         # written before the stop check below: a failing sibling that does not see this file yet must have
         # created gang-failure.json after we looked, so one of us always notices the other
         write_json_atomic(self.rd.pidfile(self.rank), {"shim_pid": self.pid, "shim_start": self.start})

@@ -1,0 +1,527 @@
+"""The local runtime: jobs run as real processes on this host, each rank under a supervisor shim.
+
+State lives in files (see ``rundir``), so any ``LocalRuntime`` built from the same settings -- e.g. after the server
+was SIGKILLed and restarted -- re-attaches to running jobs by reading their run directory. ``Handle.data`` holds
+
+    run_dir      the attempt's run directory (settings.runs_dir/<job_id>/<attempt>)
+    kind         "batch" | "distributed" | "jupyter"
+    world_size   number of ranks
+    ranks        [{"rank": r, "pid": shim pid (= its process group), "start": /proc start time}]
+    netns        true when the ranks share a private network namespace
+    port, base_url   (jupyter) where Lab listens; the token is only in <run_dir>/jupyter.token (0600)
+
+A handle with empty ``data`` works too: it is read back from <run_dir>/meta.json.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import caldera
+from caldera.config import Settings
+from caldera.core.spec import JobKind
+from caldera.runtime.base import Endpoint, Handle, LaunchRequest, Observation, Phase
+from caldera.runtime.local import jupyter, netns, procs
+from caldera.runtime.local.gpus import discover_gpus
+from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
+from caldera.scheduler.snapshot import Device, Node
+
+# the shim runs as ``python -m caldera.runtime.local.shim`` from here, so it imports this very checkout of caldera
+# (``-m`` puts the working directory first on sys.path) without adding PYTHONPATH to the job's environment
+_PKG_ROOT = Path(caldera.__file__).resolve().parents[1]
+_START_TIMEOUT_S = 60.0   # generous: on a loaded host, python + nsenter start-up can take seconds per rank
+_KILL_MARGIN_S = 1.0      # the shims SIGKILL at the deadline themselves; the runtime's backstop comes this late
+_LOG_CHUNK = 64 * 1024
+_MAX_FINAL = 10_000
+_Key = tuple[str, int]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _meminfo_mib() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _exit_message(rec: dict[str, Any]) -> str:
+    sig = f" ({rec['signal']})" if rec.get("signal") else ""
+    return f"exited with code {rec['exit_code']}{sig}"
+
+
+class LocalRuntime:
+    name = "local"
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._gpus: tuple[Device, ...] | None = None
+        self._lock = threading.Lock()
+        self._meta: dict[_Key, dict[str, Any]] = {}
+        self._exits: dict[_Key, dict[int, dict[str, Any]]] = {}   # exit records never change once written
+        self._final: dict[_Key, Observation] = {}                  # all that is kept of a job once it ended
+        self._ready: set[_Key] = set()                             # jupyter answered once
+        self._tokens: dict[_Key, str] = {}
+        self._children: dict[_Key, list[subprocess.Popen[bytes]]] = {}   # our shims, reaped so no zombies pile up
+        self._launching: set[_Key] = set()
+
+    # -- nodes -----------------------------------------------------------------------------------------------
+    def nodes(self) -> list[Node]:
+        if self._gpus is None:   # hardware does not change under a running server; NVML init is not free
+            self._gpus = discover_gpus(self.settings)
+        s = self.settings
+        return [Node(name=s.node_name or socket.gethostname(), cpu=float(s.node_cpu or os.cpu_count() or 1),
+                     memory_mib=int(s.node_memory_mib or _meminfo_mib()), gpus=self._gpus)]
+
+    # -- launch ----------------------------------------------------------------------------------------------
+    def launch(self, req: LaunchRequest) -> Handle:
+        if not req.job_id or "/" in req.job_id or req.job_id in (".", "..") or "\0" in req.job_id:
+            raise RuntimeError(f"job id {req.job_id!r} cannot name a directory")
+        key = (req.job_id, req.attempt)
+        with self._lock:
+            if key in self._launching:
+                raise RuntimeError(f"attempt {req.attempt} of job {req.job_id} is being launched")
+            self._launching.add(key)
+            self._forget(key)
+        try:
+            rd = self._prepare_run_dir(req)
+            started: list[tuple[int, subprocess.Popen[bytes], int | None]] = []
+            try:
+                data = self._start(req, rd, started)
+            except Exception as exc:
+                self._abort(rd, req, started)
+                if isinstance(exc, RuntimeError):
+                    raise
+                raise RuntimeError(f"cannot start job: {exc}") from exc
+            write_json_atomic(rd.meta, data)   # from here on, any runtime instance can re-attach
+            with self._lock:
+                self._meta[key] = data
+                self._children[key] = [p for _, p, _ in started]
+            return Handle(req.job_id, req.attempt, dict(data))
+        finally:
+            with self._lock:
+                self._launching.discard(key)
+
+    def _forget(self, key: _Key) -> None:
+        self._meta.pop(key, None)
+        self._final.pop(key, None)
+        self._ready.discard(key)
+        self._tokens.pop(key, None)
+        self._exits.pop(key, None)
+
+    def _start(self, req: LaunchRequest, rd: RunDir,
+               started: list[tuple[int, subprocess.Popen[bytes], int | None]]) -> dict[str, Any]:
+        """Start every rank, appending to ``started`` as it goes (so a failure can kill exactly those)."""
+        spec = req.spec
+        workdir = Path(req.workdir).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        world = spec.world_size if spec.kind is JobKind.DISTRIBUTED else 1
+        data: dict[str, Any] = {"run_dir": str(rd.path), "kind": spec.kind.value, "world_size": world}
+        base_env = self._base_env(req, rd)
+
+        if spec.kind is JobKind.JUPYTER:
+            port, base_url = _free_port(), jupyter.normalise_base_url(req.base_url or "/")
+            write_text_atomic(rd.token, secrets.token_hex(24), mode=0o600)
+            jdir = rd.path / "jupyter"   # connection files (kernel HMAC keys) and jpserver-*.json: private
+            jdir.mkdir(mode=0o700)
+            base_env.pop("JUPYTER_TOKEN", None)   # would take precedence over our token file
+            base_env.update(JUPYTER_TOKEN_FILE=str(rd.token), JUPYTER_RUNTIME_DIR=str(jdir))
+            argv = jupyter.lab_argv(port, base_url, workdir)   # spec.command is ignored: it could rebind --ip
+            data.update(port=port, base_url=base_url)
+        else:
+            argv = list(spec.command or [])
+        self._check_command(argv, base_env.get("PATH", ""), workdir)
+
+        holder = None
+        if spec.kind is JobKind.DISTRIBUTED and self.settings.isolate_distributed_network and netns.available():
+            holder = netns.start_holder()
+        try:
+            master_port = _free_port() if spec.kind is JobKind.DISTRIBUTED else 0
+            for r in range(world):
+                env = dict(base_env)
+                replica = r // spec.procs_per_replica
+                env.update(self._rank_env(req, r, replica))
+                if spec.kind is JobKind.DISTRIBUTED:
+                    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port), WORLD_SIZE=str(world),
+                               RANK=str(r), LOCAL_RANK=str(r % spec.procs_per_replica), NODE_RANK=str(replica),
+                               GROUP_RANK=str(replica), LOCAL_WORLD_SIZE=str(spec.procs_per_replica))
+                if holder:
+                    # only lo exists in there; gloo/NCCL would otherwise pick the interface of the host name
+                    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+                        if var not in spec.env:
+                            env[var] = "lo"
+                prefix = holder.enter_prefix() if holder else []
+                proc = self._spawn(rd, r, world, prefix, argv, workdir, env)
+                started.append((r, proc, procs.start_time(proc.pid)))
+            self._await_started(rd, started, argv[0])
+        finally:
+            if holder:   # every rank is inside the namespace now (or dead): they keep it alive themselves
+                holder.release()
+        data["ranks"] = [{"rank": r, "pid": p.pid, "start": st} for r, p, st in started]
+        data["netns"] = holder is not None
+        return data
+
+    def _run_dir_path(self, job_id: str, attempt: int) -> Path:
+        # absolute: the shims run in another working directory, and meta.json must mean the same after a restart
+        return Path(self.settings.runs_dir).resolve() / job_id / str(attempt)
+
+    def _prepare_run_dir(self, req: LaunchRequest) -> RunDir:
+        path = self._run_dir_path(req.job_id, req.attempt)
+        if path.exists():
+            old = read_json(path / "meta.json")
+            if old and any(procs.is_alive(r["pid"], r["start"]) for r in old.get("ranks", [])):
+                raise RuntimeError(f"attempt {req.attempt} of job {req.job_id} is already running")
+            # a launch interrupted by a server crash (no meta.json) may have left ranks running
+            procs.kill_all(procs.job_processes(set(), tag_prefix=f"{req.job_id}/{req.attempt}/"))
+            # keep the leftover for diagnosis, out of the way
+            path.rename(path.with_name(f"{path.name}.stale-{time.time_ns()}"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700)   # logs may hold secrets of the job
+        return RunDir(path)
+
+    def _base_env(self, req: LaunchRequest, rd: RunDir) -> dict[str, str]:
+        # the server's CALDERA_* settings may hold secrets (database URL, keys): jobs never see them
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CALDERA_")}
+        env.setdefault("PYTHONUNBUFFERED", "1")   # logs appear as they are written, not when a buffer fills
+        env.update(req.spec.env)
+        env.update(req.env)    # the platform's variables win over the user's
+        env.update(CALDERA_JOB_ID=req.job_id, CALDERA_ATTEMPT=str(req.attempt),
+                   CALDERA_PREEMPT_NOTICE=str(rd.notice),
+                   CUDA_DEVICE_ORDER="PCI_BUS_ID")   # CUDA numbers GPUs like NVML, so indices mean the same GPU
+        return env
+
+    @staticmethod
+    def _rank_env(req: LaunchRequest, rank: int, replica: int) -> dict[str, str]:
+        alloc = req.allocations[replica] if replica < len(req.allocations) else None
+        return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in alloc.gpus) if alloc else "",
+                procs.TAG_VAR: f"{req.job_id}/{req.attempt}/{rank}"}
+
+    @staticmethod
+    def _check_command(argv: list[str], path: str, workdir: Path) -> None:
+        # caught here, a typo fails the launch with a clear reason instead of a job that dies with 127
+        if not argv:
+            raise RuntimeError("no command")
+        exe = argv[0]
+        if "/" in exe:
+            p = Path(exe) if os.path.isabs(exe) else workdir / exe
+            ok = p.is_file() and os.access(p, os.X_OK)
+        else:
+            ok = shutil.which(exe, path=path) is not None
+        if not ok:
+            raise RuntimeError(f"command not found: {exe}")
+
+    def _spawn(self, rd: RunDir, rank: int, world: int, prefix: list[str], argv: list[str], workdir: Path,
+               env: dict[str, str]) -> subprocess.Popen[bytes]:
+        cmd = [*prefix, sys.executable, "-m", "caldera.runtime.local.shim", "--run-dir", str(rd.path),
+               "--rank", str(rank), "--workdir", str(workdir), "--world-size", str(world),
+               "--gang-grace", str(self.settings.cancel_grace_s), "--", *argv]
+        with open(rd.log(rank), "ab") as log:
+            # own session: the shim leads a process group with everything the command starts, and a signal to
+            # the server (or its death) does not reach it
+            return subprocess.Popen(cmd, cwd=_PKG_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+
+    @staticmethod
+    def _await_started(rd: RunDir, started: list[tuple[int, subprocess.Popen[bytes], int | None]],
+                       exe: str) -> None:
+        """Every shim started its command (or that command already ended): all ranks exist, or none will."""
+        pending = {r: p for r, p, _ in started}
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while pending:
+            for r, p in list(pending.items()):
+                ex = read_json(rd.exitfile(r))
+                if ex is not None:
+                    if "spawn_error" in ex:
+                        raise RuntimeError(f"rank {r}: cannot start {exe}: {ex['spawn_error']}")
+                    del pending[r]
+                elif (read_json(rd.pidfile(r)) or {}).get("child_pid"):
+                    del pending[r]
+                elif p.poll() is not None:
+                    tail = rd.log(r).read_bytes()[-500:].decode(errors="replace").strip()
+                    raise RuntimeError(f"rank {r}: supervisor exited with {p.returncode} before starting the "
+                                       f"command: {tail}")
+            if pending and time.monotonic() > deadline:
+                raise RuntimeError(f"ranks {sorted(pending)} did not start within {_START_TIMEOUT_S:.0f}s")
+            if pending:
+                time.sleep(0.02)
+
+    def _abort(self, rd: RunDir, req: LaunchRequest,
+               started: list[tuple[int, subprocess.Popen[bytes], int | None]]) -> None:
+        for _, p, _ in started:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)   # not reaped yet, so the pid (= pgid) is still ours
+            except ProcessLookupError:
+                pass
+        procs.kill_all(procs.job_processes(set(), tag_prefix=f"{req.job_id}/{req.attempt}/"))
+        for _, p, _ in started:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            rd.path.rename(rd.path.with_name(f"{rd.path.name}.failed-{time.time_ns()}"))
+        except OSError:
+            pass
+
+    # -- re-attach -------------------------------------------------------------------------------------------
+    def _get_meta(self, handle: Handle) -> dict[str, Any] | None:
+        key = (handle.job_id, handle.attempt)
+        meta = self._meta.get(key)
+        if meta is not None:
+            return meta
+        if handle.data.get("ranks") and handle.data.get("run_dir"):
+            meta = dict(handle.data)
+        else:
+            meta = read_json(self._run_dir_path(handle.job_id, handle.attempt) / "meta.json")
+            if meta is None:
+                return None
+        with self._lock:
+            self._meta[key] = meta
+        return meta
+
+    def _rank_exit(self, key: _Key, rd: RunDir, rank: int) -> dict[str, Any] | None:
+        known = self._exits.get(key, {})
+        rec = known.get(rank)
+        if rec is None:
+            rec = read_json(rd.exitfile(rank))
+            if rec is not None:
+                self._exits.setdefault(key, {})[rank] = rec
+        return rec
+
+    def _reap(self, key: _Key) -> None:
+        kids = self._children.get(key)
+        if kids:
+            self._children[key] = [p for p in kids if p.poll() is None]
+
+    # -- observe ---------------------------------------------------------------------------------------------
+    def observe(self, handle: Handle) -> Observation:
+        key = (handle.job_id, handle.attempt)
+        final = self._final.get(key)
+        if final is not None:
+            return final
+        meta = self._get_meta(handle)
+        if meta is None:
+            if key not in self._launching:
+                self._kill_interrupted_launch(key)
+            return Observation(Phase.LOST, reason="NotFound", message="this attempt was never launched completely")
+        self._reap(key)
+        rd = RunDir(meta["run_dir"])
+        exits: dict[int, dict[str, Any]] = {}
+        running: list[int] = []
+        gone: list[int] = []
+        for rk in meta["ranks"]:
+            r = rk["rank"]
+            rec = self._rank_exit(key, rd, r)
+            if rec is None and procs.is_alive(rk["pid"], rk["start"]):
+                running.append(r)
+                continue
+            if rec is None:   # the shim writes its record just before it exits: look once more
+                rec = self._rank_exit(key, rd, r)
+            if rec is not None:
+                exits[r] = rec
+            elif rd.stop.exists():
+                # our SIGKILL backstop hit the shim too: a stop, not a lost job
+                exits[r] = {"exit_code": 137, "signal": "SIGKILL", "ended_at": time.time(), "reason": "Killed"}
+            else:
+                gone.append(r)
+
+        if gone:
+            self._kill_job(meta, key)   # the rest of a job we lost track of must not hold its GPUs
+            who = f"rank {gone[0]}'s" if meta["world_size"] > 1 else "the"
+            return self._finish(key, Observation(
+                Phase.LOST, reason="ProcessGone",
+                message=f"{who} supervisor disappeared without recording an exit status"))
+
+        if running:
+            failure = read_json(rd.gang_failure)
+            msg = f"rank {failure['rank']} failed; stopping the other ranks" if failure else ""
+            if meta["kind"] == JobKind.JUPYTER.value and not self._jupyter_ready(key, meta, rd):
+                return Observation(Phase.STARTING, message="waiting for Jupyter to answer")
+            return Observation(Phase.RUNNING, message=msg)
+
+        return self._finish(key, self._outcome(meta, rd, exits))
+
+    def _kill_interrupted_launch(self, key: _Key) -> None:
+        """The server died inside launch(): a run dir without meta.json, maybe with ranks running. The server
+        never got a handle for them, so nobody else would ever stop them."""
+        if self._run_dir_path(*key).is_dir():
+            procs.kill_all(procs.job_processes(set(), tag_prefix=f"{key[0]}/{key[1]}/"))
+
+    def _outcome(self, meta: dict[str, Any], rd: RunDir, exits: dict[int, dict[str, Any]]) -> Observation:
+        failed = {r: rec for r, rec in exits.items() if rec["exit_code"] != 0}
+        if not failed:
+            return Observation(Phase.SUCCEEDED, exit_code=0, reason="ExitCode", message="exited with code 0")
+        gang = read_json(rd.gang_failure)
+        if gang and gang.get("rank") in failed:
+            r = gang["rank"]
+        else:
+            r = min(failed, key=lambda k: (failed[k].get("ended_at", 0), k))
+        rec = failed[r]
+        msg = _exit_message(rec)
+        if meta["world_size"] > 1:
+            msg = f"rank {r} {msg}"
+        reason = "ExitCode"
+        if rd.stop.exists():
+            reason, msg = "Stopped", msg + " after a stop request"
+        return Observation(Phase.FAILED, exit_code=rec["exit_code"], reason=reason, message=msg)
+
+    def _finish(self, key: _Key, obs: Observation) -> Observation:
+        with self._lock:
+            self._forget(key)   # a long-running server must not accumulate every job it ever ran
+            self._final[key] = obs
+            while len(self._final) > _MAX_FINAL:   # oldest first; a dropped one is re-read from its run dir
+                del self._final[next(iter(self._final))]
+            self._children.pop(key, None)
+        return obs
+
+    def _jupyter_ready(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> bool:
+        if key in self._ready:
+            return True
+        token = self._token(key, rd)
+        if token and jupyter.ready(meta["port"], meta["base_url"], token, timeout_s=0.5):
+            self._ready.add(key)
+            return True
+        return False
+
+    def _token(self, key: _Key, rd: RunDir) -> str | None:
+        tok = self._tokens.get(key)
+        if tok is None:
+            try:
+                tok = self._tokens[key] = rd.token.read_text().strip()
+            except OSError:
+                return None
+        return tok
+
+    # -- stop ------------------------------------------------------------------------------------------------
+    def stop(self, handle: Handle, grace_s: float, notice: str | None = None) -> None:
+        """SIGTERM now, SIGKILL at now + ``grace_s``; returns at once.
+
+        The SIGKILL is done by each rank's shim (it reads the deadline from stop.json when SIGTERM arrives), so it
+        still happens if the server dies meanwhile; a daemon thread here is the backstop for a wedged shim.
+        """
+        meta = self._get_meta(handle)
+        if meta is None:
+            return
+        key = (handle.job_id, handle.attempt)
+        rd = RunDir(meta["run_dir"])
+        tag_prefix = f"{handle.job_id}/{handle.attempt}/"
+        pending = [rk for rk in meta["ranks"] if self._rank_exit(key, rd, rk["rank"]) is None]
+        if not pending:
+            return   # it ended by itself; a stop record now would rewrite how it ended
+        live = [rk for rk in pending if procs.is_alive(rk["pid"], rk["start"])]
+        if not live:   # a lost job: no supervisor is left to ask, only strays to kill
+            procs.kill_all(procs.job_processes(set(), tag_prefix=tag_prefix))
+            return
+        now = time.time()
+        kill_at = now + max(0.0, grace_s)
+        prev = read_json(rd.stop)
+        if prev and prev.get("kill_at") is not None:
+            kill_at = min(kill_at, prev["kill_at"])   # a second stop may shorten the grace, never extend it
+        if notice is not None:
+            deadline = datetime.fromtimestamp(kill_at, timezone.utc).isoformat()
+            text = notice if notice.endswith("\n") else notice + "\n"
+            if "deadline" not in notice:
+                text += f"deadline: {deadline}\n"
+            write_text_atomic(rd.notice, text)   # before any SIGTERM: a handler may look for it
+        write_json_atomic(rd.stop, {"requested_at": now, "grace_s": grace_s, "kill_at": kill_at,
+                                    "preempt": notice is not None})
+        for rk in live:
+            # the shim forwards SIGTERM to its whole group once: signalling the group ourselves would hand the
+            # command a second SIGTERM through the shim
+            procs.signal_verified(rk["pid"], rk["start"], signal.SIGTERM)
+        threading.Thread(target=self._backstop, args=(meta, key, kill_at), daemon=True,
+                         name=f"caldera-kill-{handle.job_id}").start()
+
+    def _backstop(self, meta: dict[str, Any], key: _Key, kill_at: float) -> None:
+        time.sleep(max(0.0, kill_at + _KILL_MARGIN_S - time.time()))
+        rd = RunDir(meta["run_dir"])
+        if all(self._rank_exit(key, rd, rk["rank"]) is not None for rk in meta["ranks"]):
+            return
+        self._kill_job(meta, key)
+
+    def _kill_job(self, meta: dict[str, Any], key: _Key) -> None:
+        """SIGKILL everything of the job: the groups of live shims, and whatever carries the job's run tag."""
+        groups = {rk["pid"] for rk in meta["ranks"] if procs.is_alive(rk["pid"], rk["start"])}
+        for pg in groups:
+            try:
+                os.killpg(pg, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        procs.kill_all(procs.job_processes(groups, tag_prefix=f"{key[0]}/{key[1]}/"))
+        self._reap(key)
+
+    # -- logs ------------------------------------------------------------------------------------------------
+    def logs(self, handle: Handle, rank: int | None = None, follow: bool = False,
+             offset: int = 0) -> Iterator[bytes]:
+        meta = self._get_meta(handle)
+        if meta is None:
+            return iter(())
+        r = 0 if rank is None else rank
+        if not 0 <= r < meta["world_size"]:
+            raise ValueError(f"rank {r} does not exist (world size {meta['world_size']})")
+        return self._follow(handle, meta, RunDir(meta["run_dir"]).log(r), follow, max(0, offset))
+
+    def _follow(self, handle: Handle, meta: dict[str, Any], path: Path, follow: bool,
+                offset: int) -> Iterator[bytes]:
+        try:
+            f = open(path, "rb")
+        except OSError:
+            return
+        with f:
+            f.seek(offset)
+            while True:
+                chunk = f.read(_LOG_CHUNK)
+                if chunk:
+                    yield chunk
+                    continue
+                if not follow:
+                    return
+                if self._ended(handle, meta):
+                    # everything that wrote to the file is gone: what is there now is all there will be
+                    while chunk := f.read(_LOG_CHUNK):
+                        yield chunk
+                    return
+                time.sleep(0.1)
+
+    def _ended(self, handle: Handle, meta: dict[str, Any]) -> bool:
+        key = (handle.job_id, handle.attempt)
+        if key in self._final:
+            return True
+        rd = RunDir(meta["run_dir"])
+        return all(self._rank_exit(key, rd, rk["rank"]) is not None or not procs.is_alive(rk["pid"], rk["start"])
+                   for rk in meta["ranks"])
+
+    # -- endpoints -------------------------------------------------------------------------------------------
+    def endpoints(self, handle: Handle) -> list[Endpoint]:
+        """The Lab of a running jupyter job. The proxy in front of it must send the returned headers
+        (``Authorization: token ...``) on every request and websocket upgrade, set Host to ``127.0.0.1:<port>``,
+        drop the browser's Origin and keep the path (Lab serves under ``base_url``); see ``local.jupyter``."""
+        meta = self._get_meta(handle)
+        if meta is None or meta["kind"] != JobKind.JUPYTER.value:
+            return []
+        if self.observe(handle).phase is not Phase.RUNNING:
+            return []
+        key = (handle.job_id, handle.attempt)
+        token = self._token(key, RunDir(meta["run_dir"]))
+        if not token:
+            return []
+        return [Endpoint("lab", "127.0.0.1", meta["port"], meta["base_url"],
+                         headers={"Authorization": f"token {token}"})]
