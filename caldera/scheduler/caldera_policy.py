@@ -163,6 +163,8 @@ class _Cycle(CycleBase):
         self.reservations: list[tuple[float, frozenset[int], str]] = []
         self.reserved_nodes: set[int] = set()
         self._excl_cache: dict[int, frozenset[int]] = {}
+        self._excl_by_rt: dict[float | None, tuple[int, frozenset[int] | None, int]] = {}
+        self._events_new: list[tuple[float, int, int, float, int]] = []
         self._events: list[tuple[float, int, int, float, int]] | None = None
         self.nofit: set[tuple] = set()
         self.nopre: set[tuple] = set()
@@ -669,12 +671,16 @@ class _Cycle(CycleBase):
     # ------------------------------------------------------------------------------------------------- reservations
     def _exclusion(self, job: SchedJob) -> tuple[frozenset[int] | None, int]:
         rt = job.max_runtime_s
+        hit = self._excl_by_rt.get(rt)
+        if hit is not None and hit[0] == len(self.reservations):
+            return hit[1], hit[2]
         end = self.now + rt if rt else float("inf")
         mask = 0
         for b, (t, _, jid) in enumerate(self.reservations):
             if end > t and jid != job.id:
                 mask |= 1 << b
         if not mask:
+            self._excl_by_rt[rt] = (len(self.reservations), None, 0)
             return None, 0
         ex = self._excl_cache.get(mask)
         if ex is None:
@@ -683,6 +689,7 @@ class _Cycle(CycleBase):
                 if mask >> b & 1:
                     s |= nodes
             ex = self._excl_cache[mask] = frozenset(s)
+        self._excl_by_rt[rt] = (len(self.reservations), ex, mask)
         return ex, mask
 
     def _backfill_reason(self, job: SchedJob, rmask: int) -> Reason:
@@ -700,12 +707,11 @@ class _Cycle(CycleBase):
         return r
 
     def _add_events(self, allocs, t: float) -> None:
-        import bisect
         idx = self.idx
         for a in allocs:
             i = idx.by_name.get(a.node)
             if i is not None:
-                bisect.insort(self._events, (max(t, self.now), i, idx._mask(i, a.gpus), a.cpu, a.memory_mib))
+                self._events_new.append((max(t, self.now), i, idx._mask(i, a.gpus), a.cpu, a.memory_mib))
 
     def _build_events(self) -> list[tuple[float, int, int, float, int]]:
         idx = self.idx
@@ -735,6 +741,9 @@ class _Cycle(CycleBase):
                  exclude_models) -> Reason | None:
         if self._events is None:
             self._events = self._build_events()
+        elif self._events_new:
+            self._events = sorted(self._events + self._events_new)
+            self._events_new = []
         idx = self.idx
         best: tuple[float, list[int]] | None = None
         pools = [model] if model is not None else [m for m in idx.models_sorted

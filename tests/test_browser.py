@@ -1,0 +1,56 @@
+"""A real browser (Debian's chromium, driven by Playwright): log in through the page, then open Jupyter Lab
+through the platform's proxy."""
+import os
+import shutil
+
+import httpx
+import pytest
+
+from tests.test_server_process import token, until
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+def browser():
+    # CI installs both, so there a missing one fails instead of skipping
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("playwright not installed")
+    if not os.path.exists(CHROMIUM) and not os.environ.get("CI"):
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_login_page_and_lab_in_a_browser(server, browser, tmp_path):
+    h = token(server)
+    jid = httpx.post(server.url + "/api/v1/jobs", json={"name": "lab", "kind": "jupyter"}, headers=h).json()["id"]
+    page = browser.new_page()
+    page.goto(server.url + "/")
+    assert page.url.endswith("/login")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", "wrong-password")
+    page.click("button[type=submit]")
+    assert "wrong username or password" in page.content()
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", "admin-password")
+    page.click("button[type=submit]")
+    page.wait_for_selector("text=Jobs of admin")
+    assert jid in page.content()
+
+    until(server, h, jid, {"Running"}, timeout=120)
+    page.goto(f"{server.url}/jobs/{jid}/lab/lab")
+    # the launcher renders only once Lab's assets, REST API and kernel specs came through the proxy
+    page.wait_for_selector(".jp-Launcher", timeout=90_000)
+    assert "JupyterLab" in page.title()
+    page.screenshot(path=str(tmp_path / "lab.png"))
+    httpx.post(f"{server.url}/api/v1/jobs/{jid}/cancel", headers=h)
