@@ -3,11 +3,13 @@
     python benchmarks/bench_schedule.py [--nodes 1250] [--gpus-per-node 8] [--queued 1000,10000,100000]
                                         [--runs 5] [--policies fifo,tiresias,caldera] [--seed 1]
 
-The cluster: ``nodes`` x ``gpus-per-node`` A100s (96 CPUs, 1 TiB per node), about 75% of the GPUs taken by running
-jobs of 1, 2, 4, 8 GPUs and 2 x 8 gangs (5% of them best-effort, so preemption has work to do). 24 queues, with
+The cluster: ``nodes`` x ``gpus-per-node`` A100s (96 CPUs, 1 TiB per node), about 80% of the GPUs taken by running
+jobs of 1, 2, 4, 8 GPUs and 2 x 8 gangs (3% high, 80% normal, 12% low and 5% best-effort, so preemption has work
+to do). 24 queues, with
 GPU guarantees adding up to 60% of the cluster, deserved shares, some capabilities and user caps; 300 users with
-decayed usage. The queue: 1, 2, 4, 8 GPUs and 2 x 8 / 4 x 8 gangs and a few CPU-only jobs, all four priority
-classes, half with a runtime limit, queued over the last two hours (so most are past the starvation threshold).
+decayed usage. The queue: 1, 2, 4, 8 GPUs and 2 x 8 / 4 x 8 gangs and 0.2% CPU-only jobs, all four priority classes
+(2% high, 73% normal, 15% low, 10% best-effort), 3/4 with a runtime limit, queued over the last two hours (so most
+are past the starvation threshold).
 
 Snapshot construction is not timed. Prints the median milliseconds of one ``policy(snapshot)`` call per queue
 length and policy, plus, for ``caldera``, what one cycle decided and how long reading every pending reason's
@@ -16,6 +18,7 @@ message and details takes afterwards (they are rendered lazily). Exits 0.
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import sys
@@ -58,7 +61,7 @@ def _res(g: int, cache: dict) -> Resources:
     return r
 
 
-def make_snapshot(n_queued: int, n_nodes: int = 1250, gpn: int = 8, seed: int = 1, busy: float = 0.75) -> Snapshot:
+def make_snapshot(n_queued: int, n_nodes: int = 1250, gpn: int = 8, seed: int = 1, busy: float = 0.8) -> Snapshot:
     rnd = random.Random(seed)
     nodes = make_cluster(n_nodes, gpn)
     queues = make_queues(n_nodes * gpn)
@@ -89,7 +92,7 @@ def make_snapshot(n_queued: int, n_nodes: int = 1250, gpn: int = 8, seed: int = 
         if len(allocs) != reps:
             continue
         u = rnd.choice(users)
-        pr = rnd.choices(prios, [5, 75, 15, 5])[0]
+        pr = rnd.choices(prios, [3, 80, 12, 5])[0]
         running.append(SchedJob(f"r{jid:06d}", u, "acct", user_queue[u], pr, _res(g, cache), replicas=reps,
                                 submitted_at=NOW - 20000, queued_since=NOW - 20000,
                                 max_runtime_s=rnd.choice([None, 3600.0, 4 * 3600.0, 24 * 3600.0]),
@@ -99,12 +102,12 @@ def make_snapshot(n_queued: int, n_nodes: int = 1250, gpn: int = 8, seed: int = 
         used += g * reps
     queued: list[SchedJob] = []
     shapes = [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (0, 1)]
-    weights = [48, 20, 14, 10, 4, 1, 3]
+    weights = [50, 20, 14, 10, 4, 1, 0.2]
     t0 = NOW - 7200
     for k in range(n_queued):
         g, reps = rnd.choices(shapes, weights)[0]
         u = rnd.choice(users)
-        pr = rnd.choices(prios, [5, 70, 15, 10])[0]
+        pr = rnd.choices(prios, [2, 73, 15, 10])[0]
         qsince = t0 + 7200 * k / max(n_queued, 1)
         queued.append(SchedJob(f"j{k:06d}", u, "acct", user_queue[u], pr, _res(g, cache), replicas=reps,
                                submitted_at=qsince, queued_since=qsince, interactive=(k % 50 == 0),
@@ -119,9 +122,13 @@ def make_snapshot(n_queued: int, n_nodes: int = 1250, gpn: int = 8, seed: int = 
 
 
 def time_policy(policy, snap: Snapshot, runs: int) -> tuple[float, object]:
+    """Median wall-clock ms of ``policy(snap)``. Like the live loop, the previous cycle's decisions are dropped
+    (and the garbage collector runs) between cycles, outside the timed call."""
     times = []
     d = None
     for _ in range(runs):
+        d = None
+        gc.collect()
         t = time.perf_counter()
         d = policy(snap)
         times.append((time.perf_counter() - t) * 1000)
@@ -136,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--policies", default="fifo,tiresias,caldera")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--busy", type=float, default=0.8, help="fraction of GPUs held by running jobs")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.queued.split(",") if x]
     names = [x for x in args.policies.split(",") if x]
@@ -146,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     notes = []
     for n in sizes:
         t = time.perf_counter()
-        snap = make_snapshot(n, args.nodes, args.gpus_per_node, args.seed)
+        snap = make_snapshot(n, args.nodes, args.gpus_per_node, args.seed, args.busy)
         build_s = time.perf_counter() - t
         busy = sum(j.gpus for j in snap.running)
         row = [f"{n:,}"]

@@ -148,6 +148,17 @@ def server(tmp_path, db_url):
     srv.start()
     yield srv
     srv.stop()
+    kill_job_processes(srv.data_dir)
+
+
+def kill_job_processes(data_dir: Path) -> None:
+    """Jobs outlive the server by design; a test must not leave them running."""
+    import json
+    for pid_file in (data_dir / "runs").rglob("*.pid"):
+        try:
+            os.killpg(json.loads(pid_file.read_text())["shim_pid"], signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, ValueError, KeyError):
+            pass
 
 
 def wait_for(fn, timeout: float = 60, interval: float = 0.2, what: str = "condition"):

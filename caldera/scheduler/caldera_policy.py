@@ -50,9 +50,9 @@ import numpy as np
 
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.tenancy import QueueConfig
-from caldera.scheduler.engine import CycleBase, Victim, rank_of
+from caldera.scheduler.engine import _RANK_BY_VALUE, CycleBase, Victim, rank_of
 from caldera.scheduler.fairshare import FairShare
-from caldera.scheduler.ordering import gc_paused, queued_since, sort_order
+from caldera.scheduler.ordering import gc_paused, gpus_per_replica, queued_since, sort_order
 from caldera.scheduler.quota import deserved
 from caldera.scheduler.reasons import (
     BACKFILL_BLOCKED, BEST_EFFORT_NO_IDLE, GANG_NO_FIT, NEVER_FITS, PREEMPT_BEST_EFFORT, PREEMPT_PRIORITY,
@@ -61,8 +61,7 @@ from caldera.scheduler.reasons import (
 from caldera.scheduler.snapshot import Decisions, Preempt, Reason, SchedJob, Snapshot
 
 _EPS = 1e-9
-_GKEY = attrgetter("priority", "queue", "user", "request.gpu")
-_RT = attrgetter("max_runtime_s")
+_GKEY = attrgetter("priority", "queue", "user")
 _CLASS = {3: "high", 2: "normal", 1: "low", 0: "best-effort"}
 
 
@@ -127,20 +126,23 @@ class CalderaPolicy:
     Options: ``starvation_threshold_s`` (300; None disables reservations and starvation ordering),
     ``default_runtime_estimate_s`` (3600; for running jobs without ``max_runtime_s``), ``max_reservations`` (4 per
     cycle), ``priority_preemption`` (True: a higher class preempts lower ones of the same queue), ``reclaim`` (True),
-    ``fair_share`` (True; False orders by ``queued_since`` within a class).
+    ``fair_share`` (True; False orders by ``queued_since`` within a class), ``max_preemptions_per_cycle`` (64:
+    a safety valve against preemption storms, e.g. after a burst of high-priority submissions; jobs that would need
+    more wait for the next cycle, when the victims of this one are already counted as soon-free).
     """
 
     name = "caldera"
 
     def __init__(self, *, starvation_threshold_s: float | None = 300.0, default_runtime_estimate_s: float = 3600.0,
                  max_reservations: int = 4, priority_preemption: bool = True, reclaim: bool = True,
-                 fair_share: bool = True) -> None:
+                 fair_share: bool = True, max_preemptions_per_cycle: int | None = 64) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
         self.max_reservations = int(max_reservations)
         self.priority_preemption = bool(priority_preemption)
         self.reclaim = bool(reclaim)
         self.fair_share = bool(fair_share)
+        self.max_preemptions_per_cycle = max_preemptions_per_cycle
 
     def __call__(self, snapshot: Snapshot) -> Decisions:
         with gc_paused():
@@ -159,15 +161,17 @@ class _Cycle(CycleBase):
         self.be_victims: list[Victim] = []             # best-effort, youngest first
         self.qvictims: dict[str, list[Victim]] = {}     # per queue, not best-effort: lowest class, youngest first
         self.be_avail = 0
+        self._be_chosen = 0
         self.reclaimable = 0.0
         self.reservations: list[tuple[float, frozenset[int], str]] = []
         self.reserved_nodes: set[int] = set()
         self._excl_cache: dict[int, frozenset[int]] = {}
         self._excl_by_rt: dict[float | None, tuple[int, frozenset[int] | None, int]] = {}
-        self._events_new: list[tuple[float, int, int, float, int]] = []
+        self._events_new: list[tuple[tuple, float]] = []
         self._events: list[tuple[float, int, int, float, int]] | None = None
         self.nofit: set[tuple] = set()
         self.nopre: set[tuple] = set()
+        self._pot_cache: dict = {}
         self.max_pool = max((p.size for p in self.idx.pools.values()), default=0)
         self._setup_running()
         self._setup_order()
@@ -182,50 +186,72 @@ class _Cycle(CycleBase):
     def _setup_running(self) -> None:
         idx = self.idx
         users = self.users
+        queues = self.queues
+        be_victims = self.be_victims
+        qvictims = self.qvictims
+        rank_by = _RANK_BY_VALUE
         for job in self.snap.running:
-            q = self.q(job.queue)
+            qn = job.queue
+            q = queues.get(qn)
+            if q is None:
+                q = self.q(qn)
             req = job.request
             n = job.replicas
-            gpus = req.gpu * n
-            rank = rank_of(job.priority)
-            model = req.gpu_model
-            if gpus and model is None and job.allocations:
-                model = idx.allocation_model(job.allocations[0])
+            g = req.gpu
+            gpus = g * n
+            rank = rank_by[job.priority]
             used = q.used
-            _add(used, CPU, req.cpu * n)
-            _add(used, MEMORY, req.memory_mib * n)
+            used[CPU] = used.get(CPU, 0.0) + req.cpu * n
+            used[MEMORY] = used.get(MEMORY, 0.0) + req.memory_mib * n
+            model = None
             if gpus:
-                _add(used, GPU, gpus)
+                model = req.gpu_model
+                if model is None and job.allocations:
+                    model = idx.allocation_model(job.allocations[0])
+                used[GPU] = used.get(GPU, 0.0) + gpus
                 if model:
-                    _add(used, GPU + "/" + model, gpus)
-            uk = (job.queue, job.user)
+                    mk = GPU + "/" + model
+                    used[mk] = used.get(mk, 0.0) + gpus
+            uk = (qn, job.user)
             us = users.get(uk)
             if us is None:
                 us = users[uk] = [0, 0, 0]
             us[0] += gpus
-            us[1] += 1 if job.interactive else 0
+            if job.interactive:
+                us[1] += 1
             us[2] += 1
-            v = Victim(job, rank, gpus, model)
             if job.terminating:
-                self.add_soon_free(v)
+                self.add_soon_free(Victim(job, rank, gpus, model))
                 continue
-            if rank > 0 and gpus:
-                _add(q.used_nb, GPU, gpus)
-                if model:
-                    _add(q.used_nb, GPU + "/" + model, gpus)
             q.rank_gpus[rank] += gpus
+            if not gpus:
+                continue
+            v = Victim(job, rank, gpus, model)
             if rank == 0:
                 self.be_avail += gpus
-            if gpus:
-                if rank == 0:
-                    self.be_victims.append(v)
-                else:
-                    self.qvictims.setdefault(job.queue, []).append(v)
-        self.be_victims.sort(key=lambda v: -v.started)
-        for lst in self.qvictims.values():
+                be_victims.append(v)
+            else:
+                nb = q.used_nb
+                nb[GPU] = nb.get(GPU, 0.0) + gpus
+                if model:
+                    nb[mk] = nb.get(mk, 0.0) + gpus
+                lst = qvictims.get(qn)
+                if lst is None:
+                    lst = qvictims[qn] = []
+                lst.append(v)
+        be_victims.sort(key=lambda v: -v.started)
+        for lst in qvictims.values():
             lst.sort(key=_VKEY)
         self._contrib: dict[str, float] = {}
         self._update_reclaimable(self.queues)
+
+    def all_victims(self) -> Iterator[Victim]:
+        yield from self.be_victims
+        for lst in self.qvictims.values():
+            yield from lst
+        yield from self.anon
+        for lst in self.directed.values():
+            yield from lst
 
     def _update_reclaimable(self, names) -> None:
         """Upper bound of the GPUs reclaim could take: GPUs of queues above a deserved share (maintained per
@@ -249,13 +275,13 @@ class _Cycle(CycleBase):
         queued = snap.queued
         n = len(queued)
         gmap: defaultdict[tuple, int] = defaultdict(count().__next__)
-        # one pass over the jobs: group = (priority, queue, user, GPUs per replica)
+        # group = (priority, queue, user)
         gi = np.fromiter(map(gmap.__getitem__, map(_GKEY, queued)), dtype=np.intp, count=n)
         groups = list(gmap)
         G = len(groups)
-        grank = [rank_of(pv) for pv, _, _, _ in groups]
+        grank = [rank_of(pv) for pv, _, _ in groups]
         self.grank = grank
-        self.gq = [self.q(qn) for _, qn, _, _ in groups]
+        self.gq = [self.q(qn) for _, qn, _ in groups]
         self.groups = groups
         if self.pol.fair_share and G:
             fs = FairShare(snap.queues, snap.queue_usage, snap.user_usage,
@@ -263,7 +289,7 @@ class _Cycle(CycleBase):
                            {g[2] for g in groups} | {j.user for j in snap.running})
             cache: dict[tuple[str, str], float] = {}
             scores = []
-            for _, qn, u, _ in groups:
+            for _, qn, u in groups:
                 s = cache.get((qn, u))
                 if s is None:
                     s = cache[(qn, u)] = fs.score(qn, u)
@@ -277,67 +303,98 @@ class _Cycle(CycleBase):
                             for r, s in zip(grank, scores)], dtype=np.int64)
         qs = queued_since(queued)
         maj = major_ns[gi] if n else np.zeros(0, dtype=np.int64)
-        if self.thr is not None and n:
-            starving = qs <= (self.now - self.thr)
+        starving = None
+        if self.thr is not None and n and self.pol.max_reservations > 0:
+            starving = (qs <= (self.now - self.thr)) & (np.asarray(grank, dtype=np.int64)[gi] > 0)
             if starving.any():
                 maj = np.where(starving, major_s[gi], maj)
+            else:
+                starving = None
         oia = sort_order(queued, qs, maj)
         self.oia = oia
-        self.oi = oia.tolist()
-        gis = gi[oia]
-        self.gil = gis.tolist()
-        self.gl = np.array([g for _, _, _, g in groups], dtype=np.int64)[gis].tolist() if n else []
+        if starving is not None:
+            self.must_see = starving[oia]     # starving jobs are looked at until the reservations run out
+        self.k_sorted = gi[oia]
+        self.g_sorted = gpus_per_replica(queued)[oia]
         self.ugroups: dict[tuple[str, str], list[int]] = {}
-        for k, (_, qn, u, _) in enumerate(groups):
+        for k, (_, qn, u) in enumerate(groups):
             self.gq[k].groups.append(k)
             self.ugroups.setdefault((qn, u), []).append(k)
-        self.gblock_all = [None] * G
-        self.gblock_gpu = [None] * G
-        self.pre = [0] * G
-        self.npre = 0
+        self.init_groups(G)
         self.qr_groups: dict[tuple[str, int], list[int]] = {}
         self.qr_open: dict[tuple[str, int], bool] = {}
         self._flags: tuple = ()
-        for k, (_, qn, u, _) in enumerate(groups):
+        for k, (_, qn, u) in enumerate(groups):
             self.qr_groups.setdefault((qn, grank[k]), []).append(k)
         self.directed_groups: set[int] = set()
-        for k in self.directed_inputs():
+        for k in self.resolve_directed():
             gk = int(gi[k])
             self.directed_groups.add(gk)
-            self.pre[gk] = self.nmax
-        self.npre = len(self.directed_groups)
+            self.set_pre(gk, self.nmax)
         # a queue already at its GPU capability, a user already at a cap: block their groups up front
-        for k, (_, qn, u, _) in enumerate(groups):
+        for k, (_, qn, u) in enumerate(groups):
             q = self.gq[k]
             cap = q.cap.get(GPU)
             if cap is not None and q.used.get(GPU, 0.0) >= cap - _EPS:
-                self.gblock_gpu[k] = self._capability_reason(q, GPU, q.used.get(GPU, 0.0), cap, 0)
+                self.block(k, self._capability_reason(q, GPU, q.used.get(GPU, 0.0), cap, 0), True)
             if q.has_caps:
                 us = self.users.get((qn, u))
                 if us is not None:
                     if q.max_run is not None and us[2] >= q.max_run:
-                        self.gblock_all[k] = self._user_reason("max_running_jobs", q.max_run, us[2], q, u)
+                        self.block(k, self._user_reason("max_running_jobs", q.max_run, us[2], q, u), False)
                     elif q.max_gpus is not None and us[0] >= q.max_gpus:
-                        self.gblock_gpu[k] = self._user_reason("max_gpus", q.max_gpus, us[0], q, u)
+                        self.block(k, self._user_reason("max_gpus", q.max_gpus, us[0], q, u), True)
+        self._refresh_pre()
+
+    def n_effects(self) -> int:
+        return self.n_holds + len(self.reservations)
+
+    def best_effort_group(self, group: int) -> bool:
+        return self.grank[group] == 0
+
+    def _explain(self, job: SchedJob, group: int) -> Reason:
+        req = job.request
+        g = req.gpu
+        if self.reservations and g <= self.bres:
+            _, rmask = self._exclusion(job)
+            if rmask:
+                shape = (g, req.gpu_model, req.cpu, req.memory_mib, job.replicas)
+                bkey = (BACKFILL_BLOCKED, shape, rmask, None)
+                if bkey not in self.nofit:
+                    if self.idx.place(g, req.gpu_model, req.cpu, req.memory_mib, job.replicas) is not None:
+                        return self._backfill_reason(job, rmask)
+                    self.nofit.add(bkey)
+        return super()._explain(job, group)
+
+    def close_avenues(self) -> None:
         self._refresh_pre()
 
     def update_bfree(self) -> None:
         idx = self.idx
-        if self.reserved_nodes:
-            self.bres = idx.max_block()
-            self.bfree = idx.max_block_excluding(self.reserved_nodes)
+        if self.min_cpu is not None:
+            mc, mm = self.min_cpu, self.min_mem or 0
+            b = idx.max_block_where(mc, mm, self.reserved_nodes or None)
+            r = idx.max_block_where(mc, mm, None) if self.reserved_nodes else 0
+        elif self.reserved_nodes:
+            b, r = idx.max_block_excluding(self.reserved_nodes), idx.max_block()
         else:
-            self.bfree = idx.max_block()
+            b, r = idx.max_block(), 0
+        if b != self.bfree or r != self.bres:
+            self.bfree, self.bres = b, r
+            self.mver += 1
 
     # ------------------------------------------------------------------------------------------------- avenues
     def _refresh_pre(self, queues: Iterable[str] | None = None) -> None:
         """Which groups could still preempt (or use soon-free capacity): ``pre[group]`` = largest node size or 0.
         Re-evaluated per (queue, priority rank); only for ``queues`` unless a cluster-wide avenue opened or closed."""
         pol = self.pol
-        anon = self.anon_open > 0
-        be = self.be_avail > 0
-        rec = pol.reclaim and self.reclaimable > 0
-        flags = (anon, be, rec)
+        anon = self.anon_open > 0 and not self.gave_up
+        cap = pol.max_preemptions_per_cycle
+        more = (cap is None or len(self.preemptions) < cap) and not self.gave_up
+        be = more and self.be_avail > 0
+        rec = more and pol.reclaim and self.reclaimable > 0
+        prio = more and pol.priority_preemption
+        flags = (anon, be, rec, prio)
         if flags != self._flags or queues is None:
             self._flags = flags
             keys: Iterable[tuple[str, int]] = self.qr_groups
@@ -345,24 +402,18 @@ class _Cycle(CycleBase):
             qset = set(queues)
             keys = [key for key in self.qr_groups if key[0] in qset]
         nmax = self.nmax
-        pre = self.pre
         dg = self.directed_groups
         for key in keys:
             qn, r = key
             ok = anon
             if not ok and r > 0:
                 q = self.queues[qn]
-                ok = be or (rec and q.headroom_open()) or (pol.priority_preemption and sum(q.rank_gpus[:r]) > 0)
+                ok = be or (rec and q.headroom_open()) or (prio and sum(q.rank_gpus[:r]) > 0)
             if ok == self.qr_open.get(key):
                 continue
             self.qr_open[key] = ok
             for k in self.qr_groups[key]:
-                v = nmax if (ok or k in dg) else 0
-                if v and not pre[k]:
-                    self.npre += 1
-                elif pre[k] and not v:
-                    self.npre -= 1
-                pre[k] = v
+                self.set_pre(k, nmax if (ok or k in dg) else 0)
 
     # ------------------------------------------------------------------------------------------------- reasons
     def _user_reason(self, cap: str, limit: int, used: int, q: _Queue, user: str, need: int = 0) -> Reason:
@@ -421,7 +472,7 @@ class _Cycle(CycleBase):
             if q.max_run is not None and us[2] >= q.max_run:
                 r = self._user_reason("max_running_jobs", q.max_run, us[2], q, job.user)
                 for gk in self.ugroups.get(uk, ()):
-                    self.gblock_all[gk] = r
+                    self.block(gk, r, False)
                 return r
             if job.interactive and q.max_int is not None and us[1] >= q.max_int:
                 return self._user_reason("max_interactive_jobs", q.max_int, us[1], q, job.user)
@@ -429,7 +480,7 @@ class _Cycle(CycleBase):
                 if us[0] >= q.max_gpus:
                     r = self._user_reason("max_gpus", q.max_gpus, us[0], q, job.user)
                     for gk in self.ugroups.get(uk, ()):
-                        self.gblock_gpu[gk] = r
+                        self.block(gk, r, True)
                     return r
                 return self._user_reason("max_gpus", q.max_gpus, us[0], q, job.user, need_g)
         # 2. queue capability
@@ -495,26 +546,27 @@ class _Cycle(CycleBase):
 
     def _start(self, job: SchedJob, q: _Queue, rank: int, plan, g: int, cpu: float, mem: int, n: int,
                k: int) -> None:
-        self.start(job, plan, g, cpu, mem)
+        allocs = self.start(job, plan, g, cpu, mem)
         gpus = g * n
         used = q.used
-        _add(used, CPU, cpu * n)
-        _add(used, MEMORY, float(mem * n))
+        used[CPU] = used.get(CPU, 0.0) + cpu * n
+        used[MEMORY] = used.get(MEMORY, 0.0) + mem * n
         refresh = False
         if gpus:
             mk = GPU + "/" + plan[0]
-            _add(used, GPU, gpus)
-            _add(used, mk, gpus)
+            used[GPU] = used.get(GPU, 0.0) + gpus
+            used[mk] = used.get(mk, 0.0) + gpus
             if rank > 0:
-                was = bool(q.gpu_keys_guar) and self.reclaimable > 0 and q.headroom_open()
-                _add(q.used_nb, GPU, gpus)
-                _add(q.used_nb, mk, gpus)
+                was = q.gpu_keys_guar and self.reclaimable > 0 and q.headroom_open()
+                nb = q.used_nb
+                nb[GPU] = nb.get(GPU, 0.0) + gpus
+                nb[mk] = nb.get(mk, 0.0) + gpus
                 refresh = was and not q.headroom_open()
             cap = q.cap.get(GPU)
             if cap is not None and used[GPU] >= cap - _EPS:
                 r = self._capability_reason(q, GPU, used[GPU], cap, 0)
                 for gk in q.groups:
-                    self.gblock_gpu[gk] = r
+                    self.block(gk, r, True)
         if q.has_caps:
             uk = (job.queue, job.user)
             us = self.users[uk]
@@ -524,13 +576,13 @@ class _Cycle(CycleBase):
             if q.max_run is not None and us[2] >= q.max_run:
                 r = self._user_reason("max_running_jobs", q.max_run, us[2], q, job.user)
                 for gk in self.ugroups.get(uk, ()):
-                    self.gblock_all[gk] = r
+                    self.block(gk, r, False)
             elif gpus and q.max_gpus is not None and us[0] >= q.max_gpus:
                 r = self._user_reason("max_gpus", q.max_gpus, us[0], q, job.user)
                 for gk in self.ugroups.get(uk, ()):
-                    self.gblock_gpu[gk] = r
+                    self.block(gk, r, True)
         if self._events is not None:
-            self._add_events(self.starts[-1].allocations, self.now + self.runtime_estimate(job))
+            self._events_new.append((allocs, self.now + self.runtime_estimate(job)))
         if refresh:
             self._refresh_pre((q.name,))
 
@@ -546,7 +598,11 @@ class _Cycle(CycleBase):
                  mem: int, n: int, excluded, exclude_models, shape, rmask) -> Reason | None:
         pol = self.pol
         need = g * n
-        directed = [v for v in self.directed.get(job.id, ()) if not v.claimed]
+        directed = [v for v in self.directed.get(job.id, ()) if not v.claimed] if self.directed else []
+        # failing stays failing within a cycle: capacity, victims and eligibility only shrink
+        pkey = (q.name, rank, shape, rmask, exclude_models)
+        if not directed and pkey in self.nopre:
+            return None
         ckey = self._claim_key(q, model)
         reclaim_ok = False
         if pol.reclaim and self.reclaimable > 0:
@@ -561,22 +617,24 @@ class _Cycle(CycleBase):
             return None
         if not directed and not self.anon_open and not self.be_avail and not reclaim_ok and not low:
             return None
-        pkey = (q.name, rank, shape, rmask, exclude_models, reclaim_ok)
-        if not directed and pkey in self.nopre:
+        cap = pol.max_preemptions_per_cycle
+        allow_new = (cap is None or len(self.preemptions) < cap) and not self.gave_up
+        if not directed and not (allow_new or (self.anon_open and not self.gave_up)):
             return None
-        cands = self._candidates(job, q, rank, model, ckey, reclaim_ok, directed)
-        got = self.try_with(g, model, cpu, mem, n, excluded, exclude_models, cands)
+        cands = self._candidates(job, q, rank, model, ckey, reclaim_ok, directed, allow_new)
+        got = self.try_with(g, model, cpu, mem, n, excluded, exclude_models, cands,
+                            self._potential(q, rank, reclaim_ok and allow_new, allow_new, directed))
         if got is None:
             if not directed:
                 self.nopre.add(pkey)
             return None
         plan, needed = got
-        new = [v for v in needed if not v.job.terminating]
-        soon = [v for v in needed if v.job.terminating]
+        new = [v for v in needed if not v.soon]
+        soon = [v for v in needed if v.soon]
         for v in soon:
             v.claimed = True
-            if not v.job.preempted_by:
-                self.anon_open -= max(v.gpus, 1)
+            if v in self.anon:
+                self.anon_open -= v.gpus
         for v in new:
             self._choose(v, job, q, rank, ckey)
         _add(q.claimed, GPU, need)
@@ -594,8 +652,49 @@ class _Cycle(CycleBase):
                       {"victims": ids, "new_preemptions": [v.id for v in new],
                        "soon_free_gpus": sum(v.gpus for v in needed)})
 
+    def _node_gpus(self, victims: Iterable[Victim]) -> dict[int, int]:
+        out: dict[int, int] = {}
+        idx = self.idx
+        for v in victims:
+            if v.chosen or v.claimed:
+                continue
+            for i, m, _, _ in v.node_parts(idx):
+                out[i] = out.get(i, 0) + m.bit_count()
+        return out
+
+    def _potential(self, q: _Queue, rank: int, reclaim: bool, allow_new: bool,
+                   directed: list[Victim]):
+        """Upper bound, per node, of the GPUs this claimer could get there: free ones plus those of every victim it
+        may take (built once per cycle per category; victims taken since only make it looser)."""
+        pc = self._pot_cache
+        if "be" not in pc:
+            pc["be"] = self._node_gpus(self.be_victims)
+            pc["rec"] = self._node_gpus(v for name, lst in self.qvictims.items() if self._contrib.get(name, 0.0) > 0
+                                        for v in lst)
+        parts = [self._anon_nodes]
+        if allow_new:
+            parts.append(pc["be"])
+            if self.pol.priority_preemption and rank > 1:
+                key = (q.name, rank)
+                own = pc.get(key)
+                if own is None:
+                    own = pc[key] = self._node_gpus(v for v in self.qvictims.get(q.name, ()) if v.rank < rank)
+                parts.append(own)
+            if reclaim:
+                parts.append(pc["rec"])
+        if directed:
+            parts.append(self._node_gpus(directed))
+        free = self.idx.free
+
+        def pot(i: int) -> int:
+            t = free[i].bit_count()
+            for d in parts:
+                t += d.get(i, 0)
+            return t
+        return pot
+
     def _candidates(self, job: SchedJob, q: _Queue, rank: int, model: str | None, ckey: str, reclaim_ok: bool,
-                    directed: list[Victim]) -> Iterator[Victim]:
+                    directed: list[Victim], allow_new: bool = True) -> Iterator[Victim]:
         """Victims in preference order: soon-free ones first, then best-effort (youngest first), then the lowest
         class and youngest among lower classes of the same queue and, when reclaiming, jobs of queues above their
         deserved share."""
@@ -603,6 +702,11 @@ class _Cycle(CycleBase):
         for v in self.anon:
             if not v.claimed and (model is None or v.model == model):
                 yield v
+        if not allow_new:
+            return
+        if self._be_chosen > 32:
+            self.be_victims = [v for v in self.be_victims if not v.chosen]
+            self._be_chosen = 0
         for v in self.be_victims:
             if not v.chosen and (model is None or v.model == model):
                 yield v
@@ -647,6 +751,7 @@ class _Cycle(CycleBase):
         vq.rank_gpus[v.rank] -= v.gpus
         if v.rank == 0:
             self.be_avail -= v.gpus
+            self._be_chosen += 1
             code = PREEMPT_BEST_EFFORT
             msg = (f"best-effort job {v.id} (queue {v.queue}) preempted by job {job.id} (queue {job.queue}, "
                    f"{_CLASS[rank]}): best-effort jobs run only on idle capacity")
@@ -706,34 +811,42 @@ class _Cycle(CycleBase):
                 {"reserved_for": jid, "reserved_start": t, "max_runtime_s": rt})
         return r
 
-    def _add_events(self, allocs, t: float) -> None:
+    def _event_tuples(self, allocs, t: float) -> list[tuple[float, int, int, float, int]]:
         idx = self.idx
+        out = []
         for a in allocs:
             i = idx.by_name.get(a.node)
             if i is not None:
-                self._events_new.append((max(t, self.now), i, idx._mask(i, a.gpus), a.cpu, a.memory_mib))
+                out.append((max(t, self.now), i, idx._mask(i, a.gpus), a.cpu, a.memory_mib))
+        return out
 
     def _build_events(self) -> list[tuple[float, int, int, float, int]]:
+        """(time, node, device mask, cpu, memory) as resources are expected to free up, sorted."""
         idx = self.idx
         now = self.now
-        chosen = {v.id for v in self.chosen}
+        rt = self.runtime_estimate
         ev: list[tuple[float, int, int, float, int]] = []
-        for job in self.snap.running:
-            if job.terminating or job.id in chosen:
+        seen: set[str] = set()
+        for v in self.all_victims():
+            if not v.allocs:            # the unused rest of a victim: already counted with it
+                continue
+            seen.add(v.id)
+            job = v.job
+            if job.terminating or v.chosen:
                 t = now
             else:
-                st = job.started_at if job.started_at is not None else now
-                t = max(now, st + self.runtime_estimate(job))
-            for a in job.allocations:
-                i = idx.by_name.get(a.node)
-                if i is not None:
-                    ev.append((t, i, idx._mask(i, a.gpus), a.cpu, a.memory_mib))
-        for st, job in zip(self.starts, self.started_jobs):
-            t = now + self.runtime_estimate(job)
-            for a in st.allocations:
-                i = idx.by_name.get(a.node)
-                if i is not None:
-                    ev.append((t, i, idx._mask(i, a.gpus), a.cpu, a.memory_mib))
+                t = max(now, v.started + rt(job))
+            for i, m, c, mm in v.node_parts(idx):
+                ev.append((t, i, m, c, mm))
+        for job in self.snap.running:          # the rest: CPU-only jobs
+            if job.id in seen:
+                continue
+            st = job.started_at if job.started_at is not None else now
+            t = now if job.terminating else max(now, st + rt(job))
+            ev.extend(self._event_tuples(job.allocations, t))
+        for st_, job in zip(self.starts, self.started_jobs):
+            ev.extend(self._event_tuples(st_.allocations, now + rt(job)))
+        self._events_new = []
         ev.sort()
         return ev
 
@@ -742,7 +855,11 @@ class _Cycle(CycleBase):
         if self._events is None:
             self._events = self._build_events()
         elif self._events_new:
-            self._events = sorted(self._events + self._events_new)
+            ev = list(self._events)
+            for allocs, t in self._events_new:
+                ev.extend(self._event_tuples(allocs, t))
+            ev.sort()
+            self._events = ev
             self._events_new = []
         idx = self.idx
         best: tuple[float, list[int]] | None = None
@@ -750,23 +867,22 @@ class _Cycle(CycleBase):
                                                    if not (exclude_models and m in exclude_models)]
         if g <= 0:
             return None
+        reserved = self.reserved_nodes
         for m in pools:
             pool = idx.pools.get(m)
             if pool is None:
                 continue
-            state: dict[int, list] = {}
+            state: dict[int, list] = {}      # node -> [free mask, cpu, memory, model mask], created on first use
             caps: dict[int, int] = {}
             total = 0
-            for f, bucket in enumerate(pool.buckets):
-                for i in bucket:
-                    if i in self.reserved_nodes:
+            for f in range(g, pool.maxf + 1):
+                for i in pool.buckets[f]:
+                    if i in reserved:
                         continue
-                    mmask = next(mask for mm, mask in idx.node_models[i] if mm == m)
-                    st = [idx.free[i], idx.cpu[i], idx.mem[i], mmask]
-                    state[i] = st
-                    c = idx._cap(i, f // g, cpu, mem) if f >= g else 0
-                    caps[i] = c
-                    total += c
+                    c = idx._cap(i, f // g, cpu, mem)
+                    if c:
+                        caps[i] = c
+                        total += c
             t_found = None
             if total >= n:
                 t_found = self.now
@@ -774,18 +890,25 @@ class _Cycle(CycleBase):
                 for t, i, mask, c_cpu, c_mem in self._events:
                     st = state.get(i)
                     if st is None:
-                        continue
+                        if i in reserved:
+                            continue
+                        mm = 0
+                        for m2, mask2 in idx.node_models[i]:
+                            if m2 == m:
+                                mm = mask2
+                        if not mm:
+                            continue
+                        st = state[i] = [idx.free[i], idx.cpu[i], idx.mem[i], mm]
                     st[0] |= mask
                     st[1] += c_cpu
                     st[2] += c_mem
-                    f = (st[0] & st[3]).bit_count()
-                    c = f // g
+                    c = (st[0] & st[3]).bit_count() // g
                     if cpu > 0:
                         c = min(c, int((st[1] + _EPS) // cpu))
                     if mem > 0:
                         c = min(c, st[2] // mem)
                     c = max(c, 0)
-                    total += c - caps[i]
+                    total += c - caps.get(i, 0)
                     caps[i] = c
                     if total >= n:
                         t_found = t
@@ -812,11 +935,10 @@ class _Cycle(CycleBase):
         t, nodes = best
         self.reservations.append((t, frozenset(nodes), job.id))
         self.reserved_nodes.update(nodes)
-        if self.rtl is None:
-            rt = np.array(list(map(_RT, self.queued)), dtype=np.float64)
-            rt[np.isnan(rt)] = np.inf
-            self.rtl = rt[self.oia].tolist()
         self.horizon = max(self.horizon, t - self.now)
+        if len(self.reservations) >= self.pol.max_reservations:
+            self.must_see = None
+        self.mver += 1
         self.update_bfree()
         names = [idx.names[i] for i in nodes]
         return Reason(RESERVED,

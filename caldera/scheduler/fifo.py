@@ -26,10 +26,9 @@ class FifoPolicy:
             idx = c.idx
             queued = snap.queued
             oi = sort_order(queued, queued_since(queued))
-            c.oi = oi.tolist()
             c.oia = oi
             blocked: str | None = None
-            for pos, k in enumerate(c.oi):
+            for pos, k in enumerate(oi.tolist()):
                 job = queued[k]
                 req = job.request
                 g, model, n = req.gpu, req.gpu_model, job.replicas

@@ -35,13 +35,14 @@ class gc_paused:
 
 def queued_since(jobs: Sequence[SchedJob]) -> np.ndarray:
     """``queued_since`` of each job (``submitted_at`` when unset), as float64."""
-    qs = np.array(list(map(_QS, jobs)), dtype=np.float64)
-    if len(qs):
-        nan = np.isnan(qs)
-        if nan.any():
-            for i in np.flatnonzero(nan).tolist():
-                qs[i] = jobs[i].submitted_at
-    return qs
+    n = len(jobs)
+    try:
+        return np.fromiter(map(_QS, jobs), dtype=np.float64, count=n)
+    except TypeError:           # some are None
+        qs = np.array(list(map(_QS, jobs)), dtype=np.float64)
+        for i in np.flatnonzero(np.isnan(qs)).tolist():
+            qs[i] = jobs[i].submitted_at
+        return qs
 
 
 def gpus_per_replica(jobs: Sequence[SchedJob]) -> np.ndarray:
@@ -49,10 +50,19 @@ def gpus_per_replica(jobs: Sequence[SchedJob]) -> np.ndarray:
 
 
 def sort_order(jobs: Sequence[SchedJob], qs: np.ndarray, major: np.ndarray | None = None) -> np.ndarray:
-    """Indices of ``jobs`` sorted by (``major``, ``qs``, job id), ascending. ``major`` and ``qs`` are per job."""
+    """Indices of ``jobs`` sorted by (``major``, ``qs``, job id), ascending. ``major`` and ``qs`` are per job.
+
+    When ``qs`` is already strictly increasing (jobs listed in queueing order, the usual case) a stable sort on
+    ``major`` alone gives the same order, and a radix sort when ``major`` is small."""
     n = len(jobs)
     if n == 0:
         return np.zeros(0, dtype=np.intp)
+    if n > 1 and bool((qs[1:] > qs[:-1]).all()):
+        if major is None:
+            return np.arange(n, dtype=np.intp)
+        if int(major.max()) < 32768 and int(major.min()) >= 0:
+            return np.argsort(major.astype(np.int16), kind="stable")
+        return np.argsort(major, kind="stable")
     if major is None:
         idx = np.argsort(qs, kind="stable")
     else:

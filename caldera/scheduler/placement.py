@@ -18,6 +18,7 @@ nodes without free GPUs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Iterable
 
 from caldera.core.resources import Resources
@@ -25,6 +26,27 @@ from caldera.scheduler.snapshot import Allocation, Node, SchedJob
 
 _EPS = 1e-9
 _BIG = 1 << 30
+
+
+_DINDEX = attrgetter("index")
+_DMODEL = attrgetter("model")
+_RANGES = {k: tuple(range(k)) for k in range(65)}
+_anew = object.__new__
+_set_node = Allocation.__dict__["node"].__set__
+_set_gpus = Allocation.__dict__["gpus"].__set__
+_set_cpu = Allocation.__dict__["cpu"].__set__
+_set_mem = Allocation.__dict__["memory_mib"].__set__
+
+
+def new_allocation(node: str, gpus: tuple[int, ...], cpu: float, memory_mib: int) -> Allocation:
+    """``Allocation(node, gpus, cpu, memory_mib)`` without the frozen dataclass ``__init__`` (a few times faster;
+    the object is the same)."""
+    a = _anew(Allocation)
+    _set_node(a, node)
+    _set_gpus(a, gpus)
+    _set_cpu(a, cpu)
+    _set_mem(a, memory_mib)
+    return a
 
 
 class _Pool:
@@ -81,12 +103,12 @@ class ClusterIndex:
                 self.node_models.append(())
                 self.gpuless.append(i)
                 continue
-            idx = tuple(d.index for d in gpus)
+            idx = tuple(map(_DINDEX, gpus))
             self.dev.append(idx)
-            self.pos.append(None if idx == tuple(range(ng)) else {d: p for p, d in enumerate(idx)})
-            m0 = gpus[0].model
-            if all(d.model == m0 for d in gpus):
-                models: tuple[tuple[str, int], ...] = ((m0, (1 << ng) - 1),)
+            self.pos.append(None if idx == _RANGES.get(ng) else {d: p for p, d in enumerate(idx)})
+            mods = set(map(_DMODEL, gpus))
+            if len(mods) == 1:
+                models: tuple[tuple[str, int], ...] = ((gpus[0].model, (1 << ng) - 1),)
             else:
                 acc: dict[str, int] = {}
                 for p, d in enumerate(gpus):
@@ -305,6 +327,21 @@ class ClusterIndex:
             self._cpu_cursor[key] = first_ok if first_ok >= 0 else len(order)
         return plan if r == 0 else None
 
+    def max_block_where(self, min_cpu: float, min_mem: int, excluded: set[int] | frozenset[int] | None) -> int:
+        """Like :meth:`max_block` over the nodes (not ``excluded``) with at least ``min_cpu`` and ``min_mem``
+        free."""
+        best = 0
+        cpuf, memf = self.cpu, self.mem
+        c = min_cpu - _EPS
+        for pool in self.pools.values():
+            b = pool.buckets
+            for f in range(pool.maxf, best, -1):
+                if any(cpuf[i] >= c and memf[i] >= min_mem and (excluded is None or i not in excluded)
+                       for i in b[f]):
+                    best = f
+                    break
+        return best
+
     def max_block_excluding(self, excluded: set[int] | frozenset[int]) -> int:
         """Like :meth:`max_block` over the nodes not in ``excluded``."""
         best = 0
@@ -358,7 +395,7 @@ class ClusterIndex:
                     picked.append(dev[low.bit_length() - 1])
                 if make_allocations:
                     picked.sort()
-                    out.append(Allocation(self.names[i], tuple(picked), cpu, mem))
+                    out.append(new_allocation(self.names[i], tuple(picked), cpu, mem))
             if masks is not None:
                 masks[i] = masks.get(i, 0) | taken
             self.free[i] = old & ~taken
@@ -416,6 +453,14 @@ class ClusterIndex:
             self.cpu[i] += a.cpu
             self.mem[i] += a.memory_mib
             self._reindex(i, old)
+
+    def give(self, i: int, mask: int, cpu: float, mem: int) -> None:
+        """Give back devices ``mask``, ``cpu`` and ``mem`` on node ``i`` for a trial (the caller restores it)."""
+        old = self.free[i]
+        self.free[i] = old | mask
+        self.cpu[i] += cpu
+        self.mem[i] += mem
+        self._reindex(i, old)
 
     def save(self, nodes: Iterable[int]) -> list[tuple[int, int, float, int]]:
         return [(i, self.free[i], self.cpu[i], self.mem[i]) for i in nodes]

@@ -28,6 +28,7 @@ import heapq
 import time
 from collections import deque
 from itertools import repeat
+from operator import attrgetter
 from typing import Any, Callable, Iterable
 
 from caldera.scheduler.snapshot import Reason, SchedJob
@@ -107,8 +108,35 @@ class PositionContext:
         self.extra_text = extra_text
         self.extra_from = extra_from      # positions from this one on get ``extra``
         self._est: list[float | None] = []
+        self._lists: tuple[list[SchedJob], dict[str, list[Reason]]] | None = None
+        self._positions: Callable[[], list[int]] | None = None
+        self._posmap: dict[int, int] | None = None
         self._heap: list[tuple[float, int]] | None = None
         self._t = now
+
+    def attach(self, jobs: list[SchedJob], pending: dict[str, list[Reason]],
+               positions: Callable[[], list[int]]) -> None:
+        self._lists = (jobs, pending)
+        self._positions = positions
+
+    def position_of(self, r: Reason) -> int:
+        if self._posmap is None:
+            assert self._lists is not None and self._positions is not None
+            jobs, pending = self._lists
+            pm: dict[int, int] = {}
+            get = pending.get
+            for job, p in zip(jobs, self._positions()):
+                lst = get(job.id)
+                if not lst:
+                    continue
+                x = lst[-1]
+                if not isinstance(x, QueuePositionReason):     # someone appended to the list: find ours
+                    x = next((y for y in lst if isinstance(y, QueuePositionReason)), None)
+                    if x is None:
+                        continue
+                pm[id(x)] = p
+            self._posmap = pm
+        return self._posmap[id(r)]
 
     @property
     def pending(self) -> list[SchedJob]:
@@ -172,13 +200,21 @@ class QueuePositionReason(Reason):
     __slots__ = ("_pos", "_ctx")
     code = QUEUE_POSITION     # shadows the dataclass slot: the same for every instance
 
+    def _position(self) -> int:
+        try:
+            return self._pos
+        except AttributeError:          # large queues: positions are resolved on first access
+            p = self._ctx.position_of(self)
+            _set_pos(self, p)
+            return p
+
     @property
     def message(self) -> str:  # type: ignore[override]
-        return self._ctx.message(self._pos)
+        return self._ctx.message(self._position())
 
     @property
     def details(self) -> dict[str, Any]:  # type: ignore[override]
-        return self._ctx.details(self._pos)
+        return self._ctx.details(self._position())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Reason):
@@ -197,26 +233,24 @@ class QueuePositionReason(Reason):
 _new = object.__new__
 _set_pos = QueuePositionReason.__dict__["_pos"].__set__
 _set_ctx = QueuePositionReason.__dict__["_ctx"].__set__
-_LARGE = 4096
+_LARGE = 2048
+_ID = attrgetter("id")
 
 
-def build_pending(ids: list[str], positions: list[int] | range, ctx: PositionContext,
-                  explicit: Iterable[tuple[int, Reason | list[Reason]]] = ()) -> dict[str, list[Reason]]:
-    """``Decisions.pending``: job ``ids[k]`` gets its explicit reasons (``explicit`` holds ``(k, reason(s))``)
-    followed by a QueuePosition reason for ``positions[k]``. Runs in a few C-level passes; for large queues the
-    context lives on a per-cycle subclass instead of on each object."""
-    n = len(ids)
+def build_pending(jobs: list[SchedJob], positions: Callable[[], list[int]], ctx: PositionContext
+                  ) -> dict[str, list[Reason]]:
+    """``Decisions.pending`` with one QueuePosition reason per job: ``jobs[k]`` is at ``positions()[k]``.
+
+    Large queues: one pass creating the lists and reason objects; the reasons' positions (and the context, held by
+    a per-cycle subclass) are resolved on first access."""
+    n = len(jobs)
     if n >= _LARGE:
         cls = type("QueuePositionReason", (QueuePositionReason,), {"__slots__": (), "_ctx": ctx})
-        objs = list(map(_new, repeat(cls, n)))
-    else:
-        objs = list(map(_new, repeat(QueuePositionReason, n)))
-        deque(map(_set_ctx, objs, repeat(ctx, n)), maxlen=0)
-    deque(map(_set_pos, objs, positions), maxlen=0)
-    lists = list(map(list, zip(objs)))
-    for p, r in explicit:
-        if isinstance(r, list):
-            lists[p][0:0] = r
-        else:
-            lists[p].insert(0, r)
-    return dict(zip(ids, lists))
+        new = _new
+        pending = {j.id: [new(cls)] for j in jobs}
+        ctx.attach(jobs, pending, positions)
+        return pending
+    objs = list(map(_new, repeat(QueuePositionReason, n)))
+    deque(map(_set_ctx, objs, repeat(ctx, n)), maxlen=0)
+    deque(map(_set_pos, objs, positions()), maxlen=0)
+    return dict(zip(map(_ID, jobs), map(list, zip(objs))))

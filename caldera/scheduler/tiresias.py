@@ -31,14 +31,16 @@ _ATT = attrgetter("attained_gpu_s")
 
 class TiresiasPolicy:
     """Options: ``thresholds_gpu_s`` (level boundaries in GPU-seconds; default 1 and 10 GPU-hours),
-    ``preemptive`` (True), ``default_runtime_estimate_s`` (3600; for estimated starts)."""
+    ``preemptive`` (True), ``max_preemptions_per_cycle`` (64; the rest wait for the next cycle),
+    ``default_runtime_estimate_s`` (3600; for estimated starts)."""
 
     name = "tiresias"
 
     def __init__(self, *, thresholds_gpu_s: Sequence[float] = (3600.0, 36000.0), preemptive: bool = True,
-                 default_runtime_estimate_s: float = 3600.0) -> None:
+                 max_preemptions_per_cycle: int | None = 64, default_runtime_estimate_s: float = 3600.0) -> None:
         self.thresholds_gpu_s = tuple(sorted(float(t) for t in thresholds_gpu_s))
         self.preemptive = bool(preemptive)
+        self.max_preemptions_per_cycle = max_preemptions_per_cycle
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
 
     def level(self, attained_gpu_s: float) -> int:
@@ -83,26 +85,34 @@ class _Cycle(CycleBase):
         lev = np.searchsorted(np.asarray(pol.thresholds_gpu_s, dtype=np.float64), att, side="right")
         oia = sort_order(queued, qs, lev)
         self.oia = oia
-        self.oi = oia.tolist()
-        self.gil = lev[oia].tolist() if n else []
-        self.gl = gpus_per_replica(queued)[oia].tolist() if n else []
-        self.gblock_all = [None] * K
-        self.gblock_gpu = [None] * K
-        self.pre = [0] * K
+        self.k_sorted = lev[oia].astype(np.intp)
+        self.g_sorted = gpus_per_replica(queued)[oia]
+        self.init_groups(K)
         self.directed_levels: set[int] = set()
-        for k in self.directed_inputs():
+        for k in self.resolve_directed():
             self.directed_levels.add(int(lev[k]))
+        self._refresh_pre()
+
+    def all_victims(self) -> Iterator[Victim]:
+        yield from self.victims
+        yield from self.anon
+        for lst in self.directed.values():
+            yield from lst
+
+    def _more(self) -> bool:
+        cap = self.pol.max_preemptions_per_cycle
+        return (cap is None or len(self.preemptions) < cap) and not self.gave_up
+
+    def close_avenues(self) -> None:
         self._refresh_pre()
 
     def _refresh_pre(self) -> None:
         above = 0
-        npre = 0
+        more = self.pol.preemptive and self._more()
         for L in range(self.K - 1, -1, -1):
-            ok = self.anon_open > 0 or L in self.directed_levels or (self.pol.preemptive and above > 0)
-            self.pre[L] = self.nmax if ok else 0
-            npre += 1 if ok else 0
+            ok = (self.anon_open > 0 and not self.gave_up) or L in self.directed_levels or (more and above > 0)
+            self.set_pre(L, self.nmax if ok else 0)
             above += self.level_gpus[L]
-        self.npre = npre
 
     def consider(self, job: SchedJob, L: int) -> Reason | None:
         req = job.request
@@ -125,10 +135,12 @@ class _Cycle(CycleBase):
 
     def _candidates(self, job: SchedJob, L: int, model: str | None, directed: list[Victim]) -> Iterator[Victim]:
         yield from directed
+        if self.gave_up:
+            return
         for v in self.anon:
             if not v.claimed and (model is None or v.model == model):
                 yield v
-        if not self.pol.preemptive:
+        if not self.pol.preemptive or not self._more():
             return
         for v in self.victims:
             if v.level <= L:
@@ -139,10 +151,11 @@ class _Cycle(CycleBase):
     def _preempt(self, job: SchedJob, L: int, g: int, model: str | None, cpu: float, mem: int, n: int,
                  shape: tuple) -> Reason | None:
         directed = [v for v in self.directed.get(job.id, ()) if not v.claimed]
-        above = sum(self.level_gpus[L + 1:]) if self.pol.preemptive else 0
-        if not directed and not self.anon_open and not above:
+        above = sum(self.level_gpus[L + 1:]) if self.pol.preemptive and self._more() else 0
+        anon = self.anon_open if not self.gave_up else 0
+        if not directed and not anon and not above:
             return None
-        if self.idx.free_gpus(model) + sum(v.gpus for v in directed) + self.anon_open + above < g * n:
+        if self.idx.free_gpus(model) + sum(v.gpus for v in directed) + anon + above < g * n:
             return None
         pkey = (L, shape)
         if not directed and pkey in self.nopre:
@@ -153,12 +166,12 @@ class _Cycle(CycleBase):
                 self.nopre.add(pkey)
             return None
         _, needed = got
-        new = [v for v in needed if not v.job.terminating]
+        new = [v for v in needed if not v.soon]
         for v in needed:
-            if v.job.terminating:
+            if v.soon:
                 v.claimed = True
-                if not v.job.preempted_by:
-                    self.anon_open -= max(v.gpus, 1)
+                if v in self.anon:
+                    self.anon_open -= v.gpus
         for v in new:
             v.chosen = True
             self.chosen.append(v)

@@ -148,7 +148,7 @@ def compute_metrics(result: SimResult, series_points: int = 500, tau: float = BS
                         "by_reason": dict(result.preemptions_by_reason)},
         "invalid_decisions": dict(result.invalid_decisions),
         "stopped": result.stopped,
-        "sim": {"cycles": result.cycles, "policy_s": result.policy_s, "wall_s": result.wall_s,
+        "sim": {"cycles": result.cycles, "tick_cycles": result.tick_cycles, "policy_s": result.policy_s, "wall_s": result.wall_s,
                 "end_time_s": end},
     }
 

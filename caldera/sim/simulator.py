@@ -184,6 +184,7 @@ class SimResult:
     queue_len: list[int]
     total_gpus: int
     cycles: int = 0
+    tick_cycles: int = 0                    # of which periodic (no event)
     policy_s: float = 0.0
     wall_s: float = 0.0
     preemptions_by_reason: dict[str, int] = field(default_factory=dict)
@@ -301,7 +302,7 @@ class Simulator:
         ai = 0
         last_charge = arrivals[0].submit_time_s if arrivals else 0.0
         next_tick = math.inf
-        cycles = 0
+        cycles = tick_cycles = 0
         policy_s = 0.0
         idle_cycles = 0
         stopped = "done"
@@ -458,6 +459,8 @@ class Simulator:
                 changed = True
 
             if changed or t == next_tick:
+                if not changed:
+                    tick_cycles += 1
                 # ---- one scheduling cycle
                 for job in running.values():
                     job.sj.attained_gpu_s = job.base_attained + (t - job.run_start) * job.gpus
@@ -528,7 +531,7 @@ class Simulator:
         return SimResult(policy=self.policy_name, cluster=self.cluster, jobs=list(jobs.values()),
                          dropped=self.dropped, not_arrived=n_arr - ai, end_time=end,
                          alloc_t=alloc_t, alloc_gpus=alloc_g, queue_t=queue_t, queue_len=queue_n,
-                         total_gpus=self.total_gpus, cycles=cycles, policy_s=policy_s,
+                         total_gpus=self.total_gpus, cycles=cycles, tick_cycles=tick_cycles, policy_s=policy_s,
                          wall_s=time.perf_counter() - wall0, preemptions_by_reason=by_reason,
                          invalid_decisions=invalid, stopped=stopped)
 

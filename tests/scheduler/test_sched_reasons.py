@@ -1,0 +1,99 @@
+"""Why pending: every waiting job has reasons; QueuePosition positions and estimates; the lazy reason objects."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import pickle
+import time
+
+from caldera.scheduler import reasons
+from caldera.scheduler.caldera_policy import CalderaPolicy
+from caldera.scheduler.fifo import FifoPolicy
+from caldera.scheduler.snapshot import Reason
+from caldera.scheduler.testing import NOW, check_decisions, job, nodes, running, snapshot
+
+
+def test_codes_are_the_documented_strings():
+    assert reasons.CODES == ("QueueCapability", "UserCap", "GangNoFit", "QueuePosition", "Reserved",
+                             "BackfillBlocked", "WaitingForPreemption", "BestEffortNoIdle", "NeverFits")
+
+
+def test_queue_position_and_estimated_start():
+    # one node, busy until NOW + 600; three queued 8-GPU jobs of 1000 s each
+    run = [running("r", {"n0": range(8)}, started_at=NOW - 400, max_runtime_s=1000)]
+    q = [job(f"j{i}", 8, queued_since=NOW - 50 + i, max_runtime_s=1000) for i in range(3)]
+    d = CalderaPolicy(priority_preemption=False, starvation_threshold_s=None)(snapshot(nodes(1), q, run))
+    for i in range(3):
+        r = d.pending[f"j{i}"][-1]
+        assert r.code == "QueuePosition"
+        t = NOW + 600 + 1000 * i
+        assert r.details == {"position": i + 1, "estimated_start": t}
+        assert r.message == f"position {i + 1} in the queue, estimated start at {time.strftime('%H:%M', time.localtime(t))}"
+
+
+def test_estimate_is_none_when_the_job_is_larger_than_the_cluster():
+    d = CalderaPolicy()(snapshot(nodes(1), [job("huge", 8, replicas=2)]))
+    assert [r.code for r in d.pending["huge"]] == ["NeverFits", "QueuePosition"]
+    assert d.pending["huge"][-1].details["estimated_start"] is None
+    assert d.pending["huge"][-1].message == "position 1 in the queue"
+
+
+def test_every_queued_job_gets_reasons_and_positions_follow_the_order():
+    ns = nodes(2)
+    run = [running("r0", {"n0": range(8)}), running("r1", {"n1": range(6)})]
+    q = [job(f"j{i}", 1 + i % 4, queued_since=NOW - 100 + i, user=f"u{i % 3}") for i in range(40)]
+    snap = snapshot(ns, q, run)
+    d = CalderaPolicy()(snap)
+    check_decisions(snap, d)
+    positions = sorted(v[-1].details["position"] for v in d.pending.values())
+    assert positions == list(range(1, len(d.pending) + 1))
+
+
+def test_large_queues_use_lazy_reasons_that_behave_like_reasons():
+    n = 3000                                          # above the size where reasons are built lazily
+    q = [job(f"j{i:05d}", 8, queued_since=NOW - n + i) for i in range(n)]
+    snap = snapshot(nodes(1), q, [running("r", {"n0": range(8)}, max_runtime_s=3600, started_at=NOW)])
+    d = FifoPolicy()(snap)
+    check_decisions(snap, d)
+    r = d.pending["j00002"][-1]
+    assert isinstance(r, Reason) and r.code == "QueuePosition"
+    assert r.details["position"] == 3 and r.details["blocked_by"] == "j00000"
+    assert r.details["estimated_start"] == NOW + 3 * 3600
+    plain = Reason(r.code, r.message, r.details)
+    assert r == plain and plain == r
+    assert pickle.loads(pickle.dumps(r)) == plain and type(pickle.loads(pickle.dumps(r))) is Reason
+    assert copy.deepcopy(r) == plain
+    assert dataclasses.asdict(r) == {"code": r.code, "message": r.message, "details": r.details}
+    assert repr(r).startswith("Reason(code='QueuePosition'")
+    json.dumps({k: [dataclasses.asdict(x) for x in v] for k, v in d.pending.items()})
+    assert d.pending["j02999"][-1].details["position"] == n
+    assert d.pending["j00000"][0].code == "GangNoFit"
+
+
+def test_lazy_and_eager_reasons_are_identical(monkeypatch):
+    q = [job(f"j{i:04d}", 1 + i % 8, queued_since=NOW - 400 + i, user=f"u{i % 7}", max_runtime_s=600 * (i % 3))
+         for i in range(300)]
+    run = [running("r", {"n0": range(8)}, started_at=NOW, max_runtime_s=600),
+           running("be", {"n1": range(4)}, priority="best-effort")]
+    snap = snapshot(nodes(4), q, run)
+
+    def render(d):
+        return {k: [(r.code, r.message, r.details) for r in v] for k, v in d.pending.items()}
+
+    monkeypatch.setattr(reasons, "_LARGE", 10**9)
+    eager = CalderaPolicy()(snap)
+    monkeypatch.setattr(reasons, "_LARGE", 1)
+    lazy = CalderaPolicy()(snap)
+    assert type(lazy.pending["j0299"][-1]) is not type(eager.pending["j0299"][-1])
+    assert render(eager) == render(lazy)
+    assert [s.job_id for s in eager.starts] == [s.job_id for s in lazy.starts]
+
+
+def test_reasons_for_jobs_deep_in_a_long_queue_are_cheap_but_present():
+    n = 5000
+    q = [job(f"j{i:05d}", 8, queued_since=NOW - 100 + i / n) for i in range(n)]
+    d = CalderaPolicy()(snapshot(nodes(1), q, [running("r", {"n0": range(8)}, priority="high")]))
+    assert len(d.pending) == n
+    assert d.pending["j00000"][0].code == "GangNoFit"              # near the head: explained
+    assert [r.code for r in d.pending["j04999"]] == ["QueuePosition"]
