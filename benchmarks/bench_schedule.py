@@ -12,13 +12,15 @@ decayed usage. The queue: 1, 2, 4, 8 GPUs and 2 x 8 / 4 x 8 gangs and 0.2% CPU-o
 are past the starvation threshold).
 
 Snapshot construction is not timed. Prints the median milliseconds of one ``policy(snapshot)`` call per queue
-length and policy, plus, for ``caldera``, what one cycle decided and how long reading every pending reason's
-message and details takes afterwards (they are rendered lazily). Exits 0.
+length and policy; for ``caldera`` also the next cycle (its decisions applied: started jobs running, victims
+terminating), what the first cycle decided, and how long reading every pending reason's message and details takes
+afterwards (they are rendered lazily). A calibration loop tells how fast the (shared) machine was. Exits 0.
 """
 from __future__ import annotations
 
 import argparse
 import gc
+from dataclasses import replace
 import random
 import statistics
 import sys
@@ -122,8 +124,8 @@ def make_snapshot(n_queued: int, n_nodes: int = 1250, gpn: int = 8, seed: int = 
 
 
 def time_policy(policy, snap: Snapshot, runs: int) -> tuple[float, object]:
-    """Median wall-clock ms of ``policy(snap)``. Like the live loop, the previous cycle's decisions are dropped
-    (and the garbage collector runs) between cycles, outside the timed call."""
+    """Median wall-clock ms of ``policy(snap)``. The previous cycle's decisions are dropped (and the garbage
+    collector runs) between cycles, outside the timed call."""
     times = []
     d = None
     for _ in range(runs):
@@ -135,12 +137,40 @@ def time_policy(policy, snap: Snapshot, runs: int) -> tuple[float, object]:
     return statistics.median(times), d
 
 
+def apply(snap: Snapshot, d) -> Snapshot:
+    """The snapshot one cycle later: started jobs running, preempted ones terminating for their preemptor."""
+    queued = {j.id: j for j in snap.queued}
+    started = {s.job_id: s for s in d.starts}
+    by = {p.job_id: p.by_job_id for p in d.preemptions}
+    running = []
+    for j in snap.running:
+        if j.id in by:
+            j = replace(j, terminating=True, preempted_by=by[j.id])
+        running.append(j)
+    for jid, st in started.items():
+        running.append(replace(queued[jid], started_at=snap.now, allocations=st.allocations))
+    return Snapshot(now=snap.now + 1, nodes=snap.nodes, queued=[j for j in snap.queued if j.id not in started],
+                    running=running, queues=snap.queues, user_usage=snap.user_usage, queue_usage=snap.queue_usage)
+
+
+def calibrate() -> float:
+    """Milliseconds for a fixed pure-Python loop (best of 5): this VM's speed varies with its neighbours."""
+    best = 1e9
+    for _ in range(5):
+        t = time.perf_counter()
+        s = 0
+        for i in range(3_000_000):
+            s += i & 7
+        best = min(best, time.perf_counter() - t)
+    return best * 1000
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=1250)
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--queued", default="1000,10000,100000")
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--policies", default="fifo,tiresias,caldera")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--busy", type=float, default=0.8, help="fraction of GPUs held by running jobs")
@@ -148,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x) for x in args.queued.split(",") if x]
     names = [x for x in args.policies.split(",") if x]
     policies = {name: get_policy(name) for name in names}
-    print(f"cluster: {args.nodes} nodes x {args.gpus_per_node} GPUs = {args.nodes * args.gpus_per_node} GPUs; "
-          f"median of {args.runs} cycles; python {sys.version.split()[0]}")
+    print(f"cluster: {args.nodes} nodes x {args.gpus_per_node} GPUs = {args.nodes * args.gpus_per_node} GPUs, "
+          f"{args.busy:.0%} busy; median of {args.runs} cycles; python {sys.version.split()[0]}; "
+          f"calibration loop {calibrate():.0f} ms (about 100 when the machine is not contended)")
     rows = []
     notes = []
     for n in sizes:
@@ -162,8 +193,11 @@ def main(argv: list[str] | None = None) -> int:
             policy = policies[name]
             policy(snap)                      # warm up
             ms, d = time_policy(policy, snap, args.runs)
-            row.append(f"{ms:8.1f}")
+            row.append(f"{ms:.1f}")
             if name == "caldera":
+                nxt = apply(snap, d)
+                ms2, d2 = time_policy(policy, nxt, args.runs)
+                row.append(f"{ms2:.1f}")
                 t = time.perf_counter()
                 chars = 0
                 for reasons in d.pending.values():
@@ -174,15 +208,23 @@ def main(argv: list[str] | None = None) -> int:
                 for reasons in d.pending.values():
                     codes[reasons[0].code] = codes.get(reasons[0].code, 0) + 1
                 notes.append(f"caldera, {n:,} queued: {len(d.starts)} starts, {len(d.preemptions)} preemptions, "
-                             f"{len(d.pending):,} pending; first reasons {dict(sorted(codes.items()))}; "
-                             f"reading every reason afterwards {render_ms:.0f} ms "
-                             f"(snapshot: {len(snap.running)} running jobs on {busy} GPUs, built in {build_s:.1f} s)")
+                             f"{len(d.pending):,} pending; first reasons {dict(sorted(codes.items()))}; next cycle: "
+                             f"{len(d2.starts)} starts, {len(d2.preemptions)} preemptions; reading every reason's "
+                             f"message and details afterwards {render_ms:.0f} ms (snapshot: {len(snap.running)} "
+                             f"running jobs on {busy} GPUs, built in {build_s:.1f} s)")
+                del d2, nxt
+            del d
+            gc.collect()
         rows.append(row)
+        del snap
+        gc.collect()
     header = ["queued"] + [f"{name} ms" for name in names]
-    widths = [max(len(h), *(len(r[i].strip()) for r in rows)) + 2 for i, h in enumerate(header)]
+    if "caldera" in names:
+        header.insert(header.index("caldera ms") + 1, "caldera next cycle ms")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) + 2 for i, h in enumerate(header)]
     print("".join(h.rjust(w) for h, w in zip(header, widths)))
     for r in rows:
-        print("".join(c.strip().rjust(w) for c, w in zip(r, widths)))
+        print("".join(c.rjust(w) for c, w in zip(r, widths)))
     for line in notes:
         print(line)
     return 0

@@ -55,8 +55,8 @@ from caldera.scheduler.fairshare import FairShare
 from caldera.scheduler.ordering import gc_paused, gpus_per_replica, queued_since, sort_order
 from caldera.scheduler.quota import deserved
 from caldera.scheduler.reasons import (
-    BACKFILL_BLOCKED, BEST_EFFORT_NO_IDLE, GANG_NO_FIT, NEVER_FITS, PREEMPT_BEST_EFFORT, PREEMPT_PRIORITY,
-    PREEMPT_RECLAIM, QUEUE_CAPABILITY, RESERVED, USER_CAP, WAITING_FOR_PREEMPTION, gpus_phrase, hhmm, num,
+    BACKFILL_BLOCKED, PREEMPT_BEST_EFFORT, PREEMPT_PRIORITY, PREEMPT_RECLAIM, QUEUE_CAPABILITY, RESERVED, USER_CAP,
+    WAITING_FOR_PREEMPTION, hhmm, num,
 )
 from caldera.scheduler.snapshot import Decisions, Preempt, Reason, SchedJob, Snapshot
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from caldera.scheduler.engine import CycleBase
 from caldera.scheduler.ordering import gc_paused, queued_since, sort_order
-from caldera.scheduler.snapshot import Decisions, Reason, Snapshot
+from caldera.scheduler.snapshot import Decisions, Snapshot
 
 
 class FifoPolicy:

@@ -29,7 +29,7 @@ import time
 from collections import deque
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from caldera.scheduler.snapshot import Reason, SchedJob
 
@@ -95,8 +95,8 @@ class PositionContext:
     """
 
     def __init__(self, now: float, pending: list[SchedJob] | Callable[[], list[SchedJob]], free_gpus: int,
-                 total_gpus: int,
-                 releases: Callable[[], list[tuple[float, int]]], runtime_estimate: Callable[[SchedJob], float],
+                 total_gpus: int, releases: list[tuple[float, int]] | Callable[[], list[tuple[float, int]]],
+                 runtime_estimate: Callable[[SchedJob], float],
                  extra: dict[str, Any] | None = None, extra_text: str = "", extra_from: int = 1) -> None:
         self.now = now
         self._pending = pending
@@ -108,35 +108,8 @@ class PositionContext:
         self.extra_text = extra_text
         self.extra_from = extra_from      # positions from this one on get ``extra``
         self._est: list[float | None] = []
-        self._lists: tuple[list[SchedJob], dict[str, list[Reason]]] | None = None
-        self._positions: Callable[[], list[int]] | None = None
-        self._posmap: dict[int, int] | None = None
         self._heap: list[tuple[float, int]] | None = None
         self._t = now
-
-    def attach(self, jobs: list[SchedJob], pending: dict[str, list[Reason]],
-               positions: Callable[[], list[int]]) -> None:
-        self._lists = (jobs, pending)
-        self._positions = positions
-
-    def position_of(self, r: Reason) -> int:
-        if self._posmap is None:
-            assert self._lists is not None and self._positions is not None
-            jobs, pending = self._lists
-            pm: dict[int, int] = {}
-            get = pending.get
-            for job, p in zip(jobs, self._positions()):
-                lst = get(job.id)
-                if not lst:
-                    continue
-                x = lst[-1]
-                if not isinstance(x, QueuePositionReason):     # someone appended to the list: find ours
-                    x = next((y for y in lst if isinstance(y, QueuePositionReason)), None)
-                    if x is None:
-                        continue
-                pm[id(x)] = p
-            self._posmap = pm
-        return self._posmap[id(r)]
 
     @property
     def pending(self) -> list[SchedJob]:
@@ -150,7 +123,9 @@ class PositionContext:
         if pos <= len(est):
             return est[pos - 1]
         if self._heap is None:
-            self._heap = [(max(t, self.now), g) for t, g in self._releases() if g > 0]
+            rel = self._releases() if callable(self._releases) else self._releases
+            self._heap = [(max(t, self.now), g) for t, g in rel if g > 0]
+            self._releases = None
             heapq.heapify(self._heap)
         heap = self._heap
         pending = self.pending
@@ -200,21 +175,13 @@ class QueuePositionReason(Reason):
     __slots__ = ("_pos", "_ctx")
     code = QUEUE_POSITION     # shadows the dataclass slot: the same for every instance
 
-    def _position(self) -> int:
-        try:
-            return self._pos
-        except AttributeError:          # large queues: positions are resolved on first access
-            p = self._ctx.position_of(self)
-            _set_pos(self, p)
-            return p
-
     @property
     def message(self) -> str:  # type: ignore[override]
-        return self._ctx.message(self._position())
+        return self._ctx.message(self._pos)
 
     @property
     def details(self) -> dict[str, Any]:  # type: ignore[override]
-        return self._ctx.details(self._position())
+        return self._ctx.details(self._pos)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Reason):
@@ -241,16 +208,15 @@ def build_pending(jobs: list[SchedJob], positions: Callable[[], list[int]], ctx:
                   ) -> dict[str, list[Reason]]:
     """``Decisions.pending`` with one QueuePosition reason per job: ``jobs[k]`` is at ``positions()[k]``.
 
-    Large queues: one pass creating the lists and reason objects; the reasons' positions (and the context, held by
-    a per-cycle subclass) are resolved on first access."""
+    A few C-level passes. For large queues the context lives on a per-cycle subclass (one pass fewer). Nothing
+    here forms a reference cycle with the reasons, so dropping the decisions frees them at once."""
     n = len(jobs)
+    pos = positions()
     if n >= _LARGE:
         cls = type("QueuePositionReason", (QueuePositionReason,), {"__slots__": (), "_ctx": ctx})
-        new = _new
-        pending = {j.id: [new(cls)] for j in jobs}
-        ctx.attach(jobs, pending, positions)
-        return pending
-    objs = list(map(_new, repeat(QueuePositionReason, n)))
-    deque(map(_set_ctx, objs, repeat(ctx, n)), maxlen=0)
-    deque(map(_set_pos, objs, positions()), maxlen=0)
+        objs = list(map(_new, repeat(cls, n)))
+    else:
+        objs = list(map(_new, repeat(QueuePositionReason, n)))
+        deque(map(_set_ctx, objs, repeat(ctx, n)), maxlen=0)
+    deque(map(_set_pos, objs, pos), maxlen=0)
     return dict(zip(map(_ID, jobs), map(list, zip(objs))))
