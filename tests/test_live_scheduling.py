@@ -1,0 +1,50 @@
+"""The caldera policy through the live loop: why-pending via the API, queue validation, and the preemption contract
+(SIGTERM + notice file with the deadline, grace, re-queue in the same working directory)."""
+from tests.test_runs import _log, _state, _submit, _until
+
+
+def test_queue_capability_shows_in_why(api, admin):
+    r = api.client.put("/api/v1/queues/default", json={"account": "default", "quotas": {"gpu": {"capability": 2}}},
+                       headers=admin)
+    assert r.status_code == 200, r.text
+    first = _submit(api, admin, name="a", command=["sleep", "30"], resources={"gpu": 2})
+    second = _submit(api, admin, name="b", command=["true"], resources={"gpu": 1})
+    _until(api, admin, first, {"Running"})
+    api.client.app.state.loop.tick()
+    why = api.client.get(f"/api/v1/jobs/{second}/why", headers=admin).json()
+    codes = [p["code"] for p in why["pending"]]
+    assert "QueueCapability" in codes, why
+    detail = next(p for p in why["pending"] if p["code"] == "QueueCapability")
+    assert "2 of 2" in detail["message"]
+    api.client.post(f"/api/v1/jobs/{first}/cancel", headers=admin)
+
+
+def test_impossible_queue_config_is_refused(api, admin):
+    for quotas in ({"gpu": {"guarantee": 64}}, {"gpu": {"guarantee": 2, "capability": 1}},
+                   {"gpu/h100": {"guarantee": 1}}):
+        r = api.client.put("/api/v1/queues/default", json={"account": "default", "quotas": quotas}, headers=admin)
+        assert r.status_code == 400, (quotas, r.text)
+        assert r.json()["errors"][0]["field"] == "quotas"
+
+
+def test_best_effort_is_preempted_with_notice_and_requeued(api, admin):
+    script = ('echo "attempt $CALDERA_ATTEMPT in $PWD"; '
+              'trap \'cat "$CALDERA_PREEMPT_NOTICE" > notice-seen; exit 0\' TERM; sleep 120 & wait')
+    be = _submit(api, admin, name="be", command=["sh", "-c", script], priority="best-effort",
+                 resources={"gpu": 4})
+    _until(api, admin, be, {"Running"})
+    urgent = _submit(api, admin, name="urgent", command=["echo", "mine now"], resources={"gpu": 2})
+    j = _until(api, admin, be, {"Queued"}, timeout=60)
+    reasons = [e["reason"] for e in j["events"]]
+    assert "PreemptionRequested" in reasons and "Requeued" in reasons, reasons
+    pre = next(e for e in j["events"] if e["to"] == "Preempted")
+    assert pre["reason"] == "BestEffort" and urgent in pre["message"]
+    assert _until(api, admin, urgent, {"Succeeded"})["state"] == "Succeeded"
+    again = _until(api, admin, be, {"Running"})
+    assert again["attempt"] == 2
+    from pathlib import Path
+    workdir = Path(api.client.app.state.platform.settings.runs_dir) / be / "work"
+    notice = (workdir / "notice-seen").read_text()
+    assert "deadline" in notice and urgent in notice
+    api.client.post(f"/api/v1/jobs/{be}/cancel", headers=admin)
+    _until(api, admin, be, {"Cancelled"})
