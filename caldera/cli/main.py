@@ -338,15 +338,9 @@ def queue_ls() -> None:
     console.print(t)
 
 
-def _mount_sim() -> None:
-    try:
-        from caldera.sim.cli import register
-    except ImportError:
-        return
-    register(app)
+from caldera.sim.cli import app as sim_app  # noqa: E402 - sub-app mounted after the commands above
 
-
-_mount_sim()
+app.add_typer(sim_app, name="sim")
 
 if __name__ == "__main__":
     app()

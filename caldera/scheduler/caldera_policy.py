@@ -126,7 +126,7 @@ class CalderaPolicy:
     Options: ``starvation_threshold_s`` (300; None disables reservations and starvation ordering),
     ``default_runtime_estimate_s`` (3600; for running jobs without ``max_runtime_s``), ``max_reservations`` (4 per
     cycle), ``priority_preemption`` (True: a higher class preempts lower ones of the same queue), ``reclaim`` (True),
-    ``fair_share`` (True; False orders by ``queued_since`` within a class), ``max_preemptions_per_cycle`` (64:
+    ``fair_share`` (True; False orders by ``queued_since`` within a class), ``max_preemptions_per_cycle`` (32:
     a safety valve against preemption storms, e.g. after a burst of high-priority submissions; jobs that would need
     more wait for the next cycle, when the victims of this one are already counted as soon-free).
     """
@@ -135,7 +135,7 @@ class CalderaPolicy:
 
     def __init__(self, *, starvation_threshold_s: float | None = 300.0, default_runtime_estimate_s: float = 3600.0,
                  max_reservations: int = 4, priority_preemption: bool = True, reclaim: bool = True,
-                 fair_share: bool = True, max_preemptions_per_cycle: int | None = 64) -> None:
+                 fair_share: bool = True, max_preemptions_per_cycle: int | None = 32) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
         self.max_reservations = int(max_reservations)
@@ -345,9 +345,6 @@ class _Cycle(CycleBase):
                     elif q.max_gpus is not None and us[0] >= q.max_gpus:
                         self.block(k, self._user_reason("max_gpus", q.max_gpus, us[0], q, u), True)
         self._refresh_pre()
-
-    def n_effects(self) -> int:
-        return self.n_holds + len(self.reservations)
 
     def best_effort_group(self, group: int) -> bool:
         return self.grank[group] == 0

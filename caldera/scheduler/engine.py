@@ -33,6 +33,7 @@ _ID = attrgetter("id")
 _CPU = attrgetter("request.cpu")
 _MEM = attrgetter("request.memory_mib")
 GIVE_UP_AFTER = 512
+_FRUITFUL = frozenset({"WaitingForPreemption", "Reserved"})     # a considered job that got these changed something
 EXPLAIN_HEAD = 256       # jobs this close to the head get a specific reason even when the loop skips them
 SMALL_QUEUE = 2048       # shorter queues use a plain loop instead of vectorised chunks
 _snew = object.__new__
@@ -501,10 +502,6 @@ class CycleBase:
     def best_effort_group(self, group: int) -> bool:
         return False
 
-    def n_effects(self) -> int:
-        """Other things a considered job can achieve (subclasses: holds, reservations), to tell fruitless ones."""
-        return self.n_holds
-
     def give_up(self) -> None:
         """Called after GIVE_UP_AFTER jobs in a row achieved nothing: stop looking for preemptions for the rest of
         the cycle (jobs deeper in the order are less deserving; they are considered again next cycle), and bound the
@@ -590,18 +587,18 @@ class CycleBase:
                     if s_:
                         explicit.append((p, self.explain(queued[item(p)], kk)))
                         continue
-                    nact = len(self.starts) + len(self.preemptions) + self.n_effects()
                     res = consider(queued[item(p)], kk)
                     if res is None:
                         started.append(p)
+                        self.fruitless = 0
                     else:
                         explicit.append((p, res))
-                    if len(self.starts) + len(self.preemptions) + self.n_effects() == nact:
-                        self.fruitless += 1
-                        if self.fruitless == GIVE_UP_AFTER:
-                            self.give_up()
-                    else:
-                        self.fruitless = 0
+                        if getattr(res, "code", None) in _FRUITFUL:
+                            self.fruitless = 0
+                        else:
+                            self.fruitless += 1
+                            if self.fruitless == GIVE_UP_AFTER:
+                                self.give_up()
             if restart >= 0:
                 i = restart
                 chunk = 256
@@ -623,8 +620,6 @@ class CycleBase:
         explicit = self.explicit
         started = self.started_idx
         consider = self.consider
-        starts = self.starts
-        preemptions = self.preemptions
         explain = self.explain
         bfree = self.bfree
         for p in range(len(order)):
@@ -642,18 +637,18 @@ class CycleBase:
                     if p < EXPLAIN_HEAD:
                         explicit.append((p, explain(queued[order[p]], k)))
                     continue
-            nact = len(starts) + len(preemptions) + self.n_effects()
             res = consider(queued[order[p]], k)
             if res is None:
                 started.append(p)
+                self.fruitless = 0
             else:
                 explicit.append((p, res))
-            if len(starts) + len(preemptions) + self.n_effects() == nact:
-                self.fruitless += 1
-                if self.fruitless == GIVE_UP_AFTER:
-                    self.give_up()
-            else:
-                self.fruitless = 0
+                if getattr(res, "code", None) in _FRUITFUL:
+                    self.fruitless = 0
+                else:
+                    self.fruitless += 1
+                    if self.fruitless == GIVE_UP_AFTER:
+                        self.give_up()
             bfree = self.bfree
 
     def decisions(self, extra: dict | None = None, extra_text: str = "", extra_from: int = 1) -> Decisions:

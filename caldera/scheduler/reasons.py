@@ -108,8 +108,37 @@ class PositionContext:
         self.extra_text = extra_text
         self.extra_from = extra_from      # positions from this one on get ``extra``
         self._est: list[float | None] = []
+        self._lists: tuple[list[SchedJob], dict[str, list[Reason]]] | None = None
+        self._positions: Callable[[], list[int]] | None = None
+        self._posmap: dict[int, int] | None = None
         self._heap: list[tuple[float, int]] | None = None
         self._t = now
+
+    def attach(self, jobs: list[SchedJob], pending: dict[str, list[Reason]],
+               positions: Callable[[], list[int]]) -> None:
+        self._lists = (jobs, pending)
+        self._positions = positions
+
+    def position_of(self, r: Reason) -> int:
+        if self._posmap is None:
+            assert self._lists is not None and self._positions is not None
+            jobs, pending = self._lists
+            pm: dict[int, int] = {}
+            get = pending.get
+            for job, p in zip(jobs, self._positions()):
+                lst = get(job.id)
+                if not lst:
+                    continue
+                x = lst[-1]
+                if not isinstance(x, QueuePositionReason):     # someone appended to the list: find ours
+                    x = next((y for y in lst if isinstance(y, QueuePositionReason)), None)
+                    if x is None:
+                        continue
+                pm[id(x)] = p
+            self._posmap = pm
+            self._lists = None            # no reference back to the reasons any more
+            self._positions = None
+        return self._posmap[id(r)]
 
     @property
     def pending(self) -> list[SchedJob]:
@@ -175,13 +204,21 @@ class QueuePositionReason(Reason):
     __slots__ = ("_pos", "_ctx")
     code = QUEUE_POSITION     # shadows the dataclass slot: the same for every instance
 
+    def _position(self) -> int:
+        try:
+            return self._pos
+        except AttributeError:          # large queues: positions are resolved on first access
+            p = self._ctx.position_of(self)
+            _set_pos(self, p)
+            return p
+
     @property
     def message(self) -> str:  # type: ignore[override]
-        return self._ctx.message(self._pos)
+        return self._ctx.message(self._position())
 
     @property
     def details(self) -> dict[str, Any]:  # type: ignore[override]
-        return self._ctx.details(self._pos)
+        return self._ctx.details(self._position())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Reason):
@@ -208,15 +245,18 @@ def build_pending(jobs: list[SchedJob], positions: Callable[[], list[int]], ctx:
                   ) -> dict[str, list[Reason]]:
     """``Decisions.pending`` with one QueuePosition reason per job: ``jobs[k]`` is at ``positions()[k]``.
 
-    A few C-level passes. For large queues the context lives on a per-cycle subclass (one pass fewer). Nothing
-    here forms a reference cycle with the reasons, so dropping the decisions frees them at once."""
+    Large queues: one pass creating the lists and reason objects (the cheapest way to make 100,000 of them); the
+    context lives on a per-cycle subclass and resolves positions on first access. Until then the context refers to
+    the dict (a reference cycle the garbage collector clears if nothing ever reads the reasons); the first access
+    drops that reference, so read decisions are freed by reference counting. Small queues set positions directly."""
     n = len(jobs)
-    pos = positions()
     if n >= _LARGE:
         cls = type("QueuePositionReason", (QueuePositionReason,), {"__slots__": (), "_ctx": ctx})
-        objs = list(map(_new, repeat(cls, n)))
-    else:
-        objs = list(map(_new, repeat(QueuePositionReason, n)))
-        deque(map(_set_ctx, objs, repeat(ctx, n)), maxlen=0)
-    deque(map(_set_pos, objs, pos), maxlen=0)
+        new = _new
+        pending = {j.id: [new(cls)] for j in jobs}
+        ctx.attach(jobs, pending, positions)
+        return pending
+    objs = list(map(_new, repeat(QueuePositionReason, n)))
+    deque(map(_set_ctx, objs, repeat(ctx, n)), maxlen=0)
+    deque(map(_set_pos, objs, positions()), maxlen=0)
     return dict(zip(map(_ID, jobs), map(list, zip(objs))))

@@ -31,13 +31,13 @@ _ATT = attrgetter("attained_gpu_s")
 
 class TiresiasPolicy:
     """Options: ``thresholds_gpu_s`` (level boundaries in GPU-seconds; default 1 and 10 GPU-hours),
-    ``preemptive`` (True), ``max_preemptions_per_cycle`` (64; the rest wait for the next cycle),
+    ``preemptive`` (True), ``max_preemptions_per_cycle`` (32; the rest wait for the next cycle),
     ``default_runtime_estimate_s`` (3600; for estimated starts)."""
 
     name = "tiresias"
 
     def __init__(self, *, thresholds_gpu_s: Sequence[float] = (3600.0, 36000.0), preemptive: bool = True,
-                 max_preemptions_per_cycle: int | None = 64, default_runtime_estimate_s: float = 3600.0) -> None:
+                 max_preemptions_per_cycle: int | None = 32, default_runtime_estimate_s: float = 3600.0) -> None:
         self.thresholds_gpu_s = tuple(sorted(float(t) for t in thresholds_gpu_s))
         self.preemptive = bool(preemptive)
         self.max_preemptions_per_cycle = max_preemptions_per_cycle
