@@ -32,6 +32,11 @@ Admission, per job in that order:
 
 Every pending job also gets a ``QueuePosition`` reason (position and estimated start).
 
+Limits that keep a cycle cheap and the cluster calm: at most ``max_preemptions_per_cycle`` new preemptions per
+cycle (a storm, e.g. after a burst of high-priority submissions, is spread over a few cycles; each cycle's victims
+are soon-free in the next); after 512 jobs in a row that could neither start, preempt nor reserve, preemption
+search stops for the rest of the cycle (the jobs behind are less deserving and are reconsidered next cycle).
+
 Quota keys and usage. Queue usage counts running jobs (terminating ones too) by ``cpu``, ``memory``, ``gpu`` and
 ``gpu/<model>`` of the GPUs they were given. Guarantee and deserved decisions look at GPUs only (``gpu/<model>`` when
 the job asks for that model and the queue has a quota for it, else ``gpu``), count neither best-effort nor

@@ -184,6 +184,8 @@ class SchedulerLoop:
                 sj.started_at = job.started_at
                 sj.allocations = tuple(_alloc_from_json(a) for a in job.allocations)
                 sj.terminating = job.stop_requested is not None
+                if job.stop_requested == "preempt":   # its room is promised to the job that preempted it
+                    sj.preempted_by = (job.stop_detail or {}).get("by")
                 if job.started_at is not None:
                     sj.attained_gpu_s += (now - job.started_at) * sj.gpus
                 running.append(sj)
