@@ -18,6 +18,7 @@ quota caps a queue below a job's size), the replay stops and the queued jobs are
 """
 from __future__ import annotations
 
+import gc
 import heapq
 import logging
 import math
@@ -37,6 +38,12 @@ log = logging.getLogger("caldera.sim")
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 
 _COMPLETE, _RELEASE = 0, 1
+# Policies may leave reference cycles behind every cycle (thousands with a long queue); the automatic collector
+# would rescan all live job objects again and again. Instead, with automatic collection off during a replay, the
+# young generations are collected once this many objects have piled up, or every _GC_CYCLES cycles (bounded memory,
+# amortised cost), and everything every 50th time.
+_GC_OBJECTS = 2_000_000
+_GC_CYCLES = 500
 _HAS_PREEMPTED_BY = "preempted_by" in getattr(SchedJob, "__dataclass_fields__", {})
 
 
@@ -268,6 +275,15 @@ class Simulator:
     # ------------------------------------------------------------------------------------------------- run
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()     # see _GC_OBJECTS
+        try:
+            return self._run(wall0)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _run(self, wall0: float) -> SimResult:
         opt = self.opt
         factor = _decay_factor_function()
         half_life = opt.half_life_s
@@ -284,6 +300,9 @@ class Simulator:
         queued: dict[str, SchedJob] = {}
         running: dict[str, SimJob] = {}
         running_sj: dict[str, SchedJob] = {}
+        # per running job: (SchedJob, attained at t=0 extrapolated, GPUs): attained(t) = c + t * g, one multiply-add
+        # per running job per cycle
+        attained_of: dict[str, tuple[SchedJob, float, int]] = {}
         heap: list[tuple[float, int, int, str, int]] = []
         seq = 0
         user_usage: dict[str, float] = {}
@@ -302,7 +321,7 @@ class Simulator:
         ai = 0
         last_charge = arrivals[0].submit_time_s if arrivals else 0.0
         next_tick = math.inf
-        cycles = tick_cycles = 0
+        cycles = tick_cycles = collections = 0
         policy_s = 0.0
         idle_cycles = 0
         stopped = "done"
@@ -332,6 +351,7 @@ class Simulator:
             queue_gpus[sj.queue] -= job.gpus
             del running[sj.id]
             del running_sj[sj.id]
+            del attained_of[sj.id]
 
         def stop_and_requeue(job: SimJob, t: float) -> None:
             """Release the victim and re-queue it with its remaining work (checkpointed at the request)."""
@@ -404,6 +424,7 @@ class Simulator:
             queue_gpus[sj.queue] = queue_gpus.get(sj.queue, 0) + job.gpus
             running[sj.id] = job
             running_sj[sj.id] = sj
+            attained_of[sj.id] = (sj, job.base_attained - t * job.gpus, job.gpus)
             job.run_start = t
             if job.first_start is None:
                 job.first_start = t
@@ -462,8 +483,8 @@ class Simulator:
                 if not changed:
                     tick_cycles += 1
                 # ---- one scheduling cycle
-                for job in running.values():
-                    job.sj.attained_gpu_s = job.base_attained + (t - job.run_start) * job.gpus
+                for sj, c, g in attained_of.values():
+                    sj.attained_gpu_s = c + t * g
                 snap = Snapshot(now=t, nodes=self.nodes, queued=list(queued.values()),
                                 running=list(running_sj.values()), queues=self.queues,
                                 user_usage=dict(user_usage), queue_usage=dict(queue_usage))
@@ -471,6 +492,9 @@ class Simulator:
                 decisions: Decisions = policy(snap)
                 policy_s += time.perf_counter() - p0
                 cycles += 1
+                if gc.get_count()[0] > _GC_OBJECTS or cycles % _GC_CYCLES == 0:
+                    collections += 1
+                    gc.collect(2 if collections % 50 == 0 else 1)
                 acted = False
                 for pre in decisions.preemptions:
                     job = running.get(pre.job_id)
@@ -497,6 +521,13 @@ class Simulator:
                         continue
                     if start(job, st.allocations, t):
                         acted = True
+
+                # the simulator does not read pending reasons; dropping them now lets reference counting free them
+                # (lazily rendered reasons can hold a reference cycle through their cycle's context until read)
+                pending = decisions.pending
+                if pending and isinstance(pending, dict):
+                    pending.clear()
+                del decisions, snap
 
                 if alloc_g[-1] != allocated:
                     if alloc_t[-1] == t:
