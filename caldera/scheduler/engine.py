@@ -548,7 +548,6 @@ class CycleBase:
         ks = self.k_sorted
         consider = self.consider
         explicit = self.explicit
-        started = self.started_idx
         gba_l = self.gblock_all
         gbg_l = self.gblock_gpu
         n = len(oia)
@@ -587,18 +586,7 @@ class CycleBase:
                     if s_:
                         explicit.append((p, self.explain(queued[item(p)], kk)))
                         continue
-                    res = consider(queued[item(p)], kk)
-                    if res is None:
-                        started.append(p)
-                        self.fruitless = 0
-                    else:
-                        explicit.append((p, res))
-                        if getattr(res, "code", None) in _FRUITFUL:
-                            self.fruitless = 0
-                        else:
-                            self.fruitless += 1
-                            if self.fruitless == GIVE_UP_AFTER:
-                                self.give_up()
+                    self._tried(p, consider(queued[item(p)], kk))
             if restart >= 0:
                 i = restart
                 chunk = 256
@@ -606,6 +594,21 @@ class CycleBase:
                 i = j
                 if self.mver == ver:
                     chunk = min(chunk * 2, 16384)
+
+    def _tried(self, p: int, res) -> None:
+        """Record what trying the job at position ``p`` gave; a long run of tries that neither start a job nor
+        make room ends the preemption search for this cycle."""
+        if res is None:
+            self.started_idx.append(p)
+            self.fruitless = 0
+            return
+        self.explicit.append((p, res))
+        if getattr(res, "code", None) in _FRUITFUL:
+            self.fruitless = 0
+        else:
+            self.fruitless += 1
+            if self.fruitless == GIVE_UP_AFTER:
+                self.give_up()
 
     def _loop_small(self) -> None:
         """The same loop without numpy, cheaper for short queues."""
@@ -618,7 +621,6 @@ class CycleBase:
         gba = self.gblock_all
         gbg = self.gblock_gpu
         explicit = self.explicit
-        started = self.started_idx
         consider = self.consider
         explain = self.explain
         bfree = self.bfree
@@ -637,18 +639,7 @@ class CycleBase:
                     if p < EXPLAIN_HEAD:
                         explicit.append((p, explain(queued[order[p]], k)))
                     continue
-            res = consider(queued[order[p]], k)
-            if res is None:
-                started.append(p)
-                self.fruitless = 0
-            else:
-                explicit.append((p, res))
-                if getattr(res, "code", None) in _FRUITFUL:
-                    self.fruitless = 0
-                else:
-                    self.fruitless += 1
-                    if self.fruitless == GIVE_UP_AFTER:
-                        self.give_up()
+            self._tried(p, consider(queued[order[p]], k))
             bfree = self.bfree
 
     def decisions(self, extra: dict | None = None, extra_text: str = "", extra_from: int = 1) -> Decisions:
