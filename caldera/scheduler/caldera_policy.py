@@ -46,6 +46,7 @@ preempt.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
 from itertools import count
 from operator import attrgetter
@@ -163,6 +164,7 @@ class _Cycle(CycleBase):
         self.thr = pol.starvation_threshold_s
         self.queues: dict[str, _Queue] = {}
         self.users: dict[tuple[str, str], list[int]] = {}
+        self._listed: list[tuple[SchedJob, int, int, str | None]] | None = []   # victims to be (see _setup_running)
         self.be_victims: list[Victim] = []             # best-effort, youngest first
         self.qvictims: dict[str, list[Victim]] = {}     # per queue, not best-effort: lowest class, youngest first
         self.be_avail = 0
@@ -189,12 +191,16 @@ class _Cycle(CycleBase):
         return st
 
     def _setup_running(self) -> None:
+        """Usage per queue and user. The running jobs that could be preempted are only listed here; they become
+        :class:`Victim` objects (:meth:`_ensure_victims`) the first time this cycle tries a preemption, which most
+        cycles never do."""
         idx = self.idx
         users = self.users
         queues = self.queues
-        be_victims = self.be_victims
-        qvictims = self.qvictims
         rank_by = _RANK_BY_VALUE
+        only_model = idx.models_sorted[0] if len(idx.models_sorted) == 1 else None
+        on_index = idx.by_name
+        listed = self._listed
         for job in self.snap.running:
             qn = job.queue
             q = queues.get(qn)
@@ -212,7 +218,11 @@ class _Cycle(CycleBase):
             if gpus:
                 model = req.gpu_model
                 if model is None and job.allocations:
-                    model = idx.allocation_model(job.allocations[0])
+                    a = job.allocations[0]
+                    if only_model is None:
+                        model = idx.allocation_model(a)
+                    elif a.gpus and a.node in on_index:
+                        model = only_model
                 used[GPU] = used.get(GPU, 0.0) + gpus
                 if model:
                     mk = GPU + "/" + model
@@ -231,26 +241,39 @@ class _Cycle(CycleBase):
             q.rank_gpus[rank] += gpus
             if not gpus:
                 continue
-            v = Victim(job, rank, gpus, model)
+            listed.append((job, rank, gpus, model))
             if rank == 0:
                 self.be_avail += gpus
-                be_victims.append(v)
             else:
                 nb = q.used_nb
                 nb[GPU] = nb.get(GPU, 0.0) + gpus
                 if model:
                     nb[mk] = nb.get(mk, 0.0) + gpus
-                lst = qvictims.get(qn)
-                if lst is None:
-                    lst = qvictims[qn] = []
-                lst.append(v)
-        be_victims.sort(key=lambda v: -v.started)
-        for lst in qvictims.values():
-            lst.sort(key=_VKEY)
         self._contrib: dict[str, float] = {}
         self._update_reclaimable(self.queues)
 
+    def _ensure_victims(self) -> None:
+        """``be_victims`` (youngest first) and ``qvictims`` (per queue: lowest class, then youngest first)."""
+        if self._listed is None:
+            return
+        be_victims = self.be_victims
+        qvictims = self.qvictims
+        for job, rank, gpus, model in self._listed:
+            v = Victim(job, rank, gpus, model)
+            if rank == 0:
+                be_victims.append(v)
+            else:
+                lst = qvictims.get(job.queue)
+                if lst is None:
+                    lst = qvictims[job.queue] = []
+                lst.append(v)
+        self._listed = None
+        be_victims.sort(key=lambda v: -v.started)
+        for lst in qvictims.values():
+            lst.sort(key=_VKEY)
+
     def all_victims(self) -> Iterator[Victim]:
+        self._ensure_victims()
         yield from self.be_victims
         for lst in self.qvictims.values():
             yield from lst
@@ -353,6 +376,23 @@ class _Cycle(CycleBase):
 
     def best_effort_group(self, group: int) -> bool:
         return self.grank[group] == 0
+
+    def timed_wake(self) -> float | None:
+        """Time reorders the queue (fair-share decay, starvation) and moves reservations, but a reordered queue
+        starts nothing on capacity none of its jobs fit, and a reservation only keeps jobs off nodes. So time
+        matters only while reservations hold back capacity (or victims) some waiting job might use. And a job started in this
+        cycle can take its queue over its deserved share, making that queue's jobs fair game for a reclaim by a
+        queue below its guarantee that was looked at before the start."""
+        if self.starts and self.pol.reclaim and any(q.groups and q.headroom_open() for q in self.queues.values()):
+            return None
+        if not self.reservations:
+            return math.inf
+        g = self.unstarted_min_gpus()
+        if g is None:
+            return math.inf
+        if g == 0 or g <= self.idx.max_block() or any(self.pre):    # reserved nodes also keep victims off limits
+            return None
+        return math.inf
 
     def _explain(self, job: SchedJob, group: int) -> Reason:
         req = job.request
@@ -668,6 +708,7 @@ class _Cycle(CycleBase):
                    directed: list[Victim]):
         """Upper bound, per node, of the GPUs this claimer could get there: free ones plus those of every victim it
         may take (built once per cycle per category; victims taken since only make it looser)."""
+        self._ensure_victims()
         pc = self._pot_cache
         if "be" not in pc:
             pc["be"] = self._node_gpus(self.be_victims)
@@ -706,6 +747,7 @@ class _Cycle(CycleBase):
                 yield v
         if not allow_new:
             return
+        self._ensure_victims()
         if self._be_chosen > 32:
             self.be_victims = [v for v in self.be_victims if not v.chosen]
             self._be_chosen = 0
@@ -828,6 +870,28 @@ class _Cycle(CycleBase):
         now = self.now
         rt = self.runtime_estimate
         ev: list[tuple[float, int, int, float, int]] = []
+        if not self.n_holds:
+            # no preemption or soon-free capacity was taken up in this cycle: every running job frees all it holds
+            # when it ends (terminating ones now), and no Victim objects are needed for that
+            on_index = idx.by_name.get
+            mask = idx._mask
+            for job in self.snap.running:
+                if job.terminating:
+                    t = now
+                else:
+                    st = job.started_at
+                    t = (st if st is not None else now) + rt(job)
+                    if t < now:
+                        t = now
+                for a in job.allocations:
+                    i = on_index(a.node)
+                    if i is not None:
+                        ev.append((t, i, mask(i, a.gpus), a.cpu, a.memory_mib))
+            for st_, job in zip(self.starts, self.started_jobs):
+                ev.extend(self._event_tuples(st_.allocations, now + rt(job)))
+            self._events_new = []
+            ev.sort()
+            return ev
         seen: set[str] = set()
         for v in self.all_victims():
             if not v.allocs:            # the unused rest of a victim: already counted with it

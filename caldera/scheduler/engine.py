@@ -94,7 +94,9 @@ class CycleBase:
         self.snap = snap
         self.now = snap.now
         self.default_rt = default_runtime_estimate_s
-        self.idx = ClusterIndex(snap.nodes, snap.running)
+        cap = snap.capacity
+        self.idx = cap.copy() if cap is not None else ClusterIndex(snap.nodes, snap.running)
+        self.explain_head = EXPLAIN_HEAD if snap.explain else 0
         self.nmax = self.idx.largest_node
         self.bfree = self.idx.max_block()   # largest free block usable by any job
         self.bres = 0                       # largest free block counting reserved nodes (0: no reservations)
@@ -568,7 +570,7 @@ class CycleBase:
             if self.must_see is not None:
                 skip &= ~self.must_see[i:j]
             blk = gba_np[k] | (gbg_np[k] & (g > 0))
-            if i < EXPLAIN_HEAD:            # near the head, skipped jobs still get a specific reason
+            if i < self.explain_head:       # near the head, skipped jobs still get a specific reason
                 sel = np.arange(j - i)
             else:
                 sel = np.flatnonzero(~skip | blk)
@@ -624,6 +626,7 @@ class CycleBase:
         consider = self.consider
         explain = self.explain
         bfree = self.bfree
+        head = self.explain_head
         for p in range(len(order)):
             g = gl[p]
             k = kl[p]
@@ -636,7 +639,7 @@ class CycleBase:
             if g > bfree and g > pre[k] and not (must is not None and self.must_see is not None and must[p]):
                 if not (self.bres > bfree and g <= self.bres
                         and (queued[order[p]].max_runtime_s or np.inf) <= self.horizon):
-                    if p < EXPLAIN_HEAD:
+                    if p < head:
                         explicit.append((p, explain(queued[order[p]], k)))
                     continue
             self._tried(p, consider(queued[order[p]], k))
@@ -646,6 +649,8 @@ class CycleBase:
         """Decisions.pending for every queued job that did not start, keyed in the snapshot's order of ``queued``
         (sequential passes are several times cheaper than passes in scheduling order on large queues); positions
         follow the scheduling order."""
+        if not self.snap.explain:
+            return Decisions(starts=self.starts, preemptions=self.preemptions, wake_at=self.wake_at())
         queued = self.queued
         n = len(queued)
         oia = self.oia
@@ -687,4 +692,26 @@ class CycleBase:
                     lst[0:0] = r
                 else:
                     lst.insert(0, r)
-        return Decisions(starts=self.starts, preemptions=self.preemptions, pending=pending)
+        return Decisions(starts=self.starts, preemptions=self.preemptions, pending=pending, wake_at=self.wake_at())
+
+    def wake_at(self) -> float | None:
+        """``Decisions.wake_at``. A cycle that preempted (the room is not free yet) or cut its preemption search
+        short may do more next time. Otherwise what stayed queued could not start on the capacity left, which only
+        running jobs ending or new preemptions give back; :meth:`timed_wake` says when time alone changes that."""
+        if self.preemptions or self.gave_up:
+            return None
+        return self.timed_wake()
+
+    def timed_wake(self) -> float | None:
+        """Subclasses: the earliest time at which time passing alone could let them start or preempt a job (inf:
+        never); None: cannot tell."""
+        return None
+
+    def unstarted_min_gpus(self) -> int | None:
+        """The fewest GPUs per replica of a job still queued after this cycle (None when none is)."""
+        gs = self.g_sorted
+        if self.started_idx:
+            keep = np.ones(len(gs), dtype=bool)
+            keep[self.started_idx] = False
+            gs = gs[keep]
+        return int(gs.min()) if len(gs) else None

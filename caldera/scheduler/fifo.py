@@ -7,6 +7,8 @@ gets ``GangNoFit``; everyone behind it ``QueuePosition`` with ``details["blocked
 """
 from __future__ import annotations
 
+import math
+
 from caldera.scheduler.engine import CycleBase
 from caldera.scheduler.ordering import gc_paused, queued_since, sort_order
 from caldera.scheduler.snapshot import Decisions, Snapshot
@@ -27,6 +29,8 @@ class FifoPolicy:
             queued = snap.queued
             oi = sort_order(queued, queued_since(queued))
             c.oia = oi
+            # nothing here depends on time: only jobs arriving or ending change what starts
+            c.timed_wake = lambda: math.inf     # type: ignore[method-assign]
             blocked: str | None = None
             for pos, k in enumerate(oi.tolist()):
                 job = queued[k]

@@ -123,22 +123,45 @@ class ClusterIndex:
         self._cpu_cursor: dict[tuple, int] = {}
         self.names = names
         self.by_name = {n: i for i, n in enumerate(names)}
-        self.pools: dict[str, _Pool] = {m: _Pool(m, c) for m, c in largest.items()}
-        self.models_sorted = sorted(self.pools)
+        self._largest = largest
+        self.models_sorted = sorted(largest)
+        self.largest_node = max(largest.values(), default=0)
         for job in running:
             for a in job.allocations:
                 self._take_alloc(a)
+        self._index_free()
+
+    def _index_free(self) -> None:
+        """Bucket the nodes by free GPUs per model, in node order (placement walks buckets in insertion order, so
+        the same free capacity always gives the same choices)."""
+        self.pools: dict[str, _Pool] = {m: _Pool(m, c) for m, c in self._largest.items()}
+        pools = self.pools
+        free = self.free
         for i, models in enumerate(self.node_models):
-            fr = self.free[i]
+            fr = free[i]
             for m, mask in models:
-                pool = self.pools[m]
+                pool = pools[m]
                 f = (fr & mask).bit_count()
                 pool.buckets[f][i] = None
                 pool.total += f
                 pool.size += mask.bit_count()
                 if f > pool.maxf:
                     pool.maxf = f
-        self.largest_node = max(largest.values(), default=0)
+
+    def copy(self) -> "ClusterIndex":
+        """A new index over the same nodes and free capacity, exactly what ``ClusterIndex(nodes, running)`` builds
+        for them, without walking the nodes and the running jobs' allocations again. A caller that keeps an index
+        up to date (:meth:`occupy` as jobs start, :meth:`release` as they end, as the simulator does) hands a copy to
+        each cycle through ``Snapshot.capacity``."""
+        c = _anew(ClusterIndex)
+        c.__dict__.update(self.__dict__)        # the nodes' layout is shared: nothing changes it after __init__
+        c.free = list(self.free)
+        c.cpu = list(self.cpu)
+        c.mem = list(self.mem)
+        c._cpu_nodes = None
+        c._cpu_cursor = {}
+        c._index_free()
+        return c
 
     # ---------------------------------------------------------------------------------------------- queries
     @property

@@ -6,10 +6,13 @@ runtimes; the simulator builds it from a trace. Neither may depend on how the ot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from caldera.core.resources import Resources
 from caldera.core.tenancy import PriorityClass, QueueConfig
+
+if TYPE_CHECKING:
+    from caldera.scheduler.placement import ClusterIndex
 
 
 @dataclass(slots=True, frozen=True)
@@ -74,6 +77,11 @@ class Snapshot:
     queues: dict[str, QueueConfig] = field(default_factory=dict)
     user_usage: dict[str, float] = field(default_factory=dict)     # decayed GPU-seconds per user
     queue_usage: dict[str, float] = field(default_factory=dict)    # decayed GPU-seconds per queue
+    # Free capacity of ``nodes`` net of the ``running`` allocations, when the caller keeps it up to date between
+    # cycles (the simulator does); policies use a copy. None: policies compute it from ``nodes`` and ``running``.
+    capacity: ClusterIndex | None = None
+    # False when the caller never reads ``Decisions.pending`` (the simulator): policies may leave it empty.
+    explain: bool = True
 
 
 @dataclass(slots=True, frozen=True)
@@ -104,6 +112,10 @@ class Decisions:
     starts: list[Start] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
     pending: dict[str, list[Reason]] = field(default_factory=dict)
+    # Unless jobs arrive, end or change, the earliest time at which the policy could start or preempt anything:
+    # ``inf`` when nothing but such a change can, None when the policy cannot tell (call it again soon). The
+    # simulator skips its periodic cycles until then; the decisions of those cycles would be empty anyway.
+    wake_at: float | None = None
 
 
 class Policy(Protocol):

@@ -16,6 +16,7 @@ simulator set it that way), so a running job sinks through the levels as it runs
 from __future__ import annotations
 
 import bisect
+import math
 from operator import attrgetter
 from typing import Iterator, Sequence
 
@@ -98,6 +99,21 @@ class _Cycle(CycleBase):
         yield from self.anon
         for lst in self.directed.values():
             yield from lst
+
+    def timed_wake(self) -> float | None:
+        """Running jobs sink through the levels as they run, and a job that sank may be preempted by one waiting in
+        a lower level: the next such crossing (queued jobs' service does not grow)."""
+        th = self.pol.thresholds_gpu_s
+        now = self.now
+        t = math.inf
+        running = [(v.attained, v.gpus) for v in self.victims if not v.chosen]
+        running += [(j.attained_gpu_s, j.request.gpu * j.replicas) for j in self.started_jobs]
+        for att, g in running:
+            if g:
+                L = bisect.bisect_right(th, att)
+                if L < len(th):
+                    t = min(t, now + (th[L] - att) / g)
+        return t
 
     def _more(self) -> bool:
         cap = self.pol.max_preemptions_per_cycle

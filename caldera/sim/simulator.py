@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable
 
 from caldera.core.resources import GPU, Resources
 from caldera.core.tenancy import QueueConfig, Quota
+from caldera.scheduler.placement import ClusterIndex
 from caldera.scheduler.snapshot import Allocation, Decisions, Node, Policy, SchedJob, Snapshot
 from caldera.sim.cluster import ClusterSpec
 from caldera.sim.traces import TraceJob, _account
@@ -162,6 +163,7 @@ class SimJob:
 @dataclass(slots=True)
 class SimOptions:
     tick_s: float | None = 60.0             # periodic cycle while jobs wait; None/0: only on events
+    wake_hints: bool = True                 # skip the periodic cycles that Decisions.wake_at says change nothing
     cycle_quantum_s: float = 0.0            # > 0: cycles only on multiples of this (events in between batch up)
     half_life_s: float = DEFAULT_HALF_LIFE_S
     preempt_grace_s: float = 0.0
@@ -199,12 +201,32 @@ class SimResult:
     stopped: str = "done"
 
 
+@dataclass(slots=True, frozen=True)
+class SimProgress:
+    """Where a replay is, for progress displays."""
+
+    now_s: float            # simulated time
+    last_arrival_s: float   # simulated time of the trace's last submission
+    finished: int           # jobs completed
+    total: int              # jobs that will be simulated
+    queued: int
+    running: int
+    cycles: int
+    wall_s: float
+
+
+PROGRESS_EVERY_S = 0.5      # wall seconds between progress callbacks
+
+
 class Simulator:
-    """Replays ``jobs`` on ``cluster`` under ``policy``. :meth:`run` returns a :class:`SimResult`."""
+    """Replays ``jobs`` on ``cluster`` under ``policy``. :meth:`run` returns a :class:`SimResult`; ``progress``,
+    when given, is called about every ``PROGRESS_EVERY_S`` wall seconds and once at the end."""
 
     def __init__(self, jobs: Iterable[TraceJob], cluster: ClusterSpec, policy: Policy,
-                 options: SimOptions | None = None) -> None:
+                 options: SimOptions | None = None,
+                 progress: Callable[[SimProgress], None] | None = None) -> None:
         self.opt = options or SimOptions()
+        self.progress = progress
         if self.opt.runtime_estimate is not None and self.opt.runtime_estimate < 1.0:
             raise ValueError("runtime_estimate must be >= 1 (the simulator does not kill jobs at max_runtime_s)")
         self.cluster = cluster
@@ -292,6 +314,7 @@ class Simulator:
         strict = opt.strict
         policy = self.policy
 
+        capacity = ClusterIndex(self.nodes)       # free capacity, indexed, kept up to date for the policies
         node_free: dict[str, list[Any]] = {}      # name -> [free gpu index set, cpu, memory, model by index]
         for n in self.nodes:
             node_free[n.name] = [{d.index for d in n.gpus}, n.cpu, n.memory_mib, {d.index: d.model for d in n.gpus}]
@@ -330,6 +353,14 @@ class Simulator:
         grace = opt.preempt_grace_s
         est = opt.runtime_estimate
         inf = math.inf
+        progress = self.progress
+        last_arrival = arrivals[-1].submit_time_s if arrivals else 0.0
+        finished = 0
+        next_report = wall0 + PROGRESS_EVERY_S
+
+        def report() -> None:
+            progress(SimProgress(now, last_arrival, finished, n_arr, len(queued), len(running), cycles,
+                                 time.perf_counter() - wall0))
 
         def bad(kind: str, msg: str) -> None:
             if strict:
@@ -346,6 +377,7 @@ class Simulator:
                 nf[0].update(a.gpus)
                 nf[1] += a.cpu
                 nf[2] += a.memory_mib
+            capacity.release(sj.allocations)
             allocated -= job.gpus
             user_gpus[sj.user] -= job.gpus
             queue_gpus[sj.queue] -= job.gpus
@@ -418,6 +450,7 @@ class Simulator:
                 nf[0].difference_update(a.gpus)
                 nf[1] -= a.cpu
                 nf[2] -= a.memory_mib
+            capacity.occupy(allocs)
             del queued[sj.id]
             allocated += job.gpus
             user_gpus[sj.user] = user_gpus.get(sj.user, 0) + job.gpus
@@ -467,6 +500,7 @@ class Simulator:
                     job.sj.attained_gpu_s = job.base_attained
                     job.remaining_s = 0.0
                     job.finish = t
+                    finished += 1
                     release(job)
                     job.attempt += 1
                 else:   # grace over: the victim is gone
@@ -487,11 +521,15 @@ class Simulator:
                     sj.attained_gpu_s = c + t * g
                 snap = Snapshot(now=t, nodes=self.nodes, queued=list(queued.values()),
                                 running=list(running_sj.values()), queues=self.queues,
-                                user_usage=dict(user_usage), queue_usage=dict(queue_usage))
+                                user_usage=dict(user_usage), queue_usage=dict(queue_usage),
+                                capacity=capacity, explain=False)
                 p0 = time.perf_counter()
                 decisions: Decisions = policy(snap)
                 policy_s += time.perf_counter() - p0
                 cycles += 1
+                if progress is not None and cycles % 64 == 0 and time.perf_counter() >= next_report:
+                    report()
+                    next_report = time.perf_counter() + PROGRESS_EVERY_S
                 if gc.get_count()[0] > _GC_OBJECTS or cycles % _GC_CYCLES == 0:
                     collections += 1
                     gc.collect(2 if collections % 50 == 0 else 1)
@@ -522,11 +560,7 @@ class Simulator:
                     if start(job, st.allocations, t):
                         acted = True
 
-                # the simulator does not read pending reasons; dropping them now lets reference counting free them
-                # (lazily rendered reasons can hold a reference cycle through their cycle's context until read)
-                pending = decisions.pending
-                if pending and isinstance(pending, dict):
-                    pending.clear()
+                wake = decisions.wake_at if opt.wake_hints else None
                 del decisions, snap
 
                 if alloc_g[-1] != allocated:
@@ -542,21 +576,23 @@ class Simulator:
                         queue_t.append(t)
                         queue_n.append(len(queued))
 
-                if queued and tick is not None:
-                    next_tick = t + tick
-                else:
+                if not queued or tick is None or wake == inf:
                     next_tick = inf
+                elif wake is None or wake <= t + tick:
+                    next_tick = t + tick
+                else:       # the first periodic cycle at or after the policy's wake-up time
+                    next_tick = t + tick * math.ceil((wake - t) / tick - 1e-6)
                 if queued and not heap and ai >= n_arr and not acted:
                     idle_cycles += 1
-                    if idle_cycles >= max(1, opt.stuck_ticks) or tick is None:
+                    if idle_cycles >= max(1, opt.stuck_ticks) or next_tick == inf:
                         stopped = "stuck"
                         break
                 else:
                     idle_cycles = 0
-            elif queued and tick is not None and next_tick == inf:
-                next_tick = t + tick
 
         end = now
+        if progress is not None:
+            report()
         for job in running.values():   # only on max_time: account what they got so far
             job.sj.attained_gpu_s = job.base_attained + (end - job.run_start) * job.gpus
         return SimResult(policy=self.policy_name, cluster=self.cluster, jobs=list(jobs.values()),

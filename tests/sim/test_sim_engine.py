@@ -51,9 +51,13 @@ def test_fifo_two_jobs_one_gpu_by_hand() -> None:
     # slowdowns: a 1, b 140/50, c 1
     assert m["fairness"]["per_account"]["a"]["mean_slowdown"] == pytest.approx((1 + 2.8 + 1) / 3)
     assert res.stopped == "done"
-    # no spinning: a cycle per event batch (arrivals at 0, 10, 300; completions at 100, 150, 400) and one 60-s
-    # tick while b waits (cycle at 10 -> tick at 70); nothing while the queue is empty
-    assert res.cycles == 7
+    # no spinning: a cycle per event batch (arrivals at 0, 10, 300; completions at 100, 150, 400); FIFO's decisions
+    # never change with time alone (Decisions.wake_at = inf), so no periodic cycle while b waits
+    assert res.cycles == 6 and res.tick_cycles == 0
+    # without wake hints, one 60-s tick while b waits (cycle at 10 -> tick at 70), to the same schedule
+    ticked = simulate(jobs, one_gpu(), FifoPolicy(), SimOptions(wake_hints=False))
+    assert ticked.cycles == 7 and ticked.tick_cycles == 1
+    assert [(x.first_start, x.finish) for x in ticked.jobs] == [(x.first_start, x.finish) for x in res.jobs]
 
 
 def test_simultaneous_events_are_one_cycle() -> None:
@@ -173,7 +177,7 @@ def test_running_attained_service_is_current_in_snapshots() -> None:
                 seen.append((snap.now, j.attained_gpu_s))
             return super().__call__(snap)
 
-    simulate([tj("a", 0, 100, 2), tj("b", 10, 5, 2)], ClusterSpec.uniform(1, 2), Spy())
+    simulate([tj("a", 0, 100, 2), tj("b", 10, 5, 2)], ClusterSpec.uniform(1, 2), Spy(), SimOptions(wake_hints=False))
     assert (10.0, 20.0) in seen and (70.0, 140.0) in seen    # 2 GPUs x 10 s; the tick at 70: 2 x 70
 
 
