@@ -58,7 +58,7 @@ from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.tenancy import QueueConfig
 from caldera.scheduler.engine import _RANK_BY_VALUE, CycleBase, Victim, rank_of
 from caldera.scheduler.fairshare import FairShare
-from caldera.scheduler.ordering import gc_paused, gpus_per_replica, queued_since, sort_order
+from caldera.scheduler.ordering import gpus_per_replica, queued_since, sort_order
 from caldera.scheduler.quota import deserved
 from caldera.scheduler.reasons import (
     BACKFILL_BLOCKED, PREEMPT_BEST_EFFORT, PREEMPT_PRIORITY, PREEMPT_RECLAIM, QUEUE_CAPABILITY, RESERVED, USER_CAP,
@@ -151,10 +151,7 @@ class CalderaPolicy:
         self.max_preemptions_per_cycle = max_preemptions_per_cycle
 
     def __call__(self, snapshot: Snapshot) -> Decisions:
-        with gc_paused():
-            cycle = _Cycle(self, snapshot)
-            cycle.loop()
-            return cycle.decisions()
+        return _Cycle.decide(self, snapshot)
 
 
 class _Cycle(CycleBase):
@@ -208,12 +205,8 @@ class _Cycle(CycleBase):
                 q = self.q(qn)
             req = job.request
             n = job.replicas
-            g = req.gpu
-            gpus = g * n
+            gpus = req.gpu * n
             rank = rank_by[job.priority]
-            used = q.used
-            used[CPU] = used.get(CPU, 0.0) + req.cpu * n
-            used[MEMORY] = used.get(MEMORY, 0.0) + req.memory_mib * n
             model = None
             if gpus:
                 model = req.gpu_model
@@ -223,18 +216,24 @@ class _Cycle(CycleBase):
                         model = idx.allocation_model(a)
                     elif a.gpus and a.node in on_index:
                         model = only_model
-                used[GPU] = used.get(GPU, 0.0) + gpus
-                if model:
-                    mk = GPU + "/" + model
-                    used[mk] = used.get(mk, 0.0) + gpus
-            uk = (qn, job.user)
-            us = users.get(uk)
-            if us is None:
-                us = users[uk] = [0, 0, 0]
-            us[0] += gpus
-            if job.interactive:
-                us[1] += 1
-            us[2] += 1
+            if q.cap:           # what running jobs use matters only against a capability
+                used = q.used
+                used[CPU] = used.get(CPU, 0.0) + req.cpu * n
+                used[MEMORY] = used.get(MEMORY, 0.0) + req.memory_mib * n
+                if gpus:
+                    used[GPU] = used.get(GPU, 0.0) + gpus
+                    if model:
+                        mk = GPU + "/" + model
+                        used[mk] = used.get(mk, 0.0) + gpus
+            if q.has_caps:      # and what each user runs, against user caps
+                uk = (qn, job.user)
+                us = users.get(uk)
+                if us is None:
+                    us = users[uk] = [0, 0, 0]
+                us[0] += gpus
+                if job.interactive:
+                    us[1] += 1
+                us[2] += 1
             if job.terminating:
                 self.add_soon_free(Victim(job, rank, gpus, model))
                 continue
@@ -248,6 +247,7 @@ class _Cycle(CycleBase):
                 nb = q.used_nb
                 nb[GPU] = nb.get(GPU, 0.0) + gpus
                 if model:
+                    mk = GPU + "/" + model
                     nb[mk] = nb.get(mk, 0.0) + gpus
         self._contrib: dict[str, float] = {}
         self._update_reclaimable(self.queues)
@@ -591,13 +591,15 @@ class _Cycle(CycleBase):
         allocs = self.start(job, plan, g, cpu, mem)
         gpus = g * n
         used = q.used
-        used[CPU] = used.get(CPU, 0.0) + cpu * n
-        used[MEMORY] = used.get(MEMORY, 0.0) + mem * n
+        if q.cap:
+            used[CPU] = used.get(CPU, 0.0) + cpu * n
+            used[MEMORY] = used.get(MEMORY, 0.0) + mem * n
         refresh = False
         if gpus:
             mk = GPU + "/" + plan[0]
-            used[GPU] = used.get(GPU, 0.0) + gpus
-            used[mk] = used.get(mk, 0.0) + gpus
+            if q.cap:
+                used[GPU] = used.get(GPU, 0.0) + gpus
+                used[mk] = used.get(mk, 0.0) + gpus
             if rank > 0:
                 was = q.gpu_keys_guar and self.reclaimable > 0 and q.headroom_open()
                 nb = q.used_nb

@@ -22,10 +22,11 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from caldera.scheduler.ordering import gc_paused
 from caldera.scheduler.placement import ClusterIndex, Plan
 from caldera.scheduler.quota import never_fits
 from caldera.scheduler.reasons import (
-    BEST_EFFORT_NO_IDLE, GANG_NO_FIT, NEVER_FITS, PositionContext, build_pending, gpus_phrase, num,
+    BEST_EFFORT_NO_IDLE, GANG_NO_FIT, NEVER_FITS, PendingReasons, PositionContext, gpus_phrase, num,
 )
 from caldera.scheduler.snapshot import Allocation, Decisions, Preempt, Reason, SchedJob, Snapshot, Start
 
@@ -35,7 +36,7 @@ _MEM = attrgetter("request.memory_mib")
 GIVE_UP_AFTER = 512
 _FRUITFUL = frozenset({"WaitingForPreemption", "Reserved"})     # a considered job that got these changed something
 EXPLAIN_HEAD = 256       # jobs this close to the head get a specific reason even when the loop skips them
-SMALL_QUEUE = 2048       # shorter queues use a plain loop instead of vectorised chunks
+SMALL_QUEUE = 2048 # shorter queues use a plain loop instead of vectorised chunks
 _snew = object.__new__
 _set_sid = Start.__dict__["job_id"].__set__
 _set_sallocs = Start.__dict__["allocations"].__set__
@@ -130,6 +131,15 @@ class CycleBase:
         self.k_sorted: np.ndarray = np.zeros(0, dtype=np.intp)
         self.init_groups(0)
 
+    @classmethod
+    def decide(cls, *args) -> Decisions:
+        """A whole cycle: build it (``args`` as the subclass's constructor takes them), run the loop and return its
+        decisions, with the garbage collector paused."""
+        with gc_paused():
+            cycle = cls(*args)
+            cycle.loop()
+            return cycle.decisions()
+
     def init_groups(self, G: int) -> None:
         """Per group: ``pre`` (largest node size when the group could preempt or use soon-free capacity, else 0)
         and whole-group blocks (a reason for all its jobs, or for its GPU jobs). Kept as lists; the loop takes
@@ -196,9 +206,9 @@ class CycleBase:
         job that is no longer queued becomes anyone's."""
         if not self.directed:
             return []
-        want = set(self.directed)
-        found = [k for k, jid in enumerate(self.ids()) if jid in want]
         ids = self.ids()
+        found = np.flatnonzero(np.fromiter(map(set(self.directed).__contains__, ids), dtype=bool,
+                                           count=len(ids))).tolist()
         present = {ids[k] for k in found}
         for jid in [j for j in self.directed if j not in present]:
             for v in self.directed.pop(jid):
@@ -681,17 +691,12 @@ class CycleBase:
 
         ctx = PositionContext(self.now, pending_in_order, self.idx.total_free_gpus + self.held_free_gpus,
                               self.idx.total_gpus, self.releases(), runtime, extra, extra_text, extra_from)
-        pending = build_pending(queued, positions, ctx)
-        for k in started:
-            del pending[queued[k].id]
+        first: dict[int, list[Reason]] = {}
         if self.explicit:
             where = oia[np.fromiter((p for p, _ in self.explicit), dtype=np.intp, count=len(self.explicit))].tolist()
-            for k, (_, r) in zip(where, self.explicit):
-                lst = pending[queued[k].id]
-                if isinstance(r, list):
-                    lst[0:0] = r
-                else:
-                    lst.insert(0, r)
+            for k, (_, r) in zip(where, self.explicit):     # a later reason for the same job goes first
+                first[k] = (r if isinstance(r, list) else [r]) + first.get(k, [])
+        pending = PendingReasons(queued, started, first, positions, ctx)
         return Decisions(starts=self.starts, preemptions=self.preemptions, pending=pending, wake_at=self.wake_at())
 
     def wake_at(self) -> float | None:

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import deque
-from itertools import repeat
-from operator import attrgetter
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Callable
 
 from caldera.scheduler.snapshot import Reason, SchedJob
@@ -108,37 +106,8 @@ class PositionContext:
         self.extra_text = extra_text
         self.extra_from = extra_from      # positions from this one on get ``extra``
         self._est: list[float | None] = []
-        self._lists: tuple[list[SchedJob], dict[str, list[Reason]]] | None = None
-        self._positions: Callable[[], list[int]] | None = None
-        self._posmap: dict[int, int] | None = None
         self._heap: list[tuple[float, int]] | None = None
         self._t = now
-
-    def attach(self, jobs: list[SchedJob], pending: dict[str, list[Reason]],
-               positions: Callable[[], list[int]]) -> None:
-        self._lists = (jobs, pending)
-        self._positions = positions
-
-    def position_of(self, r: Reason) -> int:
-        if self._posmap is None:
-            assert self._lists is not None and self._positions is not None
-            jobs, pending = self._lists
-            pm: dict[int, int] = {}
-            get = pending.get
-            for job, p in zip(jobs, self._positions()):
-                lst = get(job.id)
-                if not lst:
-                    continue
-                x = lst[-1]
-                if not isinstance(x, QueuePositionReason):     # someone appended to the list: find ours
-                    x = next((y for y in lst if isinstance(y, QueuePositionReason)), None)
-                    if x is None:
-                        continue
-                pm[id(x)] = p
-            self._posmap = pm
-            self._lists = None            # no reference back to the reasons any more
-            self._positions = None
-        return self._posmap[id(r)]
 
     @property
     def pending(self) -> list[SchedJob]:
@@ -204,21 +173,13 @@ class QueuePositionReason(Reason):
     __slots__ = ("_pos", "_ctx")
     code = QUEUE_POSITION     # shadows the dataclass slot: the same for every instance
 
-    def _position(self) -> int:
-        try:
-            return self._pos
-        except AttributeError:          # large queues: positions are resolved on first access
-            p = self._ctx.position_of(self)
-            _set_pos(self, p)
-            return p
-
     @property
     def message(self) -> str:  # type: ignore[override]
-        return self._ctx.message(self._position())
+        return self._ctx.message(self._pos)
 
     @property
     def details(self) -> dict[str, Any]:  # type: ignore[override]
-        return self._ctx.details(self._position())
+        return self._ctx.details(self._pos)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Reason):
@@ -237,26 +198,59 @@ class QueuePositionReason(Reason):
 _new = object.__new__
 _set_pos = QueuePositionReason.__dict__["_pos"].__set__
 _set_ctx = QueuePositionReason.__dict__["_ctx"].__set__
-_LARGE = 2048
-_ID = attrgetter("id")
 
 
-def build_pending(jobs: list[SchedJob], positions: Callable[[], list[int]], ctx: PositionContext
-                  ) -> dict[str, list[Reason]]:
-    """``Decisions.pending`` with one QueuePosition reason per job: ``jobs[k]`` is at ``positions()[k]``.
+class PendingReasons(Mapping[str, list[Reason]]):
+    """``Decisions.pending``: job id -> reasons, for every queued job that did not start, in the snapshot's order.
 
-    Large queues: one pass creating the lists and reason objects (the cheapest way to make 100,000 of them); the
-    context lives on a per-cycle subclass and resolves positions on first access. Until then the context refers to
-    the dict (a reference cycle the garbage collector clears if nothing ever reads the reasons); the first access
-    drops that reference, so read decisions are freed by reference counting. Small queues set positions directly."""
-    n = len(jobs)
-    if n >= _LARGE:
-        cls = type("QueuePositionReason", (QueuePositionReason,), {"__slots__": (), "_ctx": ctx})
-        new = _new
-        pending = {j.id: [new(cls)] for j in jobs}
-        ctx.attach(jobs, pending, positions)
-        return pending
-    objs = list(map(_new, repeat(QueuePositionReason, n)))
-    deque(map(_set_ctx, objs, repeat(ctx, n)), maxlen=0)
-    deque(map(_set_pos, objs, positions()), maxlen=0)
-    return dict(zip(map(_ID, jobs), map(list, zip(objs))))
+    A job's list (its specific reasons, then its ``QueuePosition``) is made the first time it is read and kept, so
+    a cycle that leaves 100,000 jobs waiting costs nothing per job until someone looks: the live loop reads them
+    all, but after the cycle, and the simulator never does.
+    """
+
+    __slots__ = ("_jobs", "_started", "_first", "_positions", "_ctx", "_index", "_made")
+
+    def __init__(self, jobs: list[SchedJob], started: Iterable[int], first: dict[int, list[Reason]],
+                 positions: Callable[[], list[int]], ctx: PositionContext) -> None:
+        self._jobs = jobs                       # the snapshot's queued jobs
+        self._started = set(started)            # indices into jobs
+        self._first = first                     # index -> reasons that come before the QueuePosition one
+        self._positions: Callable[[], list[int]] | list[int] = positions   # per index, resolved on first use
+        self._ctx = ctx
+        self._index: dict[str, int] | None = None
+        self._made: dict[int, list[Reason]] = {}
+
+    def _reasons(self, k: int) -> list[Reason]:
+        lst = self._made.get(k)
+        if lst is None:
+            pos = self._positions
+            if callable(pos):
+                pos = self._positions = pos()
+            r = _new(QueuePositionReason)
+            _set_ctx(r, self._ctx)
+            _set_pos(r, pos[k])
+            lst = self._made[k] = [*self._first.get(k, ()), r]
+        return lst
+
+    def __getitem__(self, job_id: str) -> list[Reason]:
+        if self._index is None:
+            self._index = {j.id: k for k, j in enumerate(self._jobs)}
+        k = self._index.get(job_id)
+        if k is None or k in self._started:
+            raise KeyError(job_id)
+        return self._reasons(k)
+
+    def __iter__(self) -> Iterator[str]:
+        started = self._started
+        return (j.id for k, j in enumerate(self._jobs) if k not in started)
+
+    def __len__(self) -> int:
+        return len(self._jobs) - len(self._started)
+
+    def items(self) -> Iterator[tuple[str, list[Reason]]]:  # type: ignore[override]
+        started = self._started
+        make = self._reasons
+        return ((j.id, make(k)) for k, j in enumerate(self._jobs) if k not in started)
+
+    def __repr__(self) -> str:
+        return f"PendingReasons({len(self)} jobs)"

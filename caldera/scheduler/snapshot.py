@@ -6,6 +6,7 @@ runtimes; the simulator builds it from a trace. Neither may depend on how the ot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from caldera.core.resources import Resources
@@ -111,7 +112,7 @@ class Reason:
 class Decisions:
     starts: list[Start] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
-    pending: dict[str, list[Reason]] = field(default_factory=dict)
+    pending: Mapping[str, list[Reason]] = field(default_factory=dict)     # a read-only mapping
     # Unless jobs arrive, end or change, the earliest time at which the policy could start or preempt anything:
     # ``inf`` when nothing but such a change can, None when the policy cannot tell (call it again soon). The
     # simulator skips its periodic cycles until then; the decisions of those cycles would be empty anyway.

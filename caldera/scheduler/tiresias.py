@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from caldera.scheduler.engine import CycleBase, Victim
-from caldera.scheduler.ordering import gc_paused, gpus_per_replica, queued_since, sort_order
+from caldera.scheduler.ordering import gpus_per_replica, queued_since, sort_order
 from caldera.scheduler.reasons import PREEMPT_LAS, WAITING_FOR_PREEMPTION, num
 from caldera.scheduler.snapshot import Decisions, Preempt, Reason, SchedJob, Snapshot
 
@@ -48,10 +48,7 @@ class TiresiasPolicy:
         return bisect.bisect_right(self.thresholds_gpu_s, attained_gpu_s)
 
     def __call__(self, snap: Snapshot) -> Decisions:
-        with gc_paused():
-            c = _Cycle(self, snap)
-            c.loop()
-            return c.decisions()
+        return _Cycle.decide(self, snap)
 
 
 class _Cycle(CycleBase):

@@ -12,12 +12,13 @@ from typing import Any, Iterable, Optional, Sequence
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from caldera.scheduler.registry import POLICIES, get_policy
 from caldera.sim.cluster import ClusterSpec
 from caldera.sim.metrics import compute_metrics
-from caldera.sim.simulator import DEFAULT_HALF_LIFE_S, SimOptions, Simulator, load_queue_file
+from caldera.sim.simulator import DEFAULT_HALF_LIFE_S, SimOptions, SimProgress, Simulator, load_queue_file
 from caldera.sim.traces import TraceJob, load_trace, summarize, trace_path
 
 DEFAULT_OUT = Path("out/sim")
@@ -142,8 +143,17 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
     for name in policies:
         policy = get_policy(name, **((policy_options or {}).get(name, {})))
         w0 = time.perf_counter()
-        with console.status(f"replaying under {name}...", spinner="dots") if not quiet else _null():
+        if quiet:
             res = Simulator(jobs, spec, policy, options).run()
+        else:
+            with _progress(console) as bar:
+                task = bar.add_task(f"{name}", total=max(len(jobs), 1), sim="")
+
+                def show(p: SimProgress, task=task, bar=bar) -> None:
+                    bar.update(task, completed=p.finished, total=max(p.total, 1),
+                               sim=f"day {p.now_s / 86400:.1f}, {p.queued:,} queued, {p.running:,} running, "
+                                   f"{p.cycles:,} cycles")
+                res = Simulator(jobs, spec, policy, options, progress=show).run()
         m = compute_metrics(res, series_points=series_points)
         m["policy"] = name    # the registry name, even if the object calls itself otherwise
         wall[name] = time.perf_counter() - w0
@@ -177,12 +187,11 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
     return out
 
 
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+def _progress(console: Console) -> Progress:
+    """A replay's progress: jobs finished, simulated day, queue and cycles so far, wall time."""
+    return Progress(TextColumn("replaying under [bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("jobs done; {task.fields[sim]}"), TimeElapsedColumn(), console=console,
+                    transient=True)
 
 
 # --------------------------------------------------------------------------------------------------- Typer

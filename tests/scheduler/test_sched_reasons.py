@@ -7,6 +7,8 @@ import json
 import pickle
 import time
 
+import pytest
+
 from caldera.scheduler import reasons
 from caldera.scheduler.caldera_policy import CalderaPolicy
 from caldera.scheduler.fifo import FifoPolicy
@@ -71,23 +73,30 @@ def test_large_queues_use_lazy_reasons_that_behave_like_reasons():
     assert d.pending["j00000"][0].code == "GangNoFit"
 
 
-def test_lazy_and_eager_reasons_are_identical(monkeypatch):
+def test_pending_is_a_mapping_made_as_it_is_read():
     q = [job(f"j{i:04d}", 1 + i % 8, queued_since=NOW - 400 + i, user=f"u{i % 7}", max_runtime_s=600 * (i % 3))
          for i in range(300)]
     run = [running("r", {"n0": range(8)}, started_at=NOW, max_runtime_s=600),
            running("be", {"n1": range(4)}, priority="best-effort")]
     snap = snapshot(nodes(4), q, run)
-
-    def render(d):
-        return {k: [(r.code, r.message, r.details) for r in v] for k, v in d.pending.items()}
-
-    monkeypatch.setattr(reasons, "_LARGE", 10**9)
-    eager = CalderaPolicy()(snap)
-    monkeypatch.setattr(reasons, "_LARGE", 1)
-    lazy = CalderaPolicy()(snap)
-    assert type(lazy.pending["j0299"][-1]) is not type(eager.pending["j0299"][-1])
-    assert render(eager) == render(lazy)
-    assert [s.job_id for s in eager.starts] == [s.job_id for s in lazy.starts]
+    d = CalderaPolicy()(snap)
+    started = {s.job_id for s in d.starts}
+    assert started and len(d.pending) == 300 - len(started)
+    assert list(d.pending) == [j.id for j in q if j.id not in started]        # the snapshot's order
+    assert all(jid not in d.pending for jid in started) and "nope" not in d.pending
+    with pytest.raises(KeyError):
+        d.pending[next(iter(started))]
+    first = d.pending["j0299"]
+    assert d.pending["j0299"] is first                                       # made once
+    plain = {k: list(v) for k, v in d.pending.items()}
+    assert d.pending == plain and dict(d.pending) == plain
+    positions = sorted(v[-1].details["position"] for v in plain.values())
+    assert positions == list(range(1, len(plain) + 1))                        # every position once
+    assert all(v[-1].code == "QueuePosition" for v in plain.values())
+    # a second cycle over the same snapshot decides the same and explains the same
+    again = CalderaPolicy()(snap)
+    assert {k: [(r.code, r.message, r.details) for r in v] for k, v in again.pending.items()} == \
+        {k: [(r.code, r.message, r.details) for r in v] for k, v in plain.items()}
 
 
 def test_reasons_for_jobs_deep_in_a_long_queue_are_cheap_but_present():
