@@ -1,7 +1,7 @@
 """Replay the whole Philly trace (82,247 jobs, 109 days) under each policy and compare them.
 
     python benchmarks/bench_sim.py [OUT_DIR] [--nodes 80] [--gpus-per-node 8] [--policies fifo,tiresias,caldera]
-                                   [--limit N] [--tick 60] [--cycle-quantum 0] [--traces-dir DIR]
+                                   [--limit N] [--tick 60] [--no-wake-hints] [--cycle-quantum 0] [--traces-dir DIR]
 
 The default cluster is 80 nodes x 8 V100s = 640 GPUs. Run with every job starting at its submission, the trace keeps
 a median of 422 GPUs busy (90th percentile 709, peak 1,154; mean demand 374 GPUs over the 109 days), so 640 GPUs
@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default="fifo,tiresias,caldera")
     ap.add_argument("--limit", type=int, default=None, help="only the first N jobs (default: all)")
     ap.add_argument("--tick", type=float, default=60.0, help="periodic cycle while jobs wait (simulated s)")
+    ap.add_argument("--no-wake-hints", action="store_true",
+                    help="run every periodic cycle, even those the policy says change nothing (same results)")
     ap.add_argument("--cycle-quantum", type=float, default=0.0, help="> 0: schedule on multiples of this (s)")
     ap.add_argument("--traces-dir", default=None)
     args = ap.parse_args(argv)
@@ -45,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     out = run_sim("philly", policies, traces_dir=args.traces_dir, nodes=args.nodes,
                   gpus_per_node=args.gpus_per_node, gpu_model=args.gpu_model, limit=args.limit,
-                  tick_s=args.tick or None, cycle_quantum_s=args.cycle_quantum, out_dir=args.out, console=console)
+                  tick_s=args.tick or None, wake_hints=not args.no_wake_hints, cycle_quantum_s=args.cycle_quantum,
+                  out_dir=args.out, console=console)
     total = time.perf_counter() - t0
 
     t = Table(title=f"Philly, {out['config']['jobs']:,} jobs, {args.nodes} x {args.gpus_per_node} {args.gpu_model}")

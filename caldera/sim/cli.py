@@ -79,6 +79,7 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
             time_scale: float = 1.0,
             arrival_scale: float = 1.0,
             tick_s: float | None = 60.0,
+            wake_hints: bool = True,
             cycle_quantum_s: float = 0.0,
             half_life_s: float = DEFAULT_HALF_LIFE_S,
             preempt_grace_s: float = 0.0,
@@ -135,7 +136,7 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
     say(f"[bold]{trace_name}[/]: {len(jobs):,} jobs loaded in {load_s:.2f} s; cluster {spec.describe()}")
 
     queues = load_queue_file(queue_file) if queue_file else None
-    options = SimOptions(tick_s=tick_s, cycle_quantum_s=cycle_quantum_s, half_life_s=half_life_s,
+    options = SimOptions(tick_s=tick_s, wake_hints=wake_hints, cycle_quantum_s=cycle_quantum_s, half_life_s=half_life_s,
                          preempt_grace_s=preempt_grace_s, restart_overhead_s=restart_overhead_s, share=share,
                          queues=queues, strict=strict, max_time_s=max_time_s, runtime_estimate=runtime_estimate)
     results: list[dict[str, Any]] = []
@@ -166,7 +167,8 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
 
     config = {"trace": trace_name, "jobs": len(jobs), "limit": limit, "time_scale": time_scale,
               "arrival_scale": arrival_scale, "cluster": spec.to_dict(), "policies": list(policies),
-              "policy_options": policy_options or {}, "tick_s": tick_s, "cycle_quantum_s": cycle_quantum_s,
+              "policy_options": policy_options or {}, "tick_s": tick_s, "wake_hints": wake_hints,
+              "cycle_quantum_s": cycle_quantum_s,
               "half_life_s": half_life_s, "preempt_grace_s": preempt_grace_s,
               "restart_overhead_s": restart_overhead_s, "share": share, "runtime_estimate": runtime_estimate,
               "queue_file": str(queue_file) if queue_file else None, "max_time_s": max_time_s}
@@ -223,6 +225,8 @@ def run_cmd(
     time_scale: float = typer.Option(1.0, help="multiply all trace times (submissions and durations)"),
     arrival_scale: float = typer.Option(1.0, help="multiply submission times only (< 1 raises the load)"),
     tick: float = typer.Option(60.0, help="periodic cycle while jobs wait, simulated seconds (0: events only)"),
+    wake_hints: bool = typer.Option(True, "--wake-hints/--no-wake-hints",
+                                    help="skip periodic cycles the policy says cannot change anything"),
     cycle_quantum: float = typer.Option(0.0, help="> 0: schedule only on multiples of this many seconds"),
     half_life: float = typer.Option(DEFAULT_HALF_LIFE_S, help="fair-share usage half-life (s)"),
     preempt_grace: float = typer.Option(0.0, help="seconds a preempted job keeps its GPUs"),
@@ -244,7 +248,7 @@ def run_cmd(
     run_sim(trace, names, traces_dir=traces_dir, nodes=nodes, gpus_per_node=gpus_per_node, gpu_model=gpu_model,
             cpu_per_node=cpu_per_node, memory_gib_per_node=memory_gib_per_node, cluster=cluster,
             nodes_csv=nodes_csv, limit=limit, time_scale=time_scale, arrival_scale=arrival_scale,
-            tick_s=tick or None, cycle_quantum_s=cycle_quantum, half_life_s=half_life,
+            tick_s=tick or None, wake_hints=wake_hints, cycle_quantum_s=cycle_quantum, half_life_s=half_life,
             preempt_grace_s=preempt_grace, restart_overhead_s=restart_overhead, share=share,
             runtime_estimate=runtime_estimate, queue_file=queue_file, policy_options=json.loads(policy_options) if policy_options else None,
             max_time_s=max_time, strict=strict, out_dir=out, plot=not no_plot)

@@ -2,7 +2,9 @@
 
 The policy is the same callable the live loop uses (``Snapshot -> Decisions``). Each scheduling cycle builds a
 :class:`Snapshot` from state the simulator keeps up to date incrementally (queued and running jobs in insertion-ordered
-dicts, per-node free GPUs, decayed usage), calls the policy and applies its decisions:
+dicts, per-node free GPUs, decayed usage), calls the policy and applies its decisions. The snapshot carries the
+free-capacity index the simulator maintains (``Snapshot.capacity``: policies copy it instead of rebuilding it from the
+running jobs) and says that no pending reasons are wanted (``explain=False``); neither changes a decision.
 
 * ``Start``: the job runs on the given allocations for its remaining work; a completion event is queued.
 * ``Preempt``: the victim stops (after ``preempt_grace_s``, during which it keeps its resources and is
@@ -10,11 +12,15 @@ dicts, per-node free GPUs, decayed usage), calls the policy and applies its deci
   the preemption request is kept, plus ``restart_overhead_s`` on resume) and its GPU-seconds added to
   ``attained_gpu_s``.
 
-Cycles run once per batch of simultaneous events (arrivals, completions, releases) and, while jobs wait, at least
-every ``tick_s`` simulated seconds so time-based rules (starvation, reservations, least-attained-service) progress.
-Nothing runs while the queue is empty and nothing happens. Jobs that could not fit the empty cluster are dropped and
-counted. If the cluster is idle, no event is left and ``stuck_ticks`` cycles in a row start nothing (for instance a
-quota caps a queue below a job's size), the replay stops and the queued jobs are reported as unfinished.
+Cycles run once per batch of simultaneous events (arrivals, completions, releases) and, while jobs wait, every
+``tick_s`` simulated seconds so time-based rules (starvation, reservations, least-attained-service) progress. With
+``wake_hints`` (the default) a periodic cycle is skipped until the time the policy's last ``Decisions.wake_at`` names:
+the policy has said that no such cycle before then could start or preempt anything, so the replay is the same, only
+faster (FIFO never needs one; Tiresias wakes when a running job crosses into a lower-priority level). Nothing runs
+while the queue is empty and nothing happens. Jobs that could not fit the empty cluster are dropped and counted. If
+the cluster is idle, no event is left and ``stuck_ticks`` cycles in a row start nothing (for instance a quota caps a
+queue below a job's size), or the policy says only an event could change that, the replay stops and the queued jobs
+are reported as unfinished.
 """
 from __future__ import annotations
 
