@@ -12,7 +12,7 @@ decayed usage. The queue: 1, 2, 4, 8 GPUs and 2 x 8 / 4 x 8 gangs and 0.2% CPU-o
 are past the starvation threshold).
 
 Snapshot construction is not timed. Prints the median milliseconds of one ``policy(snapshot)`` call per queue
-length and policy; for ``caldera`` also the next cycle (its decisions applied: started jobs running, victims
+length and policy, raw and (in brackets) scaled to a 100-ms calibration loop timed just before each call; for ``caldera`` also the next cycle (its decisions applied: started jobs running, victims
 terminating), what the first cycle decided, and how long reading every pending reason's message and details takes
 afterwards (they are rendered lazily). A calibration loop tells how fast the (shared) machine was. Exits 0.
 """
@@ -123,18 +123,22 @@ def make_snapshot(n_queued: int, n_nodes: int = 1250, gpn: int = 8, seed: int = 
                     queue_usage=queue_usage)
 
 
-def time_policy(policy, snap: Snapshot, runs: int) -> tuple[float, object]:
-    """Median wall-clock ms of ``policy(snap)``. The previous cycle's decisions are dropped (and the garbage
+def time_policy(policy, snap: Snapshot, runs: int) -> tuple[float, float, object]:
+    """Median wall-clock ms of ``policy(snap)``, raw and scaled to a 100-ms calibration loop timed right before each
+    call (this VM's speed drifts within seconds). The previous cycle's decisions are dropped (and the garbage
     collector runs) between cycles, outside the timed call."""
-    times = []
+    times, scaled = [], []
     d = None
     for _ in range(runs):
         d = None
         gc.collect()
+        cal = calibrate(2)
         t = time.perf_counter()
         d = policy(snap)
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times), d
+        ms = (time.perf_counter() - t) * 1000
+        times.append(ms)
+        scaled.append(ms * 100 / cal)
+    return statistics.median(times), statistics.median(scaled), d
 
 
 def apply(snap: Snapshot, d) -> Snapshot:
@@ -153,10 +157,10 @@ def apply(snap: Snapshot, d) -> Snapshot:
                     running=running, queues=snap.queues, user_usage=snap.user_usage, queue_usage=snap.queue_usage)
 
 
-def calibrate() -> float:
-    """Milliseconds for a fixed pure-Python loop (best of 5): this VM's speed varies with its neighbours."""
+def calibrate(tries: int = 5) -> float:
+    """Milliseconds for a fixed pure-Python loop (best of ``tries``): this VM's speed varies with its neighbours."""
     best = 1e9
-    for _ in range(5):
+    for _ in range(tries):
         t = time.perf_counter()
         s = 0
         for i in range(3_000_000):
@@ -192,12 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             policy = policies[name]
             policy(snap)                      # warm up
-            ms, d = time_policy(policy, snap, args.runs)
-            row.append(f"{ms:.1f}")
+            ms, norm, d = time_policy(policy, snap, args.runs)
+            row.append(f"{ms:.1f} ({norm:.1f})")
             if name == "caldera":
                 nxt = apply(snap, d)
-                ms2, d2 = time_policy(policy, nxt, args.runs)
-                row.append(f"{ms2:.1f}")
+                ms2, norm2, d2 = time_policy(policy, nxt, args.runs)
+                row.append(f"{ms2:.1f} ({norm2:.1f})")
                 t = time.perf_counter()
                 chars = 0
                 for reasons in d.pending.values():
@@ -225,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     print("".join(h.rjust(w) for h, w in zip(header, widths)))
     for r in rows:
         print("".join(c.rjust(w) for c, w in zip(r, widths)))
+    print("(in brackets: each cycle scaled to a 100-ms calibration loop timed just before it)")
     for line in notes:
         print(line)
     return 0
