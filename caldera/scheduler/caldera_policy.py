@@ -378,11 +378,12 @@ class _Cycle(CycleBase):
         return self.grank[group] == 0
 
     def timed_wake(self) -> float | None:
-        """Time reorders the queue (fair-share decay, starvation) and moves reservations, but a reordered queue
-        starts nothing on capacity none of its jobs fit, and a reservation only keeps jobs off nodes. So time
-        matters only while reservations hold back capacity (or victims) some waiting job might use. And a job started in this
-        cycle can take its queue over its deserved share, making that queue's jobs fair game for a reclaim by a
-        queue below its guarantee that was looked at before the start."""
+        """Time reorders the queue (fair-share decay, starvation) and moves reservations. A reordered queue starts
+        nothing on capacity none of its jobs fit and preempts nothing it could not preempt before, and a reservation
+        only keeps jobs off nodes; so time matters only while reservations hold back capacity, or victims, that
+        some waiting job might use. Apart from time: a job started in this cycle can take its queue over its
+        deserved share, making that queue's jobs fair game for a reclaim by a queue below its guarantee that was
+        looked at before the start."""
         if self.starts and self.pol.reclaim and any(q.groups and q.headroom_open() for q in self.queues.values()):
             return None
         if not self.reservations:
@@ -390,9 +391,36 @@ class _Cycle(CycleBase):
         g = self.unstarted_min_gpus()
         if g is None:
             return math.inf
-        if g == 0 or g <= self.idx.max_block() or any(self.pre):    # reserved nodes also keep victims off limits
+        if g == 0 or g <= self.idx.max_block() or self._could_preempt():
             return None
         return math.inf
+
+    def _could_preempt(self) -> bool:
+        """Whether any waiting job might preempt anyone, reservations aside: a best-effort job runs (or started in
+        this cycle) while others wait, a queue with waiting jobs has a guarantee to reclaim with, or a queue runs
+        jobs of a lower class than one it has waiting."""
+        pol = self.pol
+        lowest: dict[str, int] = {}         # queue -> lowest class of its running (and just started) GPU jobs
+        for q in self.queues.values():
+            for r in range(4):
+                if q.rank_gpus[r]:
+                    lowest[q.name] = r
+                    break
+        for job in self.started_jobs:
+            if job.request.gpu:
+                r = rank_of(job.priority)
+                if r < lowest.get(job.queue, 4):
+                    lowest[job.queue] = r
+        waiting_ranks = [(q, max((self.grank[k] for k in q.groups), default=-1)) for q in self.queues.values()
+                         if q.groups]
+        if 0 in lowest.values() and any(r > 0 for _, r in waiting_ranks):
+            return True
+        for q, r in waiting_ranks:
+            if pol.reclaim and q.gpu_keys_guar and r > 0:
+                return True
+            if pol.priority_preemption and 0 < lowest.get(q.name, 4) < r:
+                return True
+        return False
 
     def _explain(self, job: SchedJob, group: int) -> Reason:
         req = job.request

@@ -67,8 +67,9 @@ def test_wake_hints_skip_only_empty_cycles_on_philly(philly, policy) -> None:
 
 @pytest.mark.parametrize("grace", [0.0, 30.0])
 @pytest.mark.parametrize("policy", ("tiresias", "caldera"))
-def test_wake_hints_with_preemption_quotas_and_reservations(policy, grace) -> None:
-    jobs = mixed_jobs()
+@pytest.mark.parametrize("n,seed", [(400, 7), (300, 10)])     # seeds that caught missed time dependencies once
+def test_wake_hints_with_preemption_quotas_and_reservations(policy, grace, n, seed) -> None:
+    jobs = mixed_jobs(n, seed)
     cluster = ClusterSpec.uniform(3, 8, "a100")
     opts = dict(queues=mixed_queues(), preempt_grace_s=grace, runtime_estimate=1.5, strict=True)
     hinted = replay(jobs, cluster, policy, **opts)
@@ -79,10 +80,10 @@ def test_wake_hints_with_preemption_quotas_and_reservations(policy, grace) -> No
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_capacity_index_and_no_reasons_change_no_decision(monkeypatch, policy) -> None:
-    """The replay hands each cycle a copy of the index it keeps up to date and asks for no reasons; a replay whose
-    snapshots carry neither (policies rebuild the index from the running jobs and explain every waiting job) gives
-    the same schedule."""
+def test_no_shortcut_changes_a_decision_on_mixed_gpu_models(monkeypatch, policy) -> None:
+    """The replay hands each cycle a copy of the index it keeps up to date, asks for no reasons and skips empty
+    periodic cycles; a replay with none of that (policies rebuild the index from the running jobs and explain every
+    waiting job, every tick runs) gives the same schedule, on a cluster of two GPU models."""
     jobs = mixed_jobs(250, seed=3)
     cluster = ClusterSpec.parse("2x8:a100,2x4:v100", 64.0, 512 * 1024)
     opts = dict(queues=mixed_queues(), strict=True)
@@ -99,7 +100,7 @@ def test_capacity_index_and_no_reasons_change_no_decision(monkeypatch, policy) -
         return snap
 
     monkeypatch.setattr(simmod, "Snapshot", plain_snapshot)
-    plain = replay(jobs, cluster, policy, **opts)
+    plain = replay(jobs, cluster, policy, wake_hints=False, **opts)
     assert seen and seen[0].capacity is None and seen[0].explain
     assert schedule(fast) == schedule(plain)
 
