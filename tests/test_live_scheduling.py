@@ -48,3 +48,22 @@ def test_best_effort_is_preempted_with_notice_and_requeued(api, admin):
     assert "deadline" in notice and urgent in notice
     api.client.post(f"/api/v1/jobs/{be}/cancel", headers=admin)
     _until(api, admin, be, {"Cancelled"})
+
+
+def test_stored_reasons_are_rewritten_when_what_a_person_reads_changes():
+    from caldera.server.loop import reasons_changed
+
+    def pos(position, start, message_time="10:05"):
+        return {"code": "QueuePosition", "message": f"position {position} in the queue, estimated start at "
+                f"{message_time}", "details": {"position": position, "estimated_start": start}}
+
+    stored = [pos(3, 1000.0)]
+    assert not reasons_changed(stored, [pos(3, 1001.5)])                  # the estimate drifted within the minute
+    assert reasons_changed(stored, [pos(3, 1061.0, "10:06")])             # the minute shown changed
+    assert reasons_changed(stored, [pos(2, 1000.0)])                      # moved up the queue
+    blocked = {"code": "GangNoFit", "message": "needs 4 GPUs on one node and the largest free block is 2",
+               "details": {"largest_free_block": 2}}
+    assert reasons_changed(stored, [blocked, pos(3, 1000.0)])             # a new reason in front
+    assert reasons_changed([blocked, pos(3, 1000.0)],
+                           [{**blocked, "details": {"largest_free_block": 3}}, pos(3, 1000.0)])
+    assert reasons_changed([], [pos(1, 1000.0)])

@@ -28,6 +28,23 @@ from caldera.server.jobs import note, record
 from caldera.server.platform import Platform
 
 log = logging.getLogger("caldera.loop")
+_DRIFTS = "estimated_start"
+
+
+def reasons_changed(stored: list[dict], new: list[dict]) -> bool:
+    """Whether a queued job's stored reasons need rewriting. Estimated starts drift a little every cycle as time
+    passes; rewriting every queued job's row each second for that would be most of the loop's writes, so they are
+    rewritten when what a person reads changes: a code, a message (which shows the estimate as HH:MM) or any other
+    detail."""
+    if len(stored) != len(new):
+        return True
+    for a, b in zip(stored, new):
+        if a.get("code") != b["code"] or a.get("message") != b["message"]:
+            return True
+        da, dn = a.get("details") or {}, b["details"] or {}
+        if da.keys() != dn.keys() or any(da[k] != v for k, v in dn.items() if k != _DRIFTS):
+            return True
+    return False
 
 ACTIVE = (JobState.STARTING.value, JobState.RUNNING.value)
 
@@ -213,7 +230,8 @@ class SchedulerLoop:
         for job_id, reasons in decisions.pending.items():
             payload = [{"code": r.code, "message": r.message, "details": r.details} for r in reasons]
             job = db.get(Job, job_id)
-            if job is not None and job.state == JobState.QUEUED.value and job.pending_reasons != payload:
+            if job is not None and job.state == JobState.QUEUED.value and reasons_changed(job.pending_reasons,
+                                                                                          payload):
                 job.pending_reasons = payload
 
     def _launch(self, db: Session, job: Job, allocations: tuple[Allocation, ...], now: float) -> None:
