@@ -12,9 +12,10 @@ decayed usage. The queue: 1, 2, 4, 8 GPUs and 2 x 8 / 4 x 8 gangs and 0.2% CPU-o
 are past the starvation threshold).
 
 Snapshot construction is not timed. Prints the median milliseconds of one ``policy(snapshot)`` call per queue
-length and policy, raw and (in brackets) scaled to a 100-ms calibration loop timed just before each call; for ``caldera`` also the next cycle (its decisions applied: started jobs running, victims
-terminating), what the first cycle decided, and how long reading every pending reason's message and details takes
-afterwards (they are rendered lazily). A calibration loop tells how fast the (shared) machine was. Exits 0.
+length and policy, raw and (in brackets) scaled to a 100-ms calibration loop timed just before each call; for
+``caldera`` also the next cycle (its decisions applied: started jobs running, victims terminating), what the first
+cycle decided, and how long reading every pending reason's message and details takes afterwards (they are
+rendered lazily). A calibration loop tells how fast the (shared) machine was. Exits 0.
 """
 from __future__ import annotations
 

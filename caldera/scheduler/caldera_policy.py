@@ -900,30 +900,11 @@ class _Cycle(CycleBase):
         now = self.now
         rt = self.runtime_estimate
         ev: list[tuple[float, int, int, float, int]] = []
-        if not self.n_holds:
-            # no preemption or soon-free capacity was taken up in this cycle: every running job frees all it holds
-            # when it ends (terminating ones now), and no Victim objects are needed for that
-            on_index = idx.by_name.get
-            mask = idx._mask
-            for job in self.snap.running:
-                if job.terminating:
-                    t = now
-                else:
-                    st = job.started_at
-                    t = (st if st is not None else now) + rt(job)
-                    if t < now:
-                        t = now
-                for a in job.allocations:
-                    i = on_index(a.node)
-                    if i is not None:
-                        ev.append((t, i, mask(i, a.gpus), a.cpu, a.memory_mib))
-            for st_, job in zip(self.starts, self.started_jobs):
-                ev.extend(self._event_tuples(st_.allocations, now + rt(job)))
-            self._events_new = []
-            ev.sort()
-            return ev
         seen: set[str] = set()
-        for v in self.all_victims():
+        # Victims matter only once this cycle preempted or claimed soon-free capacity (chosen ones free up now, the
+        # unused rest of one is counted with it); until then every running job simply frees what it holds when it
+        # ends, and no Victim objects are needed for that.
+        for v in self.all_victims() if self.n_holds else ():
             if not v.allocs:            # the unused rest of a victim: already counted with it
                 continue
             seen.add(v.id)
@@ -934,7 +915,7 @@ class _Cycle(CycleBase):
                 t = max(now, v.started + rt(job))
             for i, m, c, mm in v.node_parts(idx):
                 ev.append((t, i, m, c, mm))
-        for job in self.snap.running:          # the rest: CPU-only jobs
+        for job in self.snap.running:          # the rest: CPU-only jobs, or everyone when no victim was touched
             if job.id in seen:
                 continue
             st = job.started_at if job.started_at is not None else now

@@ -14,6 +14,12 @@ from caldera.scheduler.ordering import gc_paused, queued_since, sort_order
 from caldera.scheduler.snapshot import Decisions, Snapshot
 
 
+class _Cycle(CycleBase):
+    def timed_wake(self) -> float:
+        """Nothing here depends on time: only jobs arriving or ending change what starts."""
+        return math.inf
+
+
 class FifoPolicy:
     """Options: ``default_runtime_estimate_s`` (3600; used for the estimated start of waiting jobs)."""
 
@@ -24,13 +30,11 @@ class FifoPolicy:
 
     def __call__(self, snap: Snapshot) -> Decisions:
         with gc_paused():
-            c = CycleBase(snap, self.default_runtime_estimate_s)
+            c = _Cycle(snap, self.default_runtime_estimate_s)
             idx = c.idx
             queued = snap.queued
             oi = sort_order(queued, queued_since(queued))
             c.oia = oi
-            # nothing here depends on time: only jobs arriving or ending change what starts
-            c.timed_wake = lambda: math.inf     # type: ignore[method-assign]
             blocked: str | None = None
             for pos, k in enumerate(oi.tolist()):
                 job = queued[k]

@@ -136,8 +136,9 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
     say(f"[bold]{trace_name}[/]: {len(jobs):,} jobs loaded in {load_s:.2f} s; cluster {spec.describe()}")
 
     queues = load_queue_file(queue_file) if queue_file else None
-    options = SimOptions(tick_s=tick_s, wake_hints=wake_hints, cycle_quantum_s=cycle_quantum_s, half_life_s=half_life_s,
-                         preempt_grace_s=preempt_grace_s, restart_overhead_s=restart_overhead_s, share=share,
+    options = SimOptions(tick_s=tick_s, wake_hints=wake_hints, cycle_quantum_s=cycle_quantum_s,
+                         half_life_s=half_life_s, preempt_grace_s=preempt_grace_s,
+                         restart_overhead_s=restart_overhead_s, share=share,
                          queues=queues, strict=strict, max_time_s=max_time_s, runtime_estimate=runtime_estimate)
     results: list[dict[str, Any]] = []
     wall: dict[str, float] = {}
@@ -150,7 +151,7 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
             with _progress(console) as bar:
                 task = bar.add_task(f"{name}", total=max(len(jobs), 1), sim="")
 
-                def show(p: SimProgress, task=task, bar=bar) -> None:
+                def show(p: SimProgress) -> None:
                     bar.update(task, completed=p.finished, total=max(p.total, 1),
                                sim=f"day {p.now_s / 86400:.1f}, {p.queued:,} queued, {p.running:,} running, "
                                    f"{p.cycles:,} cycles")
