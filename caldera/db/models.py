@@ -20,6 +20,10 @@ class User(Base):
     default_account: Mapped[str | None] = mapped_column(String(64), nullable=True)
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[float] = mapped_column(Float)
+    # the unprivileged OS uid (= gid) this user's jobs run as, fixed on first use so files keep their owner
+    os_uid: Mapped[int | None] = mapped_column(Integer, nullable=True, unique=True)
+    # tokens and sessions issued before this moment (a password change) are no longer accepted
+    credentials_changed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Account(Base):
