@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -47,6 +48,19 @@ class Settings(BaseSettings):
     initial_admin_password: str | None = Field(None, description="first admin's password; generated when empty")
     traces_dir: Path = Field(default_factory=_default_traces_dir)
     isolate_distributed_network: bool = True   # ranks of a local distributed job share a private network namespace
+    # "owner": every job runs as its owner's unprivileged OS uid (needs a root server). "server": jobs run as the
+    # server's own user, isolated from nothing -- an admin must choose it explicitly
+    run_jobs_as: Literal["owner", "server"] = "owner"
+    job_uid_min: int = Field(200_000, ge=1000, description="uids created for platform users come from this range")
+    job_uid_max: int = Field(299_999, ge=1000)
+    os_user_prefix: str = Field("cal-", description="OS accounts created for platform users: <prefix><username>")
+    workspaces_dir: Path | None = Field(None, description="users' own files; <data_dir>/workspaces when empty")
+    # interactive services live on an origin of their own, so a notebook's JavaScript never runs where the
+    # platform's cookie is valid. The default host differs from the platform's (127.0.0.1 vs localhost): cookies
+    # are per host, not per port
+    lab_port: int | None = Field(None, description="port of the lab origin; port + 1 when empty")
+    lab_public_url: str | None = Field(None, description="e.g. https://labs.example.edu; derived when empty")
+    lab_cookie_ttl_s: int = 2 * 3600
 
     @property
     def sqlite_path(self) -> Path:
@@ -63,3 +77,24 @@ class Settings(BaseSettings):
     @property
     def url(self) -> str:
         return self.public_url or f"http://{self.host}:{self.port}"
+
+    @property
+    def workspaces(self) -> Path:
+        return self.workspaces_dir or self.data_dir / "workspaces"
+
+    @property
+    def scratch_dir(self) -> Path:
+        """Per-attempt directories a job may read (preemption notice, the lab's socket), one owner each."""
+        return self.data_dir / "scratch"
+
+    @property
+    def lab_bind_port(self) -> int:
+        return self.lab_port or self.port + 1
+
+    @property
+    def lab_url(self) -> str:
+        if self.lab_public_url:
+            return self.lab_public_url.rstrip("/")
+        host = "localhost" if self.host in ("127.0.0.1", "0.0.0.0") else "127.0.0.1" if self.host == "localhost" \
+            else f"labs.{self.host}"
+        return f"http://{host}:{self.lab_bind_port}"

@@ -15,6 +15,15 @@ from caldera.scheduler.snapshot import Allocation, Node
 
 
 @dataclass(frozen=True)
+class RunAs:
+    """The unprivileged OS identity a job's processes run as (its owner's)."""
+
+    name: str
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     job_id: str
     attempt: int                     # 1 for the first run, +1 after each preemption re-queue
@@ -23,6 +32,8 @@ class LaunchRequest:
     workdir: Path                    # kept across attempts so a preempted job resumes from its checkpoint
     env: dict[str, str] = field(default_factory=dict)   # platform-injected, e.g. CALDERA_JOB_ID
     base_url: str = ""               # for interactive jobs: the path the platform proxies, e.g. /jobs/<id>/lab/
+    run_as: RunAs | None = None      # None: as the server's own user (only when an admin chose run_jobs_as=server)
+    home: Path | None = None         # the owner's own space: HOME, and the only host path the job may write
 
 
 @dataclass
@@ -56,7 +67,8 @@ class Endpoint:
     host: str
     port: int
     base_url: str                    # path prefix the service expects
-    headers: dict[str, str] = field(default_factory=dict)   # what the proxy adds (the service's token); never shown
+    headers: dict[str, str] = field(default_factory=dict)   # what the proxy adds (the service's login); never shown
+    socket: str | None = None        # a Unix socket only the platform may open; host and port are then unused
 
 
 class Runtime(Protocol):

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from caldera.core.spec import SpecError
 from caldera.core.states import InvalidTransition
-from caldera.server import api_admin, api_auth, api_jobs, proxy, web
+from caldera.server import api_admin, api_auth, api_jobs, lab_entry, web
 from caldera.server.errors import CalderaError
 from caldera.server.loop import SchedulerLoop
 from caldera.server.platform import Platform
@@ -19,7 +18,6 @@ from caldera.server.platform import Platform
 def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.proxy_client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
         loop = SchedulerLoop(platform)
         app.state.loop = loop
         if run_loop:
@@ -28,7 +26,6 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
             yield
         finally:
             loop.stop()
-            await app.state.proxy_client.aclose()
 
     app = FastAPI(title="Caldera", version="0.1.0", lifespan=lifespan, openapi_url="/api/v1/openapi.json",
                   docs_url="/api/v1/docs", redoc_url=None)
@@ -57,6 +54,6 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     def health() -> dict:
         return {"ok": True}
 
-    for r in (api_auth.router, api_jobs.router, api_admin.router, proxy.router, web.router):
+    for r in (api_auth.router, api_jobs.router, api_admin.router, lab_entry.router, web.router):
         app.include_router(r)
     return app

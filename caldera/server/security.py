@@ -47,19 +47,24 @@ def new_opaque_token(prefix: str) -> str:
 class Keys:
     access: str
     refresh: str
+    lab: str   # the lab origin's tickets and cookies: a key of their own, so nothing there is a platform token
 
     @classmethod
-    def load_or_create(cls, path: Path) -> "Keys":
-        """Keys live in a 0600 file in the data directory, created once."""
-        if path.exists():
-            data = json.loads(path.read_text())
-            return cls(data["access"], data["refresh"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        keys = cls(secrets.token_hex(32), secrets.token_hex(32))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"access": keys.access, "refresh": keys.refresh}, fh)
-        return keys
+    def load_or_create(cls, path: Path) -> Keys:
+        """Keys live in a 0600 file in the data directory, created once; a key added by an upgrade is added to
+        the file."""
+        data = json.loads(path.read_text()) if path.exists() else {}
+        missing = [name for name in ("access", "refresh", "lab") if name not in data]
+        if missing:
+            data.update({name: secrets.token_hex(32) for name in missing})
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, path)
+        os.chmod(path, 0o600)
+        return cls(data["access"], data["refresh"], data["lab"])
 
 
 class TokenError(Exception):
@@ -100,3 +105,27 @@ def decode_access(keys: Keys, token: str) -> int:
 def decode_refresh(keys: Keys, token: str) -> tuple[int, str]:
     claims = _decode(token, keys.refresh, "refresh")
     return int(claims["sub"]), str(claims.get("jti", ""))
+
+
+LAB_TICKET = "lab-ticket"     # one use, a minute: carries a login from the platform's origin to the lab's
+LAB_SESSION = "lab-session"   # the lab origin's cookie: one job, one user, a few hours
+
+
+@dataclass(frozen=True)
+class LabClaims:
+    user_id: int
+    job_id: str
+    issued_at: float
+    jti: str
+
+
+def issue_lab(keys: Keys, typ: str, user_id: int, job_id: str, ttl_s: float) -> str:
+    now = time.time()
+    return jwt.encode({"sub": str(user_id), "job": job_id, "typ": typ, "iat": now, "exp": now + ttl_s,
+                       "jti": secrets.token_hex(16)}, keys.lab, algorithm="HS256")
+
+
+def decode_lab(keys: Keys, token: str, typ: str) -> LabClaims:
+    claims = _decode(token, keys.lab, typ)
+    return LabClaims(int(claims["sub"]), str(claims.get("job", "")), float(claims.get("iat", 0)),
+                     str(claims.get("jti", "")))

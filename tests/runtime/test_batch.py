@@ -37,7 +37,7 @@ def test_batch_success_sees_its_environment(launch, runtime, settings, tmp_path,
         "cwd": str(tmp_path / "work" / "b1"),          # created by launch
         "CUDA_VISIBLE_DEVICES": "1,0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CALDERA_JOB_ID": "b1", "CALDERA_ATTEMPT": "2",
-        "CALDERA_PREEMPT_NOTICE": str(run_dir / "preempt-notice"), "notice_exists": False,
+        "CALDERA_PREEMPT_NOTICE": str(settings.scratch_dir / "b1.2" / "preempt-notice"), "notice_exists": False,
         "CALDERA_ACCOUNT": "physics", "USER_VAR": "hello", "CALDERA_SECRET_KEY": None}
     assert h.data["run_dir"] == str(run_dir) and h.data["kind"] == "batch"
     json.dumps(h.data)   # persisted by the server as JSON

@@ -26,9 +26,9 @@ pytestmark = [pytest.mark.jupyter,
 BASE = "/jobs/lab1/lab/"
 
 
-def _execute(url: str, headers: dict[str, str], code: str, timeout: float = 60.0) -> str:
-    """Run ``code`` over the kernel's websocket channels and return what it printed."""
-    from websockets.sync.client import connect
+def _execute(ep, path: str, code: str, timeout: float = 60.0) -> str:
+    """Run ``code`` over the kernel's websocket channels (on Lab's Unix socket) and return what it printed."""
+    from websockets.sync.client import unix_connect
 
     session = uuid.uuid4().hex
     msg_id = uuid.uuid4().hex
@@ -38,7 +38,8 @@ def _execute(url: str, headers: dict[str, str], code: str, timeout: float = 60.0
                "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
                            "allow_stdin": False, "stop_on_error": True}}
     out = []
-    with connect(url, additional_headers=headers, open_timeout=timeout, max_size=None) as ws:
+    with unix_connect(ep.socket, f"ws://localhost{path}", additional_headers=ep.headers, open_timeout=timeout,
+                      max_size=None) as ws:
         ws.send(json.dumps(request))
         while True:
             msg = json.loads(ws.recv(timeout=timeout))
@@ -52,42 +53,62 @@ def _execute(url: str, headers: dict[str, str], code: str, timeout: float = 60.0
                 return "".join(out)
 
 
+def _http(ep) -> httpx.Client:
+    return httpx.Client(transport=httpx.HTTPTransport(uds=ep.socket), base_url="http://localhost", timeout=30)
+
+
+def _new_kernel(http: httpx.Client, ep) -> str:
+    """What the Lab page does: fetch a page (Jupyter sets its _xsrf cookie), then POST with the XSRF header."""
+    http.get(ep.base_url + "lab", headers=ep.headers)
+    xsrf = http.cookies["_xsrf"]
+    r = http.post(ep.base_url + "api/kernels", json={"name": "python3"},
+                  headers={"Cookie": f"{ep.headers['Cookie']}; _xsrf={xsrf}", "X-XSRFToken": xsrf})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
 def _wait_running(runtime, h) -> None:
     wait_for(lambda: runtime.observe(h).phase is Phase.RUNNING, timeout=90, interval=0.2, what="Lab to answer")
 
 
-def test_lab_runs_code_behind_its_token(launch, runtime, settings, monkeypatch) -> None:
+def test_lab_listens_only_on_a_private_socket(launch, runtime, settings, monkeypatch) -> None:
     h = launch(job_id="lab1", kind="jupyter", base_url=BASE)
     with monkeypatch.context() as m:   # as long as Lab does not answer, the job is starting and has no endpoint
-        m.setattr(jupyter, "ready", lambda *a, **k: False)
+        m.setattr(jupyter, "login", lambda *a, **k: None)
         assert runtime.observe(h).phase is Phase.STARTING
         assert runtime.endpoints(h) == []
     _wait_running(runtime, h)
 
     [ep] = runtime.endpoints(h)
-    assert (ep.name, ep.host, ep.base_url) == ("lab", "127.0.0.1", BASE)
-    token = ep.headers["Authorization"].removeprefix("token ")
+    assert (ep.name, ep.base_url) == ("lab", BASE) and ep.socket
+    scratch = Path(h.data["scratch"])
+    assert stat.S_ISSOCK(os.stat(ep.socket).st_mode) and stat.S_IMODE(os.stat(ep.socket).st_mode) == 0o600
+    assert stat.S_IMODE(scratch.stat().st_mode) == 0o700
+    lab_pid = json.loads((Path(h.data["run_dir"]) / "rank-0.pid").read_text())["child_pid"]
+    assert listening_tcp(lab_pid) == []   # no TCP port at all
+    token = (Path(h.data["run_dir"]) / "jupyter.token").read_text().strip()
     assert len(token) >= 32
-    run_dir = Path(h.data["run_dir"])
-    assert stat.S_IMODE((run_dir / "jupyter.token").stat().st_mode) == 0o600
-    assert token not in json.dumps(h.data) and token not in (run_dir / "meta.json").read_text()
-    assert LocalRuntime(settings).endpoints(h) == [ep]          # a restarted server finds it too
+    assert stat.S_IMODE((Path(h.data["run_dir"]) / "jupyter.token").stat().st_mode) == 0o600
+    # once Lab read them, the token and the cookie secret are gone from what the job can read
+    assert not (scratch / "lab-token").exists() and not (scratch / "runtime" / "jupyter_cookie_secret").exists()
+    for leak in (json.dumps(h.data), (Path(h.data["run_dir"]) / "meta.json").read_text(), ep.headers["Cookie"],
+                 Path(f"/proc/{lab_pid}/environ").read_bytes().decode(errors="replace"),
+                 Path(f"/proc/{lab_pid}/cmdline").read_bytes().decode(errors="replace")):
+        assert token not in leak
+    assert LocalRuntime(settings).endpoints(h)[0].socket == ep.socket   # a restarted server finds it, logs in again
 
-    root = f"http://127.0.0.1:{ep.port}{BASE}"
-    with httpx.Client(timeout=30) as http:
-        assert http.get(root + "api/status").status_code in (401, 403)            # no token, no entry
-        # what the proxy sends: the token, Host = the upstream, a foreign Origin dropped or not (token auth wins)
-        r = http.get(root + "api/status", headers={**ep.headers, "Origin": "https://caldera.example"})
-        assert r.status_code == 200
-        # DNS-rebinding protection stays on: the proxy must rewrite Host
-        assert http.get(root + "api/status", headers={**ep.headers, "Host": "caldera.example"}).status_code == 403
-        r = http.post(root + "api/kernels", headers=ep.headers, json={"name": "python3"})
-        assert r.status_code == 201, r.text
-        kernel = r.json()["id"]
+    with _http(ep) as http:
+        assert http.get(BASE + "api/status").status_code in (401, 403)            # no login, no entry
+        assert http.get(BASE + "api/status", headers=ep.headers).status_code == 200
+        # DNS-rebinding protection stays on: the proxy must send Host localhost
+        assert http.get(BASE + "api/status", headers={**ep.headers, "Host": "caldera.example"}).status_code == 403
+        # Jupyter's XSRF check stays on for the platform's login: a POST without the _xsrf pair is refused
+        assert http.post(BASE + "api/kernels", headers=ep.headers, json={"name": "python3"}).status_code == 403
+        kernel = _new_kernel(http, ep)
 
-    ws_url = f"ws://127.0.0.1:{ep.port}{BASE}api/kernels/{kernel}/channels?session_id={uuid.uuid4().hex}"
-    assert _execute(ws_url, ep.headers, "print(6*7)") == "42\n"
-    kernel_pid = int(_execute(ws_url, ep.headers, "import os; print(os.getpid())"))
+    path = f"{BASE}api/kernels/{kernel}/channels?session_id={uuid.uuid4().hex}"
+    assert _execute(ep, path, "print(6*7)") == "42\n"
+    kernel_pid = int(_execute(ep, path, "import os; print(os.getpid())"))
     kernel_start = procs.start_time(kernel_pid)
 
     runtime.stop(h, grace_s=10)
@@ -99,17 +120,34 @@ def test_lab_runs_code_behind_its_token(launch, runtime, settings, monkeypatch) 
     assert "Jupyter Server" in log and token not in log
 
 
+def listening_tcp(pid: int) -> list[str]:
+    """The TCP sockets ``pid`` listens on, from /proc (inodes of its fds against /proc/net/tcp*)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    listening = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in inodes:   # 0A: LISTEN
+                listening.append(cols[1])
+    return listening
+
+
 def test_kernels_die_with_a_killed_lab(launch, runtime) -> None:
     """Kernels run in sessions of their own; when Lab dies abruptly they are found by the job's run tag."""
     h = launch(job_id="lab2", kind="jupyter", base_url="/jobs/lab2/lab")
     _wait_running(runtime, h)
     [ep] = runtime.endpoints(h)
     assert ep.base_url == "/jobs/lab2/lab/"
-    root = f"http://127.0.0.1:{ep.port}{ep.base_url}"
-    r = httpx.post(root + "api/kernels", headers=ep.headers, json={"name": "python3"}, timeout=30)
-    assert r.status_code == 201, r.text
-    ws_url = f"ws://127.0.0.1:{ep.port}{ep.base_url}api/kernels/{r.json()['id']}/channels"
-    kernel_pid = int(_execute(ws_url, ep.headers, "import os; print(os.getpid())"))
+    with _http(ep) as http:
+        kernel = _new_kernel(http, ep)
+    kernel_pid = int(_execute(ep, f"{ep.base_url}api/kernels/{kernel}/channels", "import os; print(os.getpid())"))
     kernel_start = procs.start_time(kernel_pid)
     assert procs.stat(kernel_pid).pgrp != h.data["ranks"][0]["pid"]   # outside the shim's process group
     lab = json.loads((Path(h.data["run_dir"]) / "rank-0.pid").read_text())

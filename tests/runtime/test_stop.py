@@ -89,7 +89,7 @@ def test_preemption_notice_is_written_before_sigterm(launch, runtime, settings, 
         "sh", "-c", f'trap \'cat "$CALDERA_PREEMPT_NOTICE" > seen.txt; exit 0\' TERM; '
                     f'[ -e "$CALDERA_PREEMPT_NOTICE" ] && echo early > early.txt; touch up; {LOOP}'])
     wait_for(_started(work / "up"))
-    notice_file = settings.runs_dir / "pre" / "1" / "preempt-notice"
+    notice_file = settings.scratch_dir / "pre.1" / "preempt-notice"
     assert not notice_file.exists() and not (work / "early.txt").exists()
     before = datetime.now(timezone.utc)
     runtime.stop(h, grace_s=20, notice="preempted: a high-priority job needs this GPU")
@@ -106,7 +106,7 @@ def test_a_notice_that_carries_its_own_deadline_is_written_as_is(launch, runtime
     text = "preempted: reclaim\ndeadline: 2030-01-01T00:00:00+00:00\n"
     runtime.stop(h, grace_s=0, notice=text)
     wait_terminal(runtime, h)
-    assert (settings.runs_dir / "pre2" / "1" / "preempt-notice").read_text() == text
+    assert (settings.scratch_dir / "pre2.1" / "preempt-notice").read_text() == text
 
 
 def test_stopping_an_ended_job_is_harmless(launch, runtime) -> None:

@@ -1,25 +1,29 @@
-"""Jupyter Lab as a job: the command line, and the probe that tells STARTING from RUNNING.
+"""Jupyter Lab as a job: the command line, and the probe that tells STARTING from RUNNING and logs the platform in.
 
-Security model: Lab binds 127.0.0.1 only and requires a random token; only the platform's proxy knows it (from
-``LocalRuntime.endpoints``). The token reaches Jupyter through JUPYTER_TOKEN_FILE (a 0600 file in the run dir),
-not the command line, where every local user could read it in /proc/<pid>/cmdline. A token that does not come
-from Jupyter itself is printed as "..." in Jupyter's startup banner, so it never lands in the job log either.
+Security model:
+* Lab listens on a Unix socket (no TCP port at all) in the job's scratch directory, 0700 and owned by the job's
+  uid, so no other user's job can even open it; the platform (root) can.
+* Lab still requires its random token. The token reaches Lab through JUPYTER_TOKEN_FILE, a 0600 file the job owns,
+  never through the environment or the command line; once Lab answered, that file and Lab's cookie secret are
+  deleted, so nothing on disk lets even another job of the same user in. The platform keeps its own copy in the
+  root-only run directory.
+* The proxy does not send the token on each request: the probe exchanges it once for Lab's login cookie, which the
+  proxy adds server-side (the browser never sees it). Cookie-authenticated requests keep Jupyter's XSRF check for
+  every state-changing request, which a token header would switch off.
 
-No cross-origin check is relaxed (no allow_origin, allow_remote_access stays off). The proxy must
-* send ``Authorization: token <tok>`` (the Endpoint's headers) on every HTTP request and websocket upgrade --
-  token-authenticated requests skip Jupyter's Origin and XSRF checks;
-* set Host to ``127.0.0.1:<port>`` (Jupyter refuses non-loopback Host names: DNS-rebinding protection) and drop the
-  browser's Origin header;
-* keep the path as is (Lab serves under ``base_url``, e.g. /jobs/<id>/lab/) and tunnel websockets
-  (``<base_url>api/kernels/<id>/channels``, ``<base_url>terminals/websocket/<n>``, ``<base_url>api/events/subscribe``),
-  forwarding the Sec-WebSocket-Protocol the browser asks for (v1.kernel.websocket.jupyter.org).
+The proxy must send the Endpoint's Cookie, set Host to ``localhost`` (Jupyter refuses other names: DNS-rebinding
+protection), pass Jupyter's own ``_xsrf`` cookie and header through, and check Origin itself (see
+caldera/server/lab_proxy.py).
 """
 from __future__ import annotations
 
 import http.client
-import os
+import socket
 import sys
+from http.cookies import SimpleCookie
 from pathlib import Path
+
+HOST = "localhost"
 
 
 def normalise_base_url(base_url: str) -> str:
@@ -27,25 +31,45 @@ def normalise_base_url(base_url: str) -> str:
     return base if base == "/" else base + "/"
 
 
-def lab_argv(port: int, base_url: str, root_dir: Path) -> list[str]:
-    argv = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-            "--port-retries=0",                                  # the endpoint is this port or nothing
+def lab_argv(sock: Path, base_url: str, root_dir: Path, as_root: bool) -> list[str]:
+    argv = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.sock={sock}",
+            "--ServerApp.sock_mode=0600",
             f"--ServerApp.base_url={base_url}", f"--ServerApp.root_dir={root_dir}",
             # no calls to the internet from a lab host
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             "--LabApp.news_url=None"]
-    if os.geteuid() == 0:
+    if as_root:
         argv.append("--allow-root")
     return argv
 
 
-def ready(port: int, base_url: str, token: str, timeout_s: float = 1.0) -> bool:
-    """Lab answers its authenticated status API."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__(HOST, timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+def login(sock: str, base_url: str, token: str, timeout_s: float = 1.0) -> str | None:
+    """Lab answers its authenticated status API: returns the ``Cookie`` header value of the login it granted,
+    or None while it is not up yet."""
+    conn = _UnixConnection(sock, timeout_s)
     try:
-        conn.request("GET", f"{base_url}api/status", headers={"Authorization": f"token {token}"})
-        return conn.getresponse().status == 200
+        conn.request("GET", f"{base_url}api/status", headers={"Authorization": f"token {token}", "Host": HOST})
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status != 200:
+            return None
+        jar: SimpleCookie = SimpleCookie()
+        for header in resp.headers.get_all("Set-Cookie") or []:
+            jar.load(header)
+        logins = [f"{name}={m.coded_value}" for name, m in jar.items() if name.startswith("username-")]
+        return "; ".join(logins) or None
     except (OSError, http.client.HTTPException):
-        return False
+        return None
     finally:
         conn.close()

@@ -9,8 +9,9 @@ Everything needed to find a job again after the server restarts is a file here, 
     rank-<r>.exit       written by rank r's shim when the command ended: exit code, signal, time
     stop.json           a stop was requested: when, and when SIGKILL follows (the shims read it on SIGTERM)
     gang-failure.json   first failing rank of a distributed job (created exclusively: first writer wins)
-    preempt-notice      the CALDERA_PREEMPT_NOTICE file; absent until a preemption
-    jupyter.token       0600, the Jupyter token (never in meta.json or a log)
+    jupyter.token       0600, the platform's copy of the Jupyter token (never in meta.json or a log)
+
+The job itself never sees this directory (it is root's, 0700): what it may read lives in its scratch directory.
 
 Standard library only (imported by the shim).
 """
@@ -85,10 +86,6 @@ class RunDir:
     @property
     def gang_failure(self) -> Path:
         return self.path / "gang-failure.json"
-
-    @property
-    def notice(self) -> Path:
-        return self.path / "preempt-notice"
 
     @property
     def token(self) -> Path:

@@ -8,7 +8,9 @@ was SIGKILLed and restarted -- re-attaches to running jobs by reading their run 
     world_size   number of ranks
     ranks        [{"rank": r, "pid": shim pid (= its process group), "start": /proc start time}]
     netns        true when the ranks share a private network namespace
-    port, base_url   (jupyter) where Lab listens; the token is only in <run_dir>/jupyter.token (0600)
+    scratch      the attempt's job-owned directory (see ``owner``): preemption notice, the lab's socket
+    run_as       [uid, gid] the commands run as, or null (the server's own user)
+    socket, base_url   (jupyter) where Lab listens; the platform's copy of its token is <run_dir>/jupyter.token
 
 A handle with empty ``data`` works too: it is read back from <run_dir>/meta.json.
 """
@@ -30,8 +32,8 @@ from typing import Any, Iterator
 import caldera
 from caldera.config import Settings
 from caldera.core.spec import JobKind
-from caldera.runtime.base import Endpoint, Handle, LaunchRequest, Observation, Phase
-from caldera.runtime.local import jupyter, netns, procs
+from caldera.runtime.base import Endpoint, Handle, LaunchRequest, Observation, Phase, RunAs
+from caldera.runtime.local import jupyter, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
 from caldera.scheduler.snapshot import Device, Node
@@ -44,6 +46,13 @@ _KILL_MARGIN_S = 1.0      # the shims SIGKILL at the deadline themselves; the ru
 _LOG_CHUNK = 64 * 1024
 _MAX_FINAL = 10_000
 _Key = tuple[str, int]
+# what a job inherits from the server's environment: how to find programs, locale, and how this host reaches
+# package indexes. Nothing else: the server's environment may hold credentials
+_PASS_ENV = {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+             "CURL_CA_BUNDLE", "PIP_CERT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS",
+             "PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PYENV_ROOT", "PYENV_VERSION", "CUDA_HOME",
+             "LD_LIBRARY_PATH", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"}
+_PASS_PREFIXES = ("LC_", "OPENBLAS_", "OMP_", "MKL_", "NVIDIA_")
 
 
 def _free_port() -> int:
@@ -80,6 +89,7 @@ class LocalRuntime:
         self._final: dict[_Key, Observation] = {}                  # all that is kept of a job once it ended
         self._ready: set[_Key] = set()                             # jupyter answered once
         self._tokens: dict[_Key, str] = {}
+        self._lab_logins: dict[_Key, str] = {}                     # Lab's login cookie, for the proxy
         self._children: dict[_Key, list[subprocess.Popen[bytes]]] = {}   # our shims, reaped so no zombies pile up
         self._launching: set[_Key] = set()
 
@@ -125,27 +135,34 @@ class LocalRuntime:
         self._final.pop(key, None)
         self._ready.discard(key)
         self._tokens.pop(key, None)
+        self._lab_logins.pop(key, None)
         self._exits.pop(key, None)
 
     def _start(self, req: LaunchRequest, rd: RunDir,
                started: list[tuple[int, subprocess.Popen[bytes], int | None]]) -> dict[str, Any]:
         """Start every rank, appending to ``started`` as it goes (so a failure can kill exactly those)."""
         spec = req.spec
-        workdir = Path(req.workdir).resolve()
-        workdir.mkdir(parents=True, exist_ok=True)
+        workdir = self._workdir(req)
+        scratch = self._prepare_scratch(req)
         world = spec.world_size if spec.kind is JobKind.DISTRIBUTED else 1
-        data: dict[str, Any] = {"run_dir": str(rd.path), "kind": spec.kind.value, "world_size": world}
-        base_env = self._base_env(req, rd)
+        data: dict[str, Any] = {"run_dir": str(rd.path), "kind": spec.kind.value, "world_size": world,
+                                "scratch": str(scratch),
+                                "run_as": [req.run_as.uid, req.run_as.gid] if req.run_as else None}
+        base_env = self._base_env(req, scratch)
 
         if spec.kind is JobKind.JUPYTER:
-            port, base_url = _free_port(), jupyter.normalise_base_url(req.base_url or "/")
-            write_text_atomic(rd.token, secrets.token_hex(24), mode=0o600)
-            jdir = rd.path / "jupyter"   # connection files (kernel HMAC keys) and jpserver-*.json: private
-            jdir.mkdir(mode=0o700)
+            base_url = jupyter.normalise_base_url(req.base_url or "/")
+            token = secrets.token_hex(24)
+            write_text_atomic(rd.token, token, mode=0o600)
+            owner.write_owned(scratch / "lab-token", token, req.run_as)   # deleted once Lab read it
+            # connection files (kernel HMAC keys), jpserver-*.json, the cookie secret: the job's alone
+            runtime_dir = owner.owned_dir(scratch / "runtime", req.run_as)
             base_env.pop("JUPYTER_TOKEN", None)   # would take precedence over our token file
-            base_env.update(JUPYTER_TOKEN_FILE=str(rd.token), JUPYTER_RUNTIME_DIR=str(jdir))
-            argv = jupyter.lab_argv(port, base_url, workdir)   # spec.command is ignored: it could rebind --ip
-            data.update(port=port, base_url=base_url)
+            base_env.update(JUPYTER_TOKEN_FILE=str(scratch / "lab-token"), JUPYTER_RUNTIME_DIR=str(runtime_dir))
+            sock = scratch / "lab.sock"
+            as_root = req.run_as is None and os.geteuid() == 0
+            argv = jupyter.lab_argv(sock, base_url, workdir, as_root)   # spec.command is never used: it could
+            data.update(socket=str(sock), base_url=base_url)            # listen elsewhere
         else:
             argv = list(spec.command or [])
         self._check_command(argv, base_env.get("PATH", ""), workdir)
@@ -169,7 +186,7 @@ class LocalRuntime:
                         if var not in spec.env:
                             env[var] = "lo"
                 prefix = holder.enter_prefix() if holder else []
-                proc = self._spawn(rd, r, world, prefix, argv, workdir, env)
+                proc = self._spawn(rd, r, world, prefix, argv, workdir, env, req.run_as)
                 started.append((r, proc, procs.start_time(proc.pid)))
             self._await_started(rd, started, argv[0])
         finally:
@@ -197,14 +214,37 @@ class LocalRuntime:
         path.mkdir(mode=0o700)   # logs may hold secrets of the job
         return RunDir(path)
 
-    def _base_env(self, req: LaunchRequest, rd: RunDir) -> dict[str, str]:
-        # the server's CALDERA_* settings may hold secrets (database URL, keys): jobs never see them
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CALDERA_")}
+    def _workdir(self, req: LaunchRequest) -> Path:
+        """The job's working directory. A job with an owner gets it inside the owner's space and makes it itself,
+        as that uid (see the shim); the platform makes only the space."""
+        workdir = Path(os.path.normpath(req.workdir))
+        if req.home is not None:
+            home = Path(os.path.normpath(req.home))
+            if workdir != home and home not in workdir.parents:
+                raise RuntimeError(f"working directory {workdir} is outside the owner's space {home}")
+            owner.platform_dir(home.parent, 0o711)
+            owner.owned_dir(home, req.run_as)
+        if req.run_as is None:
+            workdir = workdir.resolve()
+            workdir.mkdir(parents=True, exist_ok=True)
+        return workdir
+
+    def _prepare_scratch(self, req: LaunchRequest) -> Path:
+        owner.platform_dir(self.settings.data_dir, 0o711)
+        owner.platform_dir(self.settings.scratch_dir, 0o711)
+        return owner.owned_dir(self.settings.scratch_dir / f"{req.job_id}.{req.attempt}", req.run_as, fresh=True)
+
+    def _base_env(self, req: LaunchRequest, scratch: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k in _PASS_ENV or k.startswith(_PASS_PREFIXES)}
         env.setdefault("PYTHONUNBUFFERED", "1")   # logs appear as they are written, not when a buffer fills
+        if req.home is not None:
+            env["HOME"] = str(req.home)
+        if req.run_as is not None:
+            env.update(USER=req.run_as.name, LOGNAME=req.run_as.name)
         env.update(req.spec.env)
         env.update(req.env)    # the platform's variables win over the user's
         env.update(CALDERA_JOB_ID=req.job_id, CALDERA_ATTEMPT=str(req.attempt),
-                   CALDERA_PREEMPT_NOTICE=str(rd.notice),
+                   CALDERA_PREEMPT_NOTICE=str(_notice(scratch)),
                    CUDA_DEVICE_ORDER="PCI_BUS_ID")   # CUDA numbers GPUs like NVML, so indices mean the same GPU
         return env
 
@@ -222,17 +262,19 @@ class LocalRuntime:
         exe = argv[0]
         if "/" in exe:
             p = Path(exe) if os.path.isabs(exe) else workdir / exe
-            ok = p.is_file() and os.access(p, os.X_OK)
+            # a working directory the job makes itself cannot hold the program yet: the job reports that one
+            ok = (p.is_file() and os.access(p, os.X_OK)) or not workdir.is_dir()
         else:
             ok = shutil.which(exe, path=path) is not None
         if not ok:
             raise RuntimeError(f"command not found: {exe}")
 
     def _spawn(self, rd: RunDir, rank: int, world: int, prefix: list[str], argv: list[str], workdir: Path,
-               env: dict[str, str]) -> subprocess.Popen[bytes]:
+               env: dict[str, str], run_as: RunAs | None) -> subprocess.Popen[bytes]:
+        who = ["--uid", str(run_as.uid), "--gid", str(run_as.gid)] if run_as else []
         cmd = [*prefix, sys.executable, "-m", "caldera.runtime.local.shim", "--run-dir", str(rd.path),
                "--rank", str(rank), "--workdir", str(workdir), "--world-size", str(world),
-               "--gang-grace", str(self.settings.cancel_grace_s), "--", *argv]
+               "--gang-grace", str(self.settings.cancel_grace_s), *who, "--", *argv]
         with open(rd.log(rank), "ab") as log:
             # own session: the shim leads a process group with everything the command starts, and a signal to
             # the server (or its death) does not reach it
@@ -395,11 +437,23 @@ class LocalRuntime:
     def _jupyter_ready(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> bool:
         if key in self._ready:
             return True
-        token = self._token(key, rd)
-        if token and jupyter.ready(meta["port"], meta["base_url"], token, timeout_s=0.5):
-            self._ready.add(key)
-            return True
-        return False
+        if self._lab_login(key, meta, rd) is None:
+            return False
+        self._ready.add(key)
+        # Lab has read them: from now on nothing on disk lets anyone else in, another job of the same user too
+        scratch = Path(meta["scratch"])
+        for secret in (scratch / "lab-token", scratch / "runtime" / "jupyter_cookie_secret"):
+            secret.unlink(missing_ok=True)
+        return True
+
+    def _lab_login(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> str | None:
+        cookie = self._lab_logins.get(key)
+        if cookie is None:
+            token = self._token(key, rd)
+            cookie = jupyter.login(meta["socket"], meta["base_url"], token, timeout_s=0.5) if token else None
+            if cookie is not None:
+                self._lab_logins[key] = cookie
+        return cookie
 
     def _token(self, key: _Key, rd: RunDir) -> str | None:
         tok = self._tokens.get(key)
@@ -440,7 +494,8 @@ class LocalRuntime:
             text = notice if notice.endswith("\n") else notice + "\n"
             if "deadline" not in notice:
                 text += f"deadline: {deadline}\n"
-            write_text_atomic(rd.notice, text)   # before any SIGTERM: a handler may look for it
+            # before any SIGTERM: a handler may look for it
+            owner.write_owned(_notice(Path(meta["scratch"])), text, _run_as(meta), mode=0o644)
         write_json_atomic(rd.stop, {"requested_at": now, "grace_s": grace_s, "kill_at": kill_at,
                                     "preempt": notice is not None})
         for rk in live:
@@ -511,17 +566,25 @@ class LocalRuntime:
 
     # -- endpoints -------------------------------------------------------------------------------------------
     def endpoints(self, handle: Handle) -> list[Endpoint]:
-        """The Lab of a running jupyter job. The proxy in front of it must send the returned headers
-        (``Authorization: token ...``) on every request and websocket upgrade, set Host to ``127.0.0.1:<port>``,
-        drop the browser's Origin and keep the path (Lab serves under ``base_url``); see ``local.jupyter``."""
+        """The Lab of a running jupyter job, on its Unix socket. The proxy in front of it must send the returned
+        Cookie (Lab's login) on every request and websocket upgrade and Host ``localhost``; see ``local.jupyter``."""
         meta = self._get_meta(handle)
         if meta is None or meta["kind"] != JobKind.JUPYTER.value:
             return []
         if self.observe(handle).phase is not Phase.RUNNING:
             return []
         key = (handle.job_id, handle.attempt)
-        token = self._token(key, RunDir(meta["run_dir"]))
-        if not token:
+        cookie = self._lab_login(key, meta, RunDir(meta["run_dir"]))
+        if not cookie:
             return []
-        return [Endpoint("lab", "127.0.0.1", meta["port"], meta["base_url"],
-                         headers={"Authorization": f"token {token}"})]
+        return [Endpoint("lab", jupyter.HOST, 0, meta["base_url"], headers={"Cookie": cookie},
+                         socket=meta["socket"])]
+
+
+def _notice(scratch: Path) -> Path:
+    return scratch / "preempt-notice"
+
+
+def _run_as(meta: dict[str, Any]) -> RunAs | None:
+    ids = meta.get("run_as")
+    return RunAs("", ids[0], ids[1]) if ids else None

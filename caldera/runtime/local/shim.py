@@ -30,10 +30,25 @@ def _ignore(signum, frame) -> None:  # noqa: ANN001
     pass
 
 
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+def _lock_down(workdir: str) -> None:
+    """In the child, after it became the job's uid: no setuid binary can raise it again, and its working
+    directory is made and entered as that uid (so a symlink the job planted gives it nothing it did not have)."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    os.makedirs(workdir, exist_ok=True)
+    os.chdir(workdir)
+
+
 class Supervisor:
     def __init__(self, run_dir: RunDir, rank: int, workdir: str, argv: list[str], world_size: int,
-                 gang_grace_s: float):
+                 gang_grace_s: float, uid: int | None = None, gid: int | None = None):
         self.rd = run_dir
+        self.uid, self.gid = uid, gid
         self.rank = rank
         self.workdir = workdir
         self.argv = argv
@@ -89,8 +104,8 @@ class Supervisor:
             self._record(-signal.SIGTERM, reason="StoppedBeforeStart")
             return 0
         try:
-            self.child = subprocess.Popen(self.argv, cwd=self.workdir, stdin=subprocess.DEVNULL)
-        except OSError as exc:
+            self.child = self._start_child()
+        except (OSError, subprocess.SubprocessError) as exc:
             print(f"caldera: cannot start {self.argv[0]!r}: {exc}", file=sys.stderr, flush=True)
             self._record(127, reason="SpawnError", spawn_error=str(exc))
             return 0
@@ -106,6 +121,14 @@ class Supervisor:
         if rc != 0 and self.world_size > 1:
             self._gang_stop(rc)
         return 0
+
+    def _start_child(self) -> subprocess.Popen[bytes]:
+        if self.uid is None:
+            return subprocess.Popen(self.argv, cwd=self.workdir, stdin=subprocess.DEVNULL)
+        # the shim stays root (it must signal and record the job); the command becomes the owner with no
+        # supplementary groups, and a setuid-from-root drops every capability
+        return subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, user=self.uid, group=self.gid,
+                                extra_groups=[], umask=0o022, preexec_fn=lambda: _lock_down(self.workdir))
 
     def _record(self, returncode: int, reason: str = "", spawn_error: str | None = None) -> None:
         rec = {"returncode": returncode,
@@ -139,12 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--world-size", type=int, default=1)
     ap.add_argument("--gang-grace", type=float, default=10.0)
+    ap.add_argument("--uid", type=int, default=None, help="run the command as this uid (the shim stays root)")
+    ap.add_argument("--gid", type=int, default=None)
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         ap.error("no command")
-    sup = Supervisor(RunDir(args.run_dir), args.rank, args.workdir, command, args.world_size, args.gang_grace)
+    sup = Supervisor(RunDir(args.run_dir), args.rank, args.workdir, command, args.world_size, args.gang_grace,
+                     args.uid, args.gid)
     return sup.run()
 
 

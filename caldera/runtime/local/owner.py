@@ -1,0 +1,72 @@
+"""Files a job owns, made by a root server without trusting anything the job could have planted.
+
+A job runs as its owner's uid and may have left symlinks anywhere it can write. So the server creates directories
+only below parents that it owns, refuses what is not a plain directory, changes ownership with lchown, and writes
+into a job-owned directory through a fresh O_EXCL|O_NOFOLLOW file that is renamed into place (a rename replaces a
+planted symlink instead of following it).
+
+Layout (``data_dir`` is 0711: traversable, not listable, by job uids):
+
+    workspaces/<username>/          0700, the owner's uid: HOME and every job's working directory
+    scratch/<job_id>.<attempt>/      0700, the owner's uid: preemption notice, the lab's socket and runtime files
+    runs/                            0700 root: logs, supervisor state, the platform's copy of the lab token
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from caldera.runtime.base import RunAs
+
+
+def platform_dir(path: Path, mode: int) -> None:
+    """A directory of the platform's own (created with its parents), with exactly ``mode``."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, mode)
+
+
+def owned_dir(path: Path, run_as: RunAs | None, *, fresh: bool = False) -> Path:
+    """``path`` as a 0700 directory of ``run_as``; its parent must be the platform's. With ``fresh``, whatever was
+    there before is removed first (a stale attempt's scratch)."""
+    if fresh and os.path.lexists(path):
+        if os.path.islink(path) or not os.path.isdir(path):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path)   # fd-based on Linux: never follows a symlink out of the tree
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            raise RuntimeError(f"{path} is not a directory") from None
+    if run_as is not None:
+        os.lchown(path, run_as.uid, run_as.gid)
+    os.chmod(path, 0o700)
+    return path
+
+
+def write_owned(path: Path, text: str, run_as: RunAs | None, mode: int = 0o600) -> None:
+    """Atomically put ``text`` at ``path`` inside a directory the job owns, owned by the job."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        os.unlink(tmp)   # a leftover, or a symlink planted under this name: unlink never follows
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        if run_as is not None:
+            os.fchown(fd, run_as.uid, run_as.gid)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def reachable_by_others(path: Path) -> Path | None:
+    """The first directory above ``path`` that an unprivileged uid cannot traverse, or None when all can."""
+    for parent in Path(path).resolve().parents:
+        if not os.stat(parent).st_mode & stat.S_IXOTH:
+            return parent
+    return None

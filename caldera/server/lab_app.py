@@ -1,0 +1,90 @@
+"""The lab origin: a second web application, on its own host and port, that serves nothing but interactive jobs.
+
+A notebook's JavaScript runs here, so nothing here is worth stealing: the platform's pages, API and session cookie
+live on the other origin. A browser arrives with a one-use ticket that the platform's origin issued after its own
+login (``lab_entry``), and leaves with a cookie good for one job, one user and a few hours.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, RedirectResponse
+
+from caldera.db.models import User
+from caldera.server import jobs, lab_proxy
+from caldera.server.errors import CalderaError
+from caldera.server.platform import Platform
+from caldera.server.security import LAB_SESSION, LAB_TICKET, TokenError, decode_lab, issue_lab
+
+
+class SpentTickets:
+    """Ticket ids already used, kept until the tickets would have expired anyway."""
+
+    def __init__(self) -> None:
+        self._spent: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def spend(self, jti: str, expires_at: float) -> bool:
+        now = time.time()
+        with self._lock:
+            self._spent = {k: t for k, t in self._spent.items() if t > now}
+            if not jti or jti in self._spent:
+                return False
+            self._spent[jti] = expires_at
+            return True
+
+
+def create_lab_app(platform: Platform) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.lab_clients = {}
+        try:
+            yield
+        finally:
+            for client in app.state.lab_clients.values():
+                await client.aclose()
+
+    app = FastAPI(title="Caldera labs", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.platform = platform
+    app.state.spent_tickets = SpentTickets()
+
+    @app.exception_handler(CalderaError)
+    async def _domain(_: Request, exc: CalderaError):
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+    @app.get("/_caldera/lab-login", include_in_schema=False)
+    def lab_login(ticket: str = Query(..., max_length=2048), next: str = Query(..., max_length=4096)):
+        p = platform
+        try:
+            claims = decode_lab(p.keys, ticket, LAB_TICKET)
+        except TokenError as exc:
+            raise HTTPException(401, f"lab ticket refused: {exc}") from None
+        home = lab_proxy.lab_path(claims.job_id)
+        if not next.startswith(home):
+            raise HTTPException(400, "the ticket is for another job")
+        if not app.state.spent_tickets.spend(claims.jti, claims.issued_at + 300):
+            raise HTTPException(401, "lab ticket already used")
+        with p.session() as db:
+            user = db.get(User, claims.user_id)
+            if not lab_proxy.credentials_current(user, claims.issued_at):
+                raise HTTPException(401, "lab ticket refused: log in again")
+            jobs.visible(db, user, claims.job_id)
+        ttl = p.settings.lab_cookie_ttl_s
+        resp = RedirectResponse(next, status_code=303)
+        resp.set_cookie(lab_proxy.LAB_COOKIE, issue_lab(p.keys, LAB_SESSION, claims.user_id, claims.job_id, ttl),
+                        max_age=ttl, path=home, httponly=True, samesite="lax",
+                        secure=p.settings.lab_url.startswith("https"))
+        return resp
+
+    @app.middleware("http")
+    async def _headers(request: Request, call_next):
+        resp = await call_next(request)
+        resp.headers.setdefault("X-Content-Type-Options", "nosniff")
+        resp.headers.setdefault("Referrer-Policy", "same-origin")
+        return resp
+
+    app.include_router(lab_proxy.router)
+    return app

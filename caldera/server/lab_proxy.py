@@ -1,0 +1,246 @@
+"""The reverse proxy to interactive jobs (Jupyter Lab), served on the lab origin only.
+
+Who may pass: the holder of this job's lab cookie (minted by ``lab_app`` from a one-use ticket that the platform's
+origin issued after its own login), or an API client presenting a platform bearer token. The platform's session
+cookie is never accepted here -- and a browser never sends it, the lab origin being another host.
+
+What a lab page can do is limited by the origin, not by trust in the notebook: cookie-authenticated websockets and
+state-changing requests must come from the lab origin itself (a page of another port or site cannot drive a lab),
+and Jupyter's own XSRF check stays on, because the proxy logs in to Lab with Lab's login cookie instead of its token
+(see runtime/local/jupyter.py). Lab's token and login never reach the browser.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from http.cookies import CookieError, SimpleCookie
+from urllib.parse import quote
+
+import httpx
+import websockets
+from fastapi import APIRouter, HTTPException, Request, WebSocket
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+from starlette.websockets import WebSocketDisconnect
+
+from caldera.core.states import JobState
+from caldera.db.models import User
+from caldera.runtime.base import Endpoint, Handle
+from caldera.server import jobs
+from caldera.server.deps import user_for_token
+from caldera.server.platform import Platform
+from caldera.server.security import LAB_SESSION, TokenError, decode_lab
+
+router = APIRouter(tags=["lab"])
+
+LAB_COOKIE = "caldera_lab"
+_SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+# hop-by-hop headers (RFC 9110 7.6.1), and the browser's credentials and origin, which are for this proxy alone
+_DROP_REQUEST = {"host", "connection", "keep-alive", "proxy-authorization", "te", "trailer", "transfer-encoding",
+                 "upgrade", "authorization", "cookie", "origin", "content-length",
+                 "accept-encoding"}   # identity upstream, so HTML can be scrubbed of the lab's token
+_DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding"}
+_LAB_LOGIN_COOKIE = "username-"   # Lab's own login cookies: added here, never given to or taken from a browser
+
+
+@dataclass(frozen=True)
+class Caller:
+    user_id: int
+    cookie_issued_at: float | None = None   # a lab cookie: ambient credentials, so the origin is checked too
+
+    @property
+    def by_cookie(self) -> bool:
+        return self.cookie_issued_at is not None
+
+
+def credentials_current(user: User | None, issued_at: float) -> bool:
+    """A credential issued before the user's last password change no longer counts."""
+    return user is not None and user.active and (user.credentials_changed_at or 0.0) <= issued_at
+
+
+def lab_path(job_id: str) -> str:
+    return f"/jobs/{job_id}/lab/"
+
+
+def _caller(p: Platform, job_id: str, authorization: str, cookie: str | None) -> Caller | None:
+    if authorization.lower().startswith("bearer "):
+        with p.session() as db:
+            return Caller(user_for_token(p, db, authorization[7:].strip()).id)
+    if not cookie:
+        return None
+    try:
+        claims = decode_lab(p.keys, cookie, LAB_SESSION)
+    except TokenError:
+        return None
+    return Caller(claims.user_id, claims.issued_at) if claims.job_id == job_id else None
+
+
+def _endpoint(p: Platform, job_id: str, caller: Caller) -> Endpoint:
+    with p.session() as db:
+        user = db.get(User, caller.user_id)
+        if not credentials_current(user, caller.cookie_issued_at or float("inf")):
+            raise HTTPException(401, "log in again")
+        job = jobs.visible(db, user, job_id)
+        if job.state != JobState.RUNNING.value or not job.handle:
+            raise HTTPException(503, f"job {job_id} is {job.state}, not running yet")
+        handle = Handle(job.id, job.attempt, job.handle)
+    eps = [e for e in p.runtime.endpoints(handle) if e.name == "lab"]
+    if not eps:
+        raise HTTPException(503, "the job exposes no endpoint yet")
+    return eps[0]
+
+
+def _origin_ok(p: Platform, origin: str | None) -> bool:
+    return origin is not None and origin.rstrip("/") == p.settings.lab_url
+
+
+def _scrub(body: bytes, ep: Endpoint) -> bytes:
+    for value in ep.headers.values():
+        for part in value.replace(";", " ").replace("=", " ").split():
+            if len(part) >= 16:
+                body = body.replace(part.encode(), b"")
+    return body
+
+
+def _browser_cookies(header: str) -> list[str]:
+    """The browser's cookies that belong to Lab (e.g. ``_xsrf``): not ours, not a Lab login it might forge."""
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(header)
+    except CookieError:
+        return []
+    return [f"{k}={m.coded_value}" for k, m in jar.items() if k != LAB_COOKIE and not k.startswith(_LAB_LOGIN_COOKIE)]
+
+
+def _upstream_headers(headers, ep: Endpoint) -> dict[str, str]:
+    out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST}
+    out["cookie"] = "; ".join([*_browser_cookies(headers.get("cookie", "")), ep.headers.get("Cookie", "")]).strip("; ")
+    out["host"] = ep.host if ep.socket else f"{ep.host}:{ep.port}"
+    out.update({k: v for k, v in ep.headers.items() if k.lower() != "cookie"})
+    return out
+
+
+def _response_headers(resp: httpx.Response) -> list[tuple[bytes, bytes]]:
+    keep = []
+    for k, v in resp.headers.multi_items():
+        lk = k.lower()
+        if lk in _DROP_RESPONSE or (lk == "set-cookie" and v.lstrip().startswith(_LAB_LOGIN_COOKIE)):
+            continue
+        keep.append((k.encode("latin-1"), v.encode("latin-1")))
+    return keep
+
+
+def _client(request: Request, ep: Endpoint) -> httpx.AsyncClient:
+    clients: dict[str, httpx.AsyncClient] = request.app.state.lab_clients
+    key = ep.socket or f"{ep.host}:{ep.port}"
+    if key not in clients:
+        transport = httpx.AsyncHTTPTransport(uds=ep.socket) if ep.socket else None
+        clients[key] = httpx.AsyncClient(transport=transport, follow_redirects=False,
+                                         timeout=httpx.Timeout(60.0, connect=10.0))
+    return clients[key]
+
+
+def _to_platform(p: Platform, request: Request) -> RedirectResponse:
+    """A browser without a (valid) lab cookie goes back to the platform, which logs it in and sends it here."""
+    query = f"?{request.url.query}" if request.url.query else ""
+    return RedirectResponse(f"{p.settings.url}{quote(request.url.path)}{query}", status_code=303)
+
+
+@router.api_route("/jobs/{job_id}/lab/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD",
+                                                            "OPTIONS"], include_in_schema=False)
+async def http_proxy(job_id: str, path: str, request: Request) -> Response:
+    p: Platform = request.app.state.platform
+    caller = await asyncio.to_thread(_caller, p, job_id, request.headers.get("authorization", ""),
+                                     request.cookies.get(LAB_COOKIE))
+    if caller is None:
+        if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+            return _to_platform(p, request)
+        raise HTTPException(401, "not authenticated for this lab")
+    if caller.by_cookie and request.method not in _SAFE_METHODS and not _origin_ok(p, request.headers.get("origin")):
+        raise HTTPException(403, "cross-origin request refused")
+    ep = await asyncio.to_thread(_endpoint, p, job_id, caller)
+    client = _client(request, ep)
+    base = "http://localhost" if ep.socket else f"http://{ep.host}:{ep.port}"
+    upstream = client.build_request(request.method, base + request.url.path, params=request.query_params,
+                                    headers=_upstream_headers(request.headers, ep), content=request.stream())
+    resp = await client.send(upstream, stream=True)
+    headers = _response_headers(resp)
+    if resp.headers.get("content-type", "").startswith("text/html"):
+        # Lab may write its token into the page config; the browser does not need it, so it never leaves here
+        body = _scrub(await resp.aread(), ep)
+        await resp.aclose()
+        page = Response(body, status_code=resp.status_code)
+        page.raw_headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+        page.raw_headers.append((b"content-length", str(len(body)).encode()))
+        return page
+    out = StreamingResponse(resp.aiter_raw(), status_code=resp.status_code, background=BackgroundTask(resp.aclose))
+    # aiter_raw passes the body through as sent, so length and encoding headers stay true
+    out.raw_headers = headers
+    return out
+
+
+@router.websocket("/jobs/{job_id}/lab/{path:path}")
+async def ws_proxy(websocket: WebSocket, job_id: str, path: str) -> None:
+    p: Platform = websocket.app.state.platform
+    try:
+        caller = await asyncio.to_thread(_caller, p, job_id, websocket.headers.get("authorization", ""),
+                                         websocket.cookies.get(LAB_COOKIE))
+        if caller is None or (caller.by_cookie and not _origin_ok(p, websocket.headers.get("origin"))):
+            raise HTTPException(403, "refused")
+        ep = await asyncio.to_thread(_endpoint, p, job_id, caller)
+    except Exception:  # noqa: BLE001 - any refusal closes with policy violation, telling nothing more
+        await websocket.close(code=1008)
+        return
+    query = f"?{websocket.url.query}" if websocket.url.query else ""
+    headers = _upstream_headers(websocket.headers, ep)
+    for h in ("sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions", "sec-websocket-protocol",
+              "host"):
+        headers.pop(h, None)
+    protocols = [s.strip() for s in websocket.headers.get("sec-websocket-protocol", "").split(",") if s.strip()]
+    options = {"additional_headers": headers, "subprotocols": protocols or None, "max_size": None,
+               "open_timeout": 20}
+    try:
+        if ep.socket:
+            upstream = await websockets.unix_connect(ep.socket, f"ws://{ep.host}{websocket.url.path}{query}",
+                                                     **options)
+        else:
+            upstream = await websockets.connect(f"ws://{ep.host}:{ep.port}{websocket.url.path}{query}", **options)
+    except Exception:  # noqa: BLE001
+        await websocket.close(code=1011)
+        return
+    await websocket.accept(subprotocol=upstream.subprotocol)
+    await _pump(websocket, upstream)
+
+
+async def _pump(websocket: WebSocket, upstream) -> None:  # noqa: ANN001 - a websockets client connection
+    async def client_to_upstream() -> None:
+        try:
+            while True:
+                msg = await websocket.receive()
+                if msg["type"] == "websocket.disconnect":
+                    break
+                if msg.get("bytes") is not None:
+                    await upstream.send(msg["bytes"])
+                elif msg.get("text") is not None:
+                    await upstream.send(msg["text"])
+        except (WebSocketDisconnect, websockets.ConnectionClosed):
+            pass
+        finally:
+            await upstream.close()
+
+    async def upstream_to_client() -> None:
+        try:
+            async for data in upstream:
+                if isinstance(data, bytes):
+                    await websocket.send_bytes(data)
+                else:
+                    await websocket.send_text(data)
+        except (WebSocketDisconnect, websockets.ConnectionClosed, RuntimeError):
+            pass
+        finally:
+            try:
+                await websocket.close()
+            except RuntimeError:
+                pass
+
+    await asyncio.gather(client_to_upstream(), upstream_to_client())
