@@ -39,10 +39,26 @@ def db_url(request, tmp_path) -> str:
     return _fresh_postgres_db()
 
 
+ROOT = os.geteuid() == 0
+# as root (CI), jobs run as their owners' uids; elsewhere the tests accept what a non-root admin would have to
+RUN_JOBS_AS = "owner" if ROOT else "server"
+
+
+def traversable(path: Path) -> Path:
+    """Let job uids pass through ``path`` and its parents (pytest makes its temporary directories 0700)."""
+    if ROOT:
+        for parent in [path, *path.parents]:
+            mode = parent.stat().st_mode
+            if not mode & 0o001:
+                os.chmod(parent, (mode & 0o7777) | 0o001)
+    return path
+
+
 def make_settings(tmp_path: Path, db_url: str | None = None, gpus: int = 4, model: str = "a100", **kw) -> Settings:
-    return Settings(data_dir=tmp_path / "data", database_url=db_url, fake_gpus=[FakeGpu(model=model)] * gpus,
-                    node_name="node-0", node_cpu=16, node_memory_mib=65536, cancel_grace_s=2, preempt_grace_s=2,
-                    schedule_interval_s=0.2, **kw)
+    kw.setdefault("run_jobs_as", RUN_JOBS_AS)
+    return Settings(data_dir=traversable(tmp_path) / "data", database_url=db_url,
+                    fake_gpus=[FakeGpu(model=model)] * gpus, node_name="node-0", node_cpu=16,
+                    node_memory_mib=65536, cancel_grace_s=2, preempt_grace_s=2, schedule_interval_s=0.2, **kw)
 
 
 @pytest.fixture
@@ -104,7 +120,9 @@ class ServerProcess:
 
     def __init__(self, data_dir: Path, port: int, env: dict[str, str]):
         self.data_dir, self.port, self.env = data_dir, port, env
+        self.lab_port = int(env.setdefault("CALDERA_LAB_PORT", str(free_port())))
         self.url = f"http://127.0.0.1:{port}"
+        self.lab_url = f"http://localhost:{self.lab_port}"   # another host than the platform's: no shared cookies
         self.proc: subprocess.Popen | None = None
         self.output = ""
 
@@ -116,7 +134,8 @@ class ServerProcess:
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
-                if httpx.get(self.url + "/api/v1/health", timeout=1).status_code == 200:
+                if httpx.get(self.url + "/api/v1/health", timeout=1).status_code == 200 and \
+                        httpx.get(self.lab_url + "/_caldera/lab-login", timeout=1).status_code < 500:
                     return self
             except httpx.HTTPError:
                 pass
@@ -143,8 +162,8 @@ class ServerProcess:
 def server(tmp_path, db_url):
     env = {**os.environ, "CALDERA_INITIAL_ADMIN_PASSWORD": "admin-password", "CALDERA_DATABASE_URL": db_url,
            "CALDERA_SCHEDULE_INTERVAL_S": "0.3", "CALDERA_CANCEL_GRACE_S": "2", "CALDERA_NODE_NAME": "node-0",
-           "CALDERA_CONFIG_DIR": str(tmp_path / "cli-config"), "COLUMNS": "200"}
-    srv = ServerProcess(tmp_path / "data", free_port(), env)
+           "CALDERA_CONFIG_DIR": str(tmp_path / "cli-config"), "COLUMNS": "200", "CALDERA_RUN_JOBS_AS": RUN_JOBS_AS}
+    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env)
     srv.start()
     yield srv
     srv.stop()

@@ -43,8 +43,8 @@ def test_best_effort_is_preempted_with_notice_and_requeued(api, admin):
     again = _until(api, admin, be, {"Running"})
     assert again["attempt"] == 2
     from pathlib import Path
-    workdir = Path(api.client.app.state.platform.settings.runs_dir) / be / "work"
-    notice = (workdir / "notice-seen").read_text()
+    workdir = Path(api.client.app.state.platform.settings.workspaces) / "admin" / "jobs" / be
+    notice = (workdir / "notice-seen").read_text()   # written by the job, as its owner, in its owner's space
     assert "deadline" in notice and urgent in notice
     api.client.post(f"/api/v1/jobs/{be}/cancel", headers=admin)
     _until(api, admin, be, {"Cancelled"})

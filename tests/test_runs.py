@@ -57,10 +57,10 @@ def test_exclusive_gpus_never_shared(api, admin):
     assert all(len(s) == 2 for s in first_two) and not (first_two[0] & first_two[1])
 
 
-def test_cancel_running_sends_sigterm_to_the_group(api, admin, tmp_path):
-    marker = tmp_path / "got-term"
-    script = f"trap 'echo term > {marker}; exit 0' TERM; sleep 60 & wait"
+def test_cancel_running_sends_sigterm_to_the_group(api, admin, platform):
+    script = "trap 'echo term > got-term; exit 0' TERM; sleep 60 & wait"
     jid = _submit(api, admin, name="c", command=["sh", "-c", script])
+    marker = platform.settings.workspaces / "admin" / "jobs" / jid / "got-term"
     _until(api, admin, jid, {"Running"})
     assert api.client.post(f"/api/v1/jobs/{jid}/cancel", headers=admin).status_code == 200
     j = _until(api, admin, jid, {"Cancelled"})

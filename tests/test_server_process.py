@@ -70,7 +70,7 @@ def test_cli_end_to_end(server, tmp_path):
 def test_sigkill_restart_loses_no_job(server, tmp_path):
     h = token(server)
     post = lambda spec: httpx.post(server.url + "/api/v1/jobs", json=spec, headers=h).json()["id"]   # noqa: E731
-    survivor = post({"name": "survivor", "command": ["sh", "-c", "sleep 4; echo survived"], "resources": {"gpu": 2}})
+    survivor = post({"name": "survivor", "command": ["sh", "-c", "sleep 10; echo survived"], "resources": {"gpu": 2}})
     victim = post({"name": "victim", "command": ["sleep", "300"]})
     until(server, h, survivor, {"Running"})
     until(server, h, victim, {"Running"})
@@ -95,35 +95,49 @@ def test_sigkill_restart_loses_no_job(server, tmp_path):
     assert until(server, h, waiting, {"Succeeded"})["state"] == "Succeeded"
 
 
+def lab_xsrf(client: httpx.Client, base: str, h: dict) -> dict:
+    """What Lab's page does before any POST: load a page (Jupyter sets its _xsrf cookie), send it back as a header."""
+    client.get(f"{base}/lab", headers=h)
+    return {**h, "X-XSRFToken": client.cookies["_xsrf"]}
+
+
 @pytest.mark.jupyter
 def test_jupyter_through_the_proxy(server):
     pytest.importorskip("jupyterlab")
     h = token(server)
     jid = httpx.post(server.url + "/api/v1/jobs", json={"name": "lab", "kind": "jupyter"}, headers=h).json()["id"]
     until(server, h, jid, {"Running"}, timeout=120)
-    base = f"{server.url}/jobs/{jid}/lab"
+    base = f"{server.lab_url}/jobs/{jid}/lab"
 
-    # no platform login: no way in; a browser is sent to the login page
+    # no login: no way in; a browser is sent to the platform, which sends it to its login page
     assert httpx.get(f"{base}/api/status").status_code == 401
     r = httpx.get(f"{base}/", headers={"Accept": "text/html"})
+    assert r.status_code == 303 and r.headers["location"] == f"{server.url}/jobs/{jid}/lab/"
+    r = httpx.get(r.headers["location"])
     assert r.status_code == 303 and r.headers["location"].startswith("/login")
+    # the platform's origin serves no lab content, not even to its owner: it hands out a ticket for the lab origin
+    r = httpx.get(f"{server.url}/jobs/{jid}/lab/api/status", headers=h)
+    assert r.status_code == 303 and r.headers["location"].startswith(f"{server.lab_url}/_caldera/lab-login?ticket=")
     # another user: the job does not exist for them
     httpx.post(server.url + "/api/v1/users", json={"username": "mallory", "password": "password-123"}, headers=h)
     assert httpx.get(f"{base}/api/status", headers=token(server, "mallory", "password-123")).status_code == 404
 
-    r = httpx.post(f"{base}/api/kernels", json={"name": "python3"}, headers=h, timeout=60)
-    assert r.status_code == 201, r.text
-    kernel = r.json()["id"]
+    with httpx.Client() as client:
+        assert client.post(f"{base}/api/kernels", json={"name": "python3"}, headers=h).status_code == 403   # XSRF
+        r = client.post(f"{base}/api/kernels", json={"name": "python3"}, headers=lab_xsrf(client, base, h),
+                        timeout=60)
+        assert r.status_code == 201, r.text
+        kernel = r.json()["id"]
     # the lab's token never leaves the platform: not in the job, its events, its logs or proxied pages
     lab_token = next((server.data_dir / "runs" / jid).rglob("jupyter.token")).read_text().strip()
     assert len(lab_token) >= 32
     seen = [httpx.get(f"{server.url}/api/v1/jobs/{jid}", headers=h).text,
             httpx.get(f"{server.url}/api/v1/jobs/{jid}/logs", headers=h).text,
-            httpx.get(f"{base}/", headers=h, follow_redirects=True).text]
+            httpx.get(f"{base}/lab", headers=h).text]
     assert all(lab_token not in text for text in seen)
 
     async def run_code() -> str:
-        url = f"ws://127.0.0.1:{server.port}/jobs/{jid}/lab/api/kernels/{kernel}/channels"
+        url = f"ws://localhost:{server.lab_port}/jobs/{jid}/lab/api/kernels/{kernel}/channels"
         async with websockets.connect(url, additional_headers=h) as ws:
             msg_id = uuid.uuid4().hex
             await ws.send(json.dumps({
@@ -138,10 +152,13 @@ def test_jupyter_through_the_proxy(server):
                     return m["content"]["text"]
     assert asyncio.run(run_code()).strip() == "42"
 
-    # a browser session (cookie from the login page) works too
-    with httpx.Client(base_url=server.url) as browser:
-        r = browser.post("/login", data={"username": "admin", "password": "admin-password",
-                                         "next": f"/jobs/{jid}/lab/api/status"}, follow_redirects=True)
+    # a browser: platform login, then the ticket trip to the lab origin, which sets a cookie for this job only
+    with httpx.Client() as browser:
+        r = browser.post(server.url + "/login", data={"username": "admin", "password": "admin-password",
+                                                      "next": f"/jobs/{jid}/lab/api/status"}, follow_redirects=True)
         assert r.status_code == 200 and "kernels" in r.json()
+        lab_cookies = [c for c in browser.cookies.jar if c.name == "caldera_lab"]
+        assert [(c.domain, c.path) for c in lab_cookies] == [("localhost.local", f"/jobs/{jid}/lab/")]
+        assert all(c.name != "caldera_session" for c in browser.cookies.jar if c.domain.startswith("localhost"))
     httpx.post(f"{server.url}/api/v1/jobs/{jid}/cancel", headers=h)
     until(server, h, jid, {"Cancelled"})

@@ -53,27 +53,40 @@ def up(data_dir: Optional[Path] = typer.Option(None, help="where the database, l
        port: Optional[int] = typer.Option(None, help="port (8642)"),
        fake_gpus: int = typer.Option(0, help="declare N fake GPUs when this host has none"),
        fake_gpu_model: str = typer.Option("fake", help="model name of the fake GPUs"),
-       policy: Optional[str] = typer.Option(None, help="scheduling policy")) -> None:
-    """Start the API, the scheduler and the local runtime in one process (SQLite by default)."""
-    import uvicorn
-
+       policy: Optional[str] = typer.Option(None, help="scheduling policy"),
+       unisolated: bool = typer.Option(False, help="run jobs as the server's own user, isolated from nothing "
+                                                   "(a single-user machine without root)")) -> None:
+    """Start the API, the lab origin, the scheduler and the local runtime in one process (SQLite by default)."""
     from caldera.config import FakeGpu, Settings
-    from caldera.server.app import create_app
+    from caldera.server.identity import isolation_problem
     from caldera.server.platform import Platform
+    from caldera.server.serve import serve
     from caldera.server.tenancy import bootstrap
 
     overrides: dict[str, Any] = {k: v for k, v in
                                  {"data_dir": data_dir, "host": host, "port": port, "policy": policy}.items() if v}
     if fake_gpus:
         overrides["fake_gpus"] = [FakeGpu(model=fake_gpu_model) for _ in range(fake_gpus)]
+    if unisolated:
+        overrides["run_jobs_as"] = "server"
     settings = Settings(**overrides)
+    if settings.run_jobs_as == "owner":
+        problem = isolation_problem(settings, sys.executable)
+        if problem:
+            err.print(f"[red]Caldera cannot isolate jobs:[/red] {problem}")
+            raise typer.Exit(1)
+    else:
+        err.print("[bold yellow]Jobs are NOT isolated:[/bold yellow] they run as this server's user and can read "
+                  "its database and keys, each other's files and processes, and act as any platform user. "
+                  "Use this only where every user is trusted.")
     with console.status("migrating the database and discovering devices"):
         platform = Platform.create(settings)
         with platform.session() as db:
             first = bootstrap(db, settings.initial_admin_password)
             db.commit()
         nodes = platform.nodes()
-    console.print(f"[bold green]Caldera[/bold green] at [link]{settings.url}[/link]  (data in {settings.data_dir})")
+    console.print(f"[bold green]Caldera[/bold green] at [link]{settings.url}[/link]  (data in {settings.data_dir}); "
+                  f"labs at {settings.lab_url}")
     for n in nodes:
         models = ", ".join(sorted({d.model for d in n.gpus})) or "no GPUs"
         console.print(f"  node {n.name}: {n.cpu:g} CPUs, {n.memory_mib // 1024} GiB, {len(n.gpus)} GPUs ({models})")
@@ -83,7 +96,7 @@ def up(data_dir: Optional[Path] = typer.Option(None, help="where the database, l
         user, password = first
         console.print(f"[bold]First admin[/bold]: user [cyan]{user}[/cyan] password [cyan]{password}[/cyan] "
                       "(shown once; change it with `caldera passwd`)")
-    uvicorn.run(create_app(platform), host=settings.host, port=settings.port, log_level="warning")
+    serve(platform)
 
 
 # ---- sessions ----------------------------------------------------------------------------------------------------

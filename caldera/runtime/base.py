@@ -69,6 +69,7 @@ class Endpoint:
     base_url: str                    # path prefix the service expects
     headers: dict[str, str] = field(default_factory=dict)   # what the proxy adds (the service's login); never shown
     socket: str | None = None        # a Unix socket only the platform may open; host and port are then unused
+    secrets: tuple[str, ...] = ()    # what the service may print into pages and the proxy must cut out (its token)
 
 
 class Runtime(Protocol):

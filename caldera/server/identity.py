@@ -88,3 +88,21 @@ def _gid_exists(gid: int) -> bool:
         return True
     except KeyError:
         return False
+
+
+def isolation_problem(settings: Settings, interpreter: str) -> str | None:
+    """Why jobs could not run isolated as their owners on this host, or None when they can."""
+    import os
+
+    from caldera.runtime.local.owner import reachable_by_others
+
+    if os.geteuid() != 0:
+        return (f"the server runs as {pwd.getpwuid(os.geteuid()).pw_name}, not root, so it cannot run jobs as their "
+                "owners: every job could read the platform's database and keys and act as any user. Run it as root, "
+                "or accept this on a single-user machine with `caldera up --unisolated` (CALDERA_RUN_JOBS_AS=server)")
+    for what, path in (("the Python that runs jobs", interpreter), ("the workspaces", settings.workspaces)):
+        blocked = reachable_by_others(path)
+        if blocked is not None:
+            return (f"{what} ({path}) cannot be reached by job users: {blocked} is not traversable by others. "
+                    f"Install Caldera outside a private home directory, or allow traversal: chmod o+x {blocked}")
+    return None

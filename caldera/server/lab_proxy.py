@@ -95,10 +95,9 @@ def _origin_ok(p: Platform, origin: str | None) -> bool:
 
 
 def _scrub(body: bytes, ep: Endpoint) -> bytes:
-    for value in ep.headers.values():
-        for part in value.replace(";", " ").replace("=", " ").split():
-            if len(part) >= 16:
-                body = body.replace(part.encode(), b"")
+    for secret in ep.secrets:
+        if len(secret) >= 16:
+            body = body.replace(secret.encode(), b"")
     return body
 
 

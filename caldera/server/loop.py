@@ -7,9 +7,11 @@ with its allocation *before* launch, and its handle is stored right after, so a 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -23,7 +25,7 @@ from caldera.runtime.base import Handle, LaunchRequest, Phase
 from caldera.scheduler import fairshare
 from caldera.scheduler.registry import get_policy
 from caldera.scheduler.snapshot import Allocation, Decisions, Policy, SchedJob, Snapshot
-from caldera.server import tenancy
+from caldera.server import identity, tenancy
 from caldera.server.jobs import note, record
 from caldera.server.platform import Platform
 
@@ -235,20 +237,27 @@ class SchedulerLoop:
                 job.pending_reasons = payload
 
     def _launch(self, db: Session, job: Job, allocations: tuple[Allocation, ...], now: float) -> None:
+        owner = db.get(User, job.user_id)
+        spec = JobSpec.model_validate(job.spec)
+        home = self.p.settings.workspaces / owner.username
+        try:
+            run_as = identity.run_as(self.p.settings, db, owner)
+            job.workdir = job.workdir or str(workdir_for(home, job.id, spec.workdir))
+        except (identity.IdentityError, ValueError) as exc:
+            record(db, job, JobState.FAILED, "LaunchFailed", str(exc), now)
+            job.finished_at = now
+            db.commit()
+            return
         job.attempt += 1
         job.allocations = [_alloc_to_json(a) for a in allocations]
         job.pending_reasons = []
         job.started_at = now
-        if not job.workdir:
-            job.workdir = str(JobSpec.model_validate(job.spec).workdir or self.p.settings.runs_dir / job.id / "work")
         where = ", ".join(f"{a.node}[gpus {','.join(map(str, a.gpus)) or '-'}]" for a in allocations)
         record(db, job, JobState.STARTING, "Scheduled", f"attempt {job.attempt} on {where}", now)
         db.commit()   # durable before any process exists
-        from pathlib import Path
-        req = LaunchRequest(job_id=job.id, attempt=job.attempt, spec=JobSpec.model_validate(job.spec),
-                            allocations=allocations, workdir=Path(job.workdir),
-                            env={"CALDERA_ACCOUNT": job.account, "CALDERA_QUEUE": job.queue},
-                            base_url=lab_base_url(job.id))
+        req = LaunchRequest(job_id=job.id, attempt=job.attempt, spec=spec, allocations=allocations,
+                            workdir=Path(job.workdir), env={"CALDERA_ACCOUNT": job.account, "CALDERA_QUEUE": job.queue},
+                            base_url=lab_base_url(job.id), run_as=run_as, home=home)
         try:
             handle = self.p.runtime.launch(req)
         except Exception as exc:  # noqa: BLE001 - a launch failure fails this job, not the loop
@@ -259,3 +268,11 @@ class SchedulerLoop:
             return
         job.handle = handle.data
         db.commit()
+
+
+def workdir_for(home: Path, job_id: str, requested: str | None) -> Path:
+    """Inside the owner's own space: the requested relative path, or a fresh directory per job."""
+    path = Path(os.path.normpath(home / requested)) if requested else home / "jobs" / job_id
+    if path != home and home not in path.parents:
+        raise ValueError(f"working directory {requested!r} leaves your space")
+    return path

@@ -1,6 +1,7 @@
 """Everything one running Caldera server holds: settings, database, keys, the runtime and the scheduler loop."""
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -10,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from caldera.config import Settings
 from caldera.db.engine import make_engine, migrate, session_factory
 from caldera.runtime.base import Runtime
+from caldera.runtime.local.owner import platform_dir
 from caldera.scheduler.snapshot import Node
 from caldera.server.security import Keys
 
@@ -28,8 +30,7 @@ class Platform:
 
     @classmethod
     def create(cls, settings: Settings, runtime: Runtime | None = None) -> "Platform":
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        settings.runs_dir.mkdir(parents=True, exist_ok=True)
+        _lay_out_data_dir(settings)
         engine = make_engine(settings.db_url)
         migrate(engine)
         if runtime is None:
@@ -48,3 +49,16 @@ class Platform:
 
     def refresh_nodes(self) -> None:
         self._nodes = None
+
+
+def _lay_out_data_dir(settings: Settings) -> None:
+    """Jobs run as other uids and may traverse the data directory (to their workspace and scratch), never list
+    or read it: the database, the keys and the run directories are the platform's alone."""
+    platform_dir(settings.data_dir, 0o711)
+    platform_dir(settings.runs_dir, 0o700)
+    if settings.database_url is None:
+        db = settings.sqlite_path
+        os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
+        for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+            if path.exists():
+                os.chmod(path, 0o600)   # SQLite gives -wal and -shm the database's mode; older files get it too

@@ -64,9 +64,19 @@ def write_owned(path: Path, text: str, run_as: RunAs | None, mode: int = 0o600) 
     os.replace(tmp, path)
 
 
+def untraversable(path: Path) -> list[Path]:
+    """The directories above ``path`` that an unprivileged uid cannot traverse, outermost first."""
+    return [parent for parent in reversed(Path(path).resolve().parents)
+            if parent.exists() and not os.stat(parent).st_mode & stat.S_IXOTH]
+
+
 def reachable_by_others(path: Path) -> Path | None:
     """The first directory above ``path`` that an unprivileged uid cannot traverse, or None when all can."""
-    for parent in Path(path).resolve().parents:
-        if not os.stat(parent).st_mode & stat.S_IXOTH:
-            return parent
-    return None
+    blocked = untraversable(path)
+    return blocked[0] if blocked else None
+
+
+if __name__ == "__main__":   # for the set-up scripts: `python3 -m caldera.runtime.local.owner PATH`
+    import sys
+
+    print("\n".join(str(p) for p in untraversable(Path(sys.argv[1]))))

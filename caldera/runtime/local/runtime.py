@@ -574,11 +574,12 @@ class LocalRuntime:
         if self.observe(handle).phase is not Phase.RUNNING:
             return []
         key = (handle.job_id, handle.attempt)
-        cookie = self._lab_login(key, meta, RunDir(meta["run_dir"]))
-        if not cookie:
+        rd = RunDir(meta["run_dir"])
+        cookie, token = self._lab_login(key, meta, rd), self._token(key, rd)
+        if not cookie or not token:
             return []
         return [Endpoint("lab", jupyter.HOST, 0, meta["base_url"], headers={"Cookie": cookie},
-                         socket=meta["socket"])]
+                         socket=meta["socket"], secrets=(token,))]
 
 
 def _notice(scratch: Path) -> Path:
