@@ -5,7 +5,9 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine
+from pathlib import Path
+
+from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from caldera.config import Settings
@@ -56,8 +58,9 @@ def _lay_out_data_dir(settings: Settings) -> None:
     or read it: the database, the keys and the run directories are the platform's alone."""
     platform_dir(settings.data_dir, 0o711)
     platform_dir(settings.runs_dir, 0o700)
-    if settings.database_url is None:
-        db = settings.sqlite_path
+    url = make_url(settings.db_url)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        db = Path(url.database)
         os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
         for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
             if path.exists():
