@@ -3,7 +3,9 @@
 The runtime starts it in a new session, so it is the leader of a process group that also holds the command and
 everything the command starts, and it outlives the server. It
 
-* records its pid, then starts the command (stdout/stderr are the rank's log, inherited from the runtime);
+* records its pid, then starts the command (stdout/stderr are the rank's log, inherited from the runtime) -- as the
+  job owner's uid with no supplementary groups, no capabilities and no_new_privs when given ``--uid``, while the
+  shim itself stays root to signal the job and write its records where the job cannot;
 * on SIGTERM forwards SIGTERM to its whole process group (grandchildren included) and, when the run directory
   holds a kill deadline (stop.json / gang-failure.json), SIGKILLs the rest of the job at that time -- so the
   SIGKILL of a stop happens even if the server died in between;
