@@ -157,6 +157,13 @@ def test_jupyter_through_the_proxy(server):
         r = browser.post(server.url + "/login", data={"username": "admin", "password": "admin-password",
                                                       "next": f"/jobs/{jid}/lab/api/status"}, follow_redirects=True)
         assert r.status_code == 200 and "kernels" in r.json()
+        # with the lab cookie, a request from any other origin, or from none, is refused
+        for origin in ({"Origin": "http://localhost:1"}, {"Origin": server.url}, {}):
+            r = browser.post(f"{base}/api/kernels", json={"name": "python3"}, headers=origin)
+            assert r.status_code == 403 and r.json()["detail"] == "cross-origin request refused", origin
+        # from the lab origin itself, Jupyter's own XSRF check still applies
+        r = browser.post(f"{base}/api/kernels", json={"name": "python3"}, headers={"Origin": server.lab_url})
+        assert r.status_code == 403 and "cross-origin" not in r.text
         lab_cookies = [c for c in browser.cookies.jar if c.name == "caldera_lab"]
         assert [(c.domain, c.path) for c in lab_cookies] == [("localhost.local", f"/jobs/{jid}/lab/")]
         assert all(c.name != "caldera_session" for c in browser.cookies.jar if c.domain.startswith("localhost"))

@@ -90,8 +90,12 @@ def _endpoint(p: Platform, job_id: str, caller: Caller) -> Endpoint:
     return eps[0]
 
 
-def _origin_ok(p: Platform, origin: str | None) -> bool:
-    return origin is not None and origin.rstrip("/") == p.settings.lab_url
+def _origin_ok(p: Platform, origin: str | None, caller: Caller) -> bool:
+    """A request that names an origin must come from the lab origin; one that names none only from a script (a
+    bearer token: no ambient credentials to abuse)."""
+    if origin is None:
+        return not caller.by_cookie
+    return origin.rstrip("/") == p.settings.lab_url
 
 
 def _scrub(body: bytes, ep: Endpoint) -> bytes:
@@ -155,7 +159,7 @@ async def http_proxy(job_id: str, path: str, request: Request) -> Response:
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
             return _to_platform(p, request)
         raise HTTPException(401, "not authenticated for this lab")
-    if caller.by_cookie and request.method not in _SAFE_METHODS and not _origin_ok(p, request.headers.get("origin")):
+    if request.method not in _SAFE_METHODS and not _origin_ok(p, request.headers.get("origin"), caller):
         raise HTTPException(403, "cross-origin request refused")
     ep = await asyncio.to_thread(_endpoint, p, job_id, caller)
     client = _client(request, ep)
@@ -184,7 +188,7 @@ async def ws_proxy(websocket: WebSocket, job_id: str, path: str) -> None:
     try:
         caller = await asyncio.to_thread(_caller, p, job_id, websocket.headers.get("authorization", ""),
                                          websocket.cookies.get(LAB_COOKIE))
-        if caller is None or (caller.by_cookie and not _origin_ok(p, websocket.headers.get("origin"))):
+        if caller is None or not _origin_ok(p, websocket.headers.get("origin"), caller):
             raise HTTPException(403, "refused")
         ep = await asyncio.to_thread(_endpoint, p, job_id, caller)
     except Exception:  # noqa: BLE001 - any refusal closes with policy violation, telling nothing more
