@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     session_ttl_s: int = 12 * 3600
     fair_share_half_life_s: float = 7 * 24 * 3600
     policy: str = "caldera"
+    runtime: str = Field("local", description="which backend runs jobs: an entry point of caldera.runtimes")
     initial_admin_password: str | None = Field(None, description="first admin's password; generated when empty")
     traces_dir: Path = Field(default_factory=_default_traces_dir)
     isolate_distributed_network: bool = True   # ranks of a local distributed job share a private network namespace

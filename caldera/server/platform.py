@@ -14,6 +14,7 @@ from caldera.config import Settings
 from caldera.db.engine import make_engine, migrate, session_factory
 from caldera.runtime.base import Runtime
 from caldera.runtime.local.owner import platform_dir
+from caldera.runtime.registry import create_runtime
 from caldera.scheduler.snapshot import Node
 from caldera.server.security import Keys
 
@@ -36,8 +37,7 @@ class Platform:
         engine = make_engine(settings.db_url)
         migrate(engine)
         if runtime is None:
-            from caldera.runtime.local.runtime import LocalRuntime
-            runtime = LocalRuntime(settings)
+            runtime = create_runtime(settings)
         return cls(settings, engine, session_factory(engine), Keys.load_or_create(settings.data_dir / "secrets.json"),
                    runtime)
 
