@@ -17,15 +17,16 @@ length and policy, raw and (in brackets) scaled to a 100-ms calibration loop tim
 cycle decided, and how long reading every pending reason's message and details takes afterwards (they are
 rendered lazily). A calibration loop tells how fast the (shared) machine was. Exits 0.
 """
+
 from __future__ import annotations
 
 import argparse
 import gc
-from dataclasses import replace
 import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -41,19 +42,27 @@ MEM_PER_GPU = 64 * 1024
 
 
 def make_cluster(n_nodes: int, gpn: int) -> list[Node]:
-    return [Node(f"n{i:05d}", 96.0, 1024 * 1024, tuple(Device(d, "a100", 81920) for d in range(gpn)))
-            for i in range(n_nodes)]
+    return [
+        Node(f"n{i:05d}", 96.0, 1024 * 1024, tuple(Device(d, "a100", 81920) for d in range(gpn)))
+        for i in range(n_nodes)
+    ]
 
 
 def make_queues(total_gpus: int, n_queues: int = 24) -> dict[str, QueueConfig]:
     out = {}
     g_each = 0.6 * total_gpus / n_queues
     for k in range(n_queues):
-        quotas = {GPU: Quota(guarantee=round(g_each), deserved=round(g_each * 1.5),
-                             capability=round(g_each * 4) if k % 3 == 0 else None)}
+        quotas = {
+            GPU: Quota(
+                guarantee=round(g_each),
+                deserved=round(g_each * 1.5),
+                capability=round(g_each * 4) if k % 3 == 0 else None,
+            )
+        }
         caps = UserCaps(max_gpus=64, max_running_jobs=40, max_interactive_jobs=2) if k % 4 == 0 else UserCaps()
-        out[f"q{k:02d}"] = QueueConfig(name=f"q{k:02d}", account=f"a{k:02d}", weight=1.0 + (k % 3), quotas=quotas,
-                                       user_caps=caps)
+        out[f"q{k:02d}"] = QueueConfig(
+            name=f"q{k:02d}", account=f"a{k:02d}", weight=1.0 + (k % 3), quotas=quotas, user_caps=caps
+        )
     return out
 
 
@@ -96,11 +105,23 @@ def make_snapshot(n_queued: int, n_nodes: int = 1250, gpn: int = 8, seed: int = 
             continue
         u = rnd.choice(users)
         pr = rnd.choices(prios, [3, 80, 12, 5])[0]
-        running.append(SchedJob(f"r{jid:06d}", u, "acct", user_queue[u], pr, _res(g, cache), replicas=reps,
-                                submitted_at=NOW - 20000, queued_since=NOW - 20000,
-                                max_runtime_s=rnd.choice([None, 3600.0, 4 * 3600.0, 24 * 3600.0]),
-                                started_at=NOW - rnd.uniform(0, 8 * 3600), allocations=tuple(allocs),
-                                attained_gpu_s=rnd.uniform(0, 50000)))
+        running.append(
+            SchedJob(
+                f"r{jid:06d}",
+                u,
+                "acct",
+                user_queue[u],
+                pr,
+                _res(g, cache),
+                replicas=reps,
+                submitted_at=NOW - 20000,
+                queued_since=NOW - 20000,
+                max_runtime_s=rnd.choice([None, 3600.0, 4 * 3600.0, 24 * 3600.0]),
+                started_at=NOW - rnd.uniform(0, 8 * 3600),
+                allocations=tuple(allocs),
+                attained_gpu_s=rnd.uniform(0, 50000),
+            )
+        )
         jid += 1
         used += g * reps
     queued: list[SchedJob] = []
@@ -112,16 +133,35 @@ def make_snapshot(n_queued: int, n_nodes: int = 1250, gpn: int = 8, seed: int = 
         u = rnd.choice(users)
         pr = rnd.choices(prios, [2, 73, 15, 10])[0]
         qsince = t0 + 7200 * k / max(n_queued, 1)
-        queued.append(SchedJob(f"j{k:06d}", u, "acct", user_queue[u], pr, _res(g, cache), replicas=reps,
-                               submitted_at=qsince, queued_since=qsince, interactive=(k % 50 == 0),
-                               max_runtime_s=rnd.choice([None, 1800.0, 3600.0, 4 * 3600.0]),
-                               attained_gpu_s=rnd.choice([0.0, 0.0, 0.0, rnd.uniform(0, 40000)])))
+        queued.append(
+            SchedJob(
+                f"j{k:06d}",
+                u,
+                "acct",
+                user_queue[u],
+                pr,
+                _res(g, cache),
+                replicas=reps,
+                submitted_at=qsince,
+                queued_since=qsince,
+                interactive=(k % 50 == 0),
+                max_runtime_s=rnd.choice([None, 1800.0, 3600.0, 4 * 3600.0]),
+                attained_gpu_s=rnd.choice([0.0, 0.0, 0.0, rnd.uniform(0, 40000)]),
+            )
+        )
     user_usage = {u: rnd.uniform(0, 1e6) for u in users}
     queue_usage: dict[str, float] = {}
     for u, v in user_usage.items():
         queue_usage[user_queue[u]] = queue_usage.get(user_queue[u], 0.0) + v
-    return Snapshot(now=NOW, nodes=nodes, queued=queued, running=running, queues=queues, user_usage=user_usage,
-                    queue_usage=queue_usage)
+    return Snapshot(
+        now=NOW,
+        nodes=nodes,
+        queued=queued,
+        running=running,
+        queues=queues,
+        user_usage=user_usage,
+        queue_usage=queue_usage,
+    )
 
 
 def time_policy(policy, snap: Snapshot, runs: int) -> tuple[float, float, object]:
@@ -154,8 +194,15 @@ def apply(snap: Snapshot, d) -> Snapshot:
         running.append(j)
     for jid, st in started.items():
         running.append(replace(queued[jid], started_at=snap.now, allocations=st.allocations))
-    return Snapshot(now=snap.now + 1, nodes=snap.nodes, queued=[j for j in snap.queued if j.id not in started],
-                    running=running, queues=snap.queues, user_usage=snap.user_usage, queue_usage=snap.queue_usage)
+    return Snapshot(
+        now=snap.now + 1,
+        nodes=snap.nodes,
+        queued=[j for j in snap.queued if j.id not in started],
+        running=running,
+        queues=snap.queues,
+        user_usage=snap.user_usage,
+        queue_usage=snap.queue_usage,
+    )
 
 
 def calibrate(tries: int = 5) -> float:
@@ -183,9 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x) for x in args.queued.split(",") if x]
     names = [x for x in args.policies.split(",") if x]
     policies = {name: get_policy(name) for name in names}
-    print(f"cluster: {args.nodes} nodes x {args.gpus_per_node} GPUs = {args.nodes * args.gpus_per_node} GPUs, "
-          f"{args.busy:.0%} busy; median of {args.runs} cycles; python {sys.version.split()[0]}; "
-          f"calibration loop {calibrate():.0f} ms (about 100 when the machine is not contended)")
+    print(
+        f"cluster: {args.nodes} nodes x {args.gpus_per_node} GPUs = {args.nodes * args.gpus_per_node} GPUs, "
+        f"{args.busy:.0%} busy; median of {args.runs} cycles; python {sys.version.split()[0]}; "
+        f"calibration loop {calibrate():.0f} ms (about 100 when the machine is not contended)"
+    )
     rows = []
     notes = []
     for n in sizes:
@@ -196,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         row = [f"{n:,}"]
         for name in names:
             policy = policies[name]
-            policy(snap)                      # warm up
+            policy(snap)  # warm up
             ms, norm, d = time_policy(policy, snap, args.runs)
             row.append(f"{ms:.1f} ({norm:.1f})")
             if name == "caldera":
@@ -212,11 +261,13 @@ def main(argv: list[str] | None = None) -> int:
                 codes: dict[str, int] = {}
                 for reasons in d.pending.values():
                     codes[reasons[0].code] = codes.get(reasons[0].code, 0) + 1
-                notes.append(f"caldera, {n:,} queued: {len(d.starts)} starts, {len(d.preemptions)} preemptions, "
-                             f"{len(d.pending):,} pending; first reasons {dict(sorted(codes.items()))}; next cycle: "
-                             f"{len(d2.starts)} starts, {len(d2.preemptions)} preemptions; reading every reason's "
-                             f"message and details afterwards {render_ms:.0f} ms (snapshot: {len(snap.running)} "
-                             f"running jobs on {busy} GPUs, built in {build_s:.1f} s)")
+                notes.append(
+                    f"caldera, {n:,} queued: {len(d.starts)} starts, {len(d.preemptions)} preemptions, "
+                    f"{len(d.pending):,} pending; first reasons {dict(sorted(codes.items()))}; next cycle: "
+                    f"{len(d2.starts)} starts, {len(d2.preemptions)} preemptions; reading every reason's "
+                    f"message and details afterwards {render_ms:.0f} ms (snapshot: {len(snap.running)} "
+                    f"running jobs on {busy} GPUs, built in {build_s:.1f} s)"
+                )
                 del d2, nxt
             del d
             gc.collect()

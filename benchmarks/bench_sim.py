@@ -10,6 +10,7 @@ Prints the load time, the wall time of each policy's replay and a comparison tab
 delay, Jain's fairness index over accounts' mean slowdown, preemptions), and writes ``results.json`` and
 ``comparison.png`` to OUT_DIR (default ``out/bench``). Exits 1 if a policy's replay took over 5 minutes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default="fifo,tiresias,caldera")
     ap.add_argument("--limit", type=int, default=None, help="only the first N jobs (default: all)")
     ap.add_argument("--tick", type=float, default=60.0, help="periodic cycle while jobs wait (simulated s)")
-    ap.add_argument("--no-wake-hints", action="store_true",
-                    help="run every periodic cycle, even those the policy says change nothing (same results)")
+    ap.add_argument(
+        "--no-wake-hints",
+        action="store_true",
+        help="run every periodic cycle, even those the policy says change nothing (same results)",
+    )
     ap.add_argument("--cycle-quantum", type=float, default=0.0, help="> 0: schedule on multiples of this (s)")
     ap.add_argument("--traces-dir", default=None)
     args = ap.parse_args(argv)
@@ -45,24 +49,49 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     t0 = time.perf_counter()
-    out = run_sim("philly", policies, traces_dir=args.traces_dir, nodes=args.nodes,
-                  gpus_per_node=args.gpus_per_node, gpu_model=args.gpu_model, limit=args.limit,
-                  tick_s=args.tick or None, wake_hints=not args.no_wake_hints, cycle_quantum_s=args.cycle_quantum,
-                  out_dir=args.out, console=console)
+    out = run_sim(
+        "philly",
+        policies,
+        traces_dir=args.traces_dir,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        gpu_model=args.gpu_model,
+        limit=args.limit,
+        tick_s=args.tick or None,
+        wake_hints=not args.no_wake_hints,
+        cycle_quantum_s=args.cycle_quantum,
+        out_dir=args.out,
+        console=console,
+    )
     total = time.perf_counter() - t0
 
     t = Table(title=f"Philly, {out['config']['jobs']:,} jobs, {args.nodes} x {args.gpus_per_node} {args.gpu_model}")
-    for col in ("policy", "wall", "cycles (ticks)", "in policy", "avg JCT", "p99 queueing delay", "Jain",
-                "preemptions"):
+    for col in (
+        "policy",
+        "wall",
+        "cycles (ticks)",
+        "in policy",
+        "avg JCT",
+        "p99 queueing delay",
+        "Jain",
+        "preemptions",
+    ):
         t.add_column(col, justify="left" if col == "policy" else "right")
     slow = []
     for m in out["results"]:
         s = m["sim"]
         if s["total_wall_s"] > BUDGET_S:
             slow.append(m["policy"])
-        t.add_row(m["policy"], f"{s['total_wall_s']:.1f} s", f"{s['cycles']:,} ({s['tick_cycles']:,})",
-                  f"{s['policy_s']:.1f} s", fmt_s(m["jct_s"]["mean"]), fmt_s(m["queueing_delay_s"]["p99"]),
-                  f"{m['fairness']['jain_account_slowdown']:.3f}", f"{m['preemptions']['total']:,}")
+        t.add_row(
+            m["policy"],
+            f"{s['total_wall_s']:.1f} s",
+            f"{s['cycles']:,} ({s['tick_cycles']:,})",
+            f"{s['policy_s']:.1f} s",
+            fmt_s(m["jct_s"]["mean"]),
+            fmt_s(m["queueing_delay_s"]["p99"]),
+            f"{m['fairness']['jain_account_slowdown']:.3f}",
+            f"{m['preemptions']['total']:,}",
+        )
     console.print(t)
     console.print(f"total {total:.1f} s; results in {out['json']}, plot in {out['png']}")
     if slow:

@@ -1,4 +1,5 @@
 """Settings, from environment variables prefixed CALDERA_ (nested with __) or a TOML/JSON-free plain env file."""
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,8 @@ class Settings(BaseSettings):
     public_url: str | None = None
     fake_gpus: list[FakeGpu] = Field(default_factory=list, description="used when NVML finds no GPU")
     node_name: str | None = None
-    node_cpu: float | None = None           # defaults to os.cpu_count()
-    node_memory_mib: int | None = None      # defaults to physical memory
+    node_cpu: float | None = None  # defaults to os.cpu_count()
+    node_memory_mib: int | None = None  # defaults to physical memory
     cancel_grace_s: float = 10.0
     preempt_grace_s: float = 30.0
     schedule_interval_s: float = 1.0
@@ -48,7 +49,7 @@ class Settings(BaseSettings):
     runtime: str = Field("local", description="which backend runs jobs: an entry point of caldera.runtimes")
     initial_admin_password: str | None = Field(None, description="first admin's password; generated when empty")
     traces_dir: Path = Field(default_factory=_default_traces_dir)
-    isolate_distributed_network: bool = True   # ranks of a local distributed job share a private network namespace
+    isolate_distributed_network: bool = True  # ranks of a local distributed job share a private network namespace
     # "owner": every job runs as its owner's unprivileged OS uid (needs a root server). "server": jobs run as the
     # server's own user, isolated from nothing -- an admin must choose it explicitly
     run_jobs_as: Literal["owner", "server"] = "owner"
@@ -96,6 +97,11 @@ class Settings(BaseSettings):
     def lab_url(self) -> str:
         if self.lab_public_url:
             return self.lab_public_url.rstrip("/")
-        host = "localhost" if self.host in ("127.0.0.1", "0.0.0.0") else "127.0.0.1" if self.host == "localhost" \
+        host = (
+            "localhost"
+            if self.host in ("127.0.0.1", "0.0.0.0")
+            else "127.0.0.1"
+            if self.host == "localhost"
             else f"labs.{self.host}"
+        )
         return f"http://{host}:{self.lab_bind_port}"

@@ -1,5 +1,6 @@
 """Shared fixtures: settings in a temp dir, a platform on SQLite or a real PostgreSQL, an API client, and a real
 `caldera up` server process."""
+
 from __future__ import annotations
 
 import os
@@ -17,11 +18,12 @@ from fastapi.testclient import TestClient
 
 from caldera.config import FakeGpu, Settings
 
-POSTGRES_URL = os.environ.get("CALDERA_TEST_POSTGRES_URL")   # e.g. postgresql+psycopg://postgres@127.0.0.1:5433/postgres
+POSTGRES_URL = os.environ.get("CALDERA_TEST_POSTGRES_URL")  # e.g. postgresql+psycopg://postgres@127.0.0.1:5433/postgres
 
 
 def _fresh_postgres_db() -> str:
     from sqlalchemy import create_engine, text
+
     name = "caldera_test_" + secrets.token_hex(4)
     admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -56,9 +58,18 @@ def traversable(path: Path) -> Path:
 
 def make_settings(tmp_path: Path, db_url: str | None = None, gpus: int = 4, model: str = "a100", **kw) -> Settings:
     kw.setdefault("run_jobs_as", RUN_JOBS_AS)
-    return Settings(data_dir=traversable(tmp_path) / "data", database_url=db_url,
-                    fake_gpus=[FakeGpu(model=model)] * gpus, node_name="node-0", node_cpu=16,
-                    node_memory_mib=65536, cancel_grace_s=2, preempt_grace_s=2, schedule_interval_s=0.2, **kw)
+    return Settings(
+        data_dir=traversable(tmp_path) / "data",
+        database_url=db_url,
+        fake_gpus=[FakeGpu(model=model)] * gpus,
+        node_name="node-0",
+        node_cpu=16,
+        node_memory_mib=65536,
+        cancel_grace_s=2,
+        preempt_grace_s=2,
+        schedule_interval_s=0.2,
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -70,6 +81,7 @@ def settings(tmp_path, db_url) -> Settings:
 def platform(settings):
     from caldera.server.platform import Platform
     from caldera.server.tenancy import bootstrap
+
     p = Platform.create(settings)
     with p.session() as db:
         bootstrap(db, "admin-password")
@@ -90,8 +102,7 @@ class Api:
         return {"Authorization": f"Bearer {r.json()['access_token']}"}
 
     def user(self, admin: dict, username: str, password: str = "password-123", **body) -> dict[str, str]:
-        r = self.client.post("/api/v1/users", json={"username": username, "password": password, **body},
-                             headers=admin)
+        r = self.client.post("/api/v1/users", json={"username": username, "password": password, **body}, headers=admin)
         assert r.status_code == 201, r.text
         return self.login(username, password)
 
@@ -100,6 +111,7 @@ class Api:
 def api(platform):
     """The app without its background loop: tests drive scheduling cycles with `app.state.loop.tick()`."""
     from caldera.server.app import create_app
+
     with TestClient(create_app(platform, run_loop=False)) as client:
         yield Api(client)
 
@@ -122,20 +134,38 @@ class ServerProcess:
         self.data_dir, self.port, self.env = data_dir, port, env
         self.lab_port = int(env.setdefault("CALDERA_LAB_PORT", str(free_port())))
         self.url = f"http://127.0.0.1:{port}"
-        self.lab_url = f"http://localhost:{self.lab_port}"   # another host than the platform's: no shared cookies
+        self.lab_url = f"http://localhost:{self.lab_port}"  # another host than the platform's: no shared cookies
         self.proc: subprocess.Popen | None = None
         self.output = ""
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "caldera.cli.main", "up", "--data-dir", str(self.data_dir), "--port",
-             str(self.port), "--fake-gpus", "2", "--fake-gpu-model", "a100"],
-            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                "-m",
+                "caldera.cli.main",
+                "up",
+                "--data-dir",
+                str(self.data_dir),
+                "--port",
+                str(self.port),
+                "--fake-gpus",
+                "2",
+                "--fake-gpu-model",
+                "a100",
+            ],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
-                if httpx.get(self.url + "/api/v1/health", timeout=1).status_code == 200 and \
-                        httpx.get(self.lab_url + "/_caldera/lab-login", timeout=1).status_code < 500:
+                if (
+                    httpx.get(self.url + "/api/v1/health", timeout=1).status_code == 200
+                    and httpx.get(self.lab_url + "/_caldera/lab-login", timeout=1).status_code < 500
+                ):
                     return self
             except httpx.HTTPError:
                 pass
@@ -160,9 +190,17 @@ class ServerProcess:
 
 @pytest.fixture
 def server(tmp_path, db_url):
-    env = {**os.environ, "CALDERA_INITIAL_ADMIN_PASSWORD": "admin-password", "CALDERA_DATABASE_URL": db_url,
-           "CALDERA_SCHEDULE_INTERVAL_S": "0.3", "CALDERA_CANCEL_GRACE_S": "2", "CALDERA_NODE_NAME": "node-0",
-           "CALDERA_CONFIG_DIR": str(tmp_path / "cli-config"), "COLUMNS": "200", "CALDERA_RUN_JOBS_AS": RUN_JOBS_AS}
+    env = {
+        **os.environ,
+        "CALDERA_INITIAL_ADMIN_PASSWORD": "admin-password",
+        "CALDERA_DATABASE_URL": db_url,
+        "CALDERA_SCHEDULE_INTERVAL_S": "0.3",
+        "CALDERA_CANCEL_GRACE_S": "2",
+        "CALDERA_NODE_NAME": "node-0",
+        "CALDERA_CONFIG_DIR": str(tmp_path / "cli-config"),
+        "COLUMNS": "200",
+        "CALDERA_RUN_JOBS_AS": RUN_JOBS_AS,
+    }
     srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env)
     srv.start()
     yield srv
@@ -173,6 +211,7 @@ def server(tmp_path, db_url):
 def kill_job_processes(data_dir: Path) -> None:
     """Jobs outlive the server by design; a test must not leave them running."""
     import json
+
     for pid_file in (data_dir / "runs").rglob("*.pid"):
         try:
             os.killpg(json.loads(pid_file.read_text())["shim_pid"], signal.SIGKILL)

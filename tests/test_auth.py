@@ -1,4 +1,5 @@
 """Tokens, roles and who sees what."""
+
 import time
 
 import jwt
@@ -30,11 +31,13 @@ def test_refresh_rotates_and_old_one_is_spent(api):
 
 def test_expired_and_forged_access_tokens(api, platform):
     now = int(time.time())
-    expired = jwt.encode({"sub": "1", "typ": "access", "iat": now - 100, "exp": now - 10}, platform.keys.access,
-                         algorithm="HS256")
+    expired = jwt.encode(
+        {"sub": "1", "typ": "access", "iat": now - 100, "exp": now - 10}, platform.keys.access, algorithm="HS256"
+    )
     forged = jwt.encode({"sub": "1", "typ": "access", "iat": now, "exp": now + 100}, "not-the-key", algorithm="HS256")
-    signed_with_refresh_key = jwt.encode({"sub": "1", "typ": "access", "iat": now, "exp": now + 100},
-                                         platform.keys.refresh, algorithm="HS256")
+    signed_with_refresh_key = jwt.encode(
+        {"sub": "1", "typ": "access", "iat": now, "exp": now + 100}, platform.keys.refresh, algorithm="HS256"
+    )
     for tok in (expired, forged, signed_with_refresh_key):
         assert api.client.get("/api/v1/me", headers={"Authorization": f"Bearer {tok}"}).status_code == 401
 
@@ -54,6 +57,7 @@ def test_personal_token_lifecycle(api, admin):
 
 def test_tokens_are_stored_hashed(api, admin, platform):
     from caldera.db.models import ApiToken, User
+
     secret = api.client.post("/api/v1/tokens", json={"name": "x"}, headers=admin).json()["token"]
     with platform.session() as db:
         rows = db.query(ApiToken).all()
@@ -64,8 +68,12 @@ def test_tokens_are_stored_hashed(api, admin, platform):
 def test_admin_routes_check_the_role(api, admin):
     alice = api.user(admin, "alice")
     assert api.client.get("/api/v1/users", headers=alice).status_code == 403
-    assert api.client.post("/api/v1/users", json={"username": "eve", "password": "password-123", "role": "admin"},
-                           headers=alice).status_code == 403
+    assert (
+        api.client.post(
+            "/api/v1/users", json={"username": "eve", "password": "password-123", "role": "admin"}, headers=alice
+        ).status_code
+        == 403
+    )
     assert api.client.post("/api/v1/accounts", json={"name": "x"}, headers=alice).status_code == 403
     assert api.client.put("/api/v1/queues/default", json={"account": "default"}, headers=alice).status_code == 403
     assert api.client.get("/api/v1/users", headers=admin).status_code == 200

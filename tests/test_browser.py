@@ -1,5 +1,6 @@
 """A real browser (Debian's chromium, driven by Playwright): log in through the page, then open Jupyter Lab
 through the platform's proxy."""
+
 import os
 import shutil
 
@@ -23,9 +24,19 @@ def browser():
     if not os.path.exists(CHROMIUM) and not os.environ.get("CI"):
         pytest.skip("chromium not installed (apt-get install chromium)")
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        b = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         yield b
         b.close()
 

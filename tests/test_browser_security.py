@@ -1,6 +1,7 @@
 """Attacks from a browser, in Debian's chromium: a notebook's JavaScript acting as the admin who opened it, and a
 page of another port of the same host driving someone's lab through its websockets (cross-site websocket
 hijacking). Both must fail."""
+
 import http.server
 import threading
 
@@ -32,12 +33,13 @@ def test_notebook_javascript_cannot_act_as_the_admin(server, browser):  # noqa: 
     alice = token(server, "alice", "password-123")
     jid = _lab_job(server, alice)
     page = browser.new_page()
-    _login(page, server, "admin", "admin-password", f"/jobs/{jid}/lab/lab")   # the admin opens alice's lab
+    _login(page, server, "admin", "admin-password", f"/jobs/{jid}/lab/lab")  # the admin opens alice's lab
     page.wait_for_selector(".jp-Launcher", timeout=90_000)
-    assert page.url.startswith(server.lab_url)   # served from the lab origin, not the platform's
+    assert page.url.startswith(server.lab_url)  # served from the lab origin, not the platform's
 
     # what a notebook's JavaScript output can do, run in the lab page itself
-    result = page.evaluate("""async ([platform]) => {
+    result = page.evaluate(
+        """async ([platform]) => {
         const out = {cookies: document.cookie};
         const body = JSON.stringify({username: "evil", password: "password-123", role: "admin"});
         for (const [name, url] of [["platform", platform + "/api/v1/users"], ["here", "/api/v1/users"]]) {
@@ -53,8 +55,10 @@ def test_notebook_javascript_cannot_act_as_the_admin(server, browser):  # noqa: 
             out.nocors = "sent";
         } catch (e) { out.nocors = "blocked"; }
         return out;
-    }""", [server.url])
-    assert "caldera_session" not in result["cookies"] and "caldera_lab" not in result["cookies"]   # HttpOnly too
+    }""",
+        [server.url],
+    )
+    assert "caldera_session" not in result["cookies"] and "caldera_lab" not in result["cookies"]  # HttpOnly too
     assert result["platform"] == "blocked" and result["here"] == 404, result
     users = httpx.get(server.url + "/api/v1/users", headers=admin).json()
     assert "evil" not in [u["username"] for u in users]
@@ -83,7 +87,7 @@ def test_another_port_cannot_drive_a_lab(server, browser):  # noqa: F811
         assert r.status_code == 201, r.text
         kernel = r.json()["id"]
     page = browser.new_context().new_page()
-    _login(page, server, "admin", "admin-password", f"/jobs/{jid}/lab/lab")   # the victim has a lab cookie
+    _login(page, server, "admin", "admin-password", f"/jobs/{jid}/lab/lab")  # the victim has a lab cookie
     page.wait_for_selector(".jp-Launcher", timeout=90_000)
 
     # a page on another port of the same host: the same site, so the browser would send the lab cookie
@@ -102,7 +106,7 @@ def test_another_port_cannot_drive_a_lab(server, browser):  # noqa: F811
     evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EvilPage)
     threading.Thread(target=evil.serve_forever, daemon=True).start()
     try:
-        attacker = page.context.new_page()   # the same browser profile: the victim's cookies
+        attacker = page.context.new_page()  # the same browser profile: the victim's cookies
         attacker.goto(f"http://localhost:{evil.server_address[1]}/")
         attacker.wait_for_function("Object.keys(window.results).length === 3", timeout=30_000)
         results = attacker.evaluate("window.results")
@@ -111,5 +115,5 @@ def test_another_port_cannot_drive_a_lab(server, browser):  # noqa: F811
     assert not results["kernel"].startswith("open") and not results["terminal"].startswith("open"), results
     with httpx.Client() as client:
         terminals = client.get(f"{base}/api/terminals", headers=h).json()
-    assert terminals == [], terminals   # the cross-site POST made no terminal either
+    assert terminals == [], terminals  # the cross-site POST made no terminal either
     httpx.post(f"{server.url}/api/v1/jobs/{jid}/cancel", headers=h)

@@ -13,14 +13,17 @@ def test_yaml_spec_with_shell_command_and_defaults():
     assert spec.resources.vector() == {"cpu": 1.0, "memory": 1024.0, "gpu": 2.0, "gpu/a100": 2.0}
 
 
-@pytest.mark.parametrize("data, field", [
-    ({"name": "x", "command": "true", "bogus": 1}, "bogus"),
-    ({"name": "x", "command": "true", "resources": {"gpu": -1}}, "resources.gpu"),
-    ({"name": "x"}, "spec"),
-    ({"name": "x", "command": "true", "replicas": 2}, "spec"),
-    ({"name": "bad name", "command": "true"}, "name"),
-    ({"name": "x", "command": "true", "env": {"1A": "v"}}, "env"),
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"name": "x", "command": "true", "bogus": 1}, "bogus"),
+        ({"name": "x", "command": "true", "resources": {"gpu": -1}}, "resources.gpu"),
+        ({"name": "x"}, "spec"),
+        ({"name": "x", "command": "true", "replicas": 2}, "spec"),
+        ({"name": "bad name", "command": "true"}, "name"),
+        ({"name": "x", "command": "true", "env": {"1A": "v"}}, "env"),
+    ],
+)
 def test_invalid_specs_name_the_field(data, field):
     with pytest.raises(SpecError) as exc:
         parse_spec(data)
@@ -33,8 +36,16 @@ def test_not_yaml_mapping():
 
 
 def test_distributed_world_size_and_jupyter_needs_no_command():
-    d = parse_spec({"name": "ddp", "kind": "distributed", "command": "python t.py", "replicas": 2,
-                    "procs_per_replica": 3, "resources": {"gpu": 1}})
+    d = parse_spec(
+        {
+            "name": "ddp",
+            "kind": "distributed",
+            "command": "python t.py",
+            "replicas": 2,
+            "procs_per_replica": 3,
+            "resources": {"gpu": 1},
+        }
+    )
     assert d.world_size == 6 and d.total_gpus() == 2
     assert parse_spec({"name": "nb", "kind": "jupyter"}).interactive
 
@@ -43,8 +54,11 @@ def test_state_machine():
     check_transition(JobState.QUEUED, JobState.STARTING)
     check_transition(JobState.RUNNING, JobState.PREEMPTED)
     check_transition(JobState.PREEMPTED, JobState.QUEUED)
-    for src, dst in [(JobState.SUCCEEDED, JobState.RUNNING), (JobState.QUEUED, JobState.SUCCEEDED),
-                     (JobState.CANCELLED, JobState.QUEUED)]:
+    for src, dst in [
+        (JobState.SUCCEEDED, JobState.RUNNING),
+        (JobState.QUEUED, JobState.SUCCEEDED),
+        (JobState.CANCELLED, JobState.QUEUED),
+    ]:
         with pytest.raises(InvalidTransition):
             check_transition(src, dst)
     assert JobState.LOST.terminal and not JobState.PREEMPTED.terminal

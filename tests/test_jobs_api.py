@@ -1,4 +1,5 @@
 """Submission, validation, isolation between users, cancellation of queued jobs."""
+
 from caldera.db.models import Job, JobEventRow
 
 BATCH = {"name": "hello", "command": "echo hi"}
@@ -11,7 +12,9 @@ def test_submit_and_describe(api, admin):
     assert job["state"] == "Queued" and job["account"] == "default" and job["queue"] == "default"
     d = api.client.get(f"/api/v1/jobs/{job['id']}", headers=admin).json()
     assert [(e["from"], e["to"], e["reason"]) for e in d["events"]] == [
-        (None, "Pending", "Submitted"), ("Pending", "Queued", "Admitted")]
+        (None, "Pending", "Submitted"),
+        ("Pending", "Queued", "Admitted"),
+    ]
     assert all(e["at"] > 0 for e in d["events"])
 
 
@@ -19,7 +22,7 @@ def test_bad_specs_are_400_naming_the_field_and_create_nothing(api, admin, platf
     cases = [
         ({**BATCH, "unknown": 1}, "unknown"),
         ({**BATCH, "resources": {"gpu": -2}}, "resources.gpu"),
-        ({**BATCH, "resources": {"gpu": 5}}, "resources"),                   # the node has 4
+        ({**BATCH, "resources": {"gpu": 5}}, "resources"),  # the node has 4
         ({**BATCH, "resources": {"gpu": 1, "gpu_model": "h100"}}, "resources"),
         ({**BATCH, "account": "nope"}, "account"),
         ({**BATCH, "queue": "nope"}, "queue"),
@@ -37,8 +40,9 @@ def test_member_only_accounts(api, admin):
     bob = api.user(admin, "bob")
     r = api.client.post("/api/v1/jobs", json={**BATCH, "account": "vision"}, headers=bob)
     assert r.status_code == 400 and r.json()["errors"][0]["field"] == "account"
-    assert api.client.post("/api/v1/accounts/vision/members", json={"username": "bob"},
-                           headers=admin).status_code == 201
+    assert (
+        api.client.post("/api/v1/accounts/vision/members", json={"username": "bob"}, headers=admin).status_code == 201
+    )
     r = api.client.post("/api/v1/jobs", json={**BATCH, "account": "vision"}, headers=bob)
     assert r.status_code == 201 and r.json()["queue"] == "vision"
 
@@ -49,8 +53,12 @@ def test_users_never_see_or_touch_each_others_jobs(api, admin):
     jb = api.client.post("/api/v1/jobs", json=BATCH, headers=bob).json()["id"]
     assert [j["id"] for j in api.client.get("/api/v1/jobs", headers=alice).json()] == [ja]
     assert [j["id"] for j in api.client.get("/api/v1/jobs?all=true", headers=alice).json()] == [ja]
-    for path in (f"/api/v1/jobs/{jb}", f"/api/v1/jobs/{jb}/events", f"/api/v1/jobs/{jb}/why",
-                 f"/api/v1/jobs/{jb}/logs"):
+    for path in (
+        f"/api/v1/jobs/{jb}",
+        f"/api/v1/jobs/{jb}/events",
+        f"/api/v1/jobs/{jb}/why",
+        f"/api/v1/jobs/{jb}/logs",
+    ):
         assert api.client.get(path, headers=alice).status_code == 404, path
     assert api.client.post(f"/api/v1/jobs/{jb}/cancel", headers=alice).status_code == 404
     assert api.client.get(f"/api/v1/jobs/{jb}", headers=bob).json()["state"] == "Queued"

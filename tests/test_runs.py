@@ -1,4 +1,5 @@
 """Jobs really run on this host through the API, the scheduler loop and the local runtime."""
+
 import textwrap
 
 import pytest
@@ -23,6 +24,7 @@ def _until(api, headers, jid, states, timeout=60):
         loop.tick()
         j = _state(api, headers, jid)
         return j if j["state"] in states else None
+
     return wait_for(check, timeout, what=f"{jid} in {states}")
 
 
@@ -39,17 +41,21 @@ def test_exit_code_decides_success_or_failure(api, admin):
     assert j["state"] == "Failed" and j["exit_code"] == 3
     assert "out" in _log(api, admin, ok) and "err" in _log(api, admin, ok)
     reasons = [e["to"] for e in j["events"]]
-    assert reasons == ["Pending", "Queued", "Starting", "Running", "Failed"] or \
-        reasons == ["Pending", "Queued", "Starting", "Failed"]
+    assert reasons == ["Pending", "Queued", "Starting", "Running", "Failed"] or reasons == [
+        "Pending",
+        "Queued",
+        "Starting",
+        "Failed",
+    ]
 
 
 def test_exclusive_gpus_never_shared(api, admin):
-    cmd = ["sh", "-c", "echo \"gpus=$CUDA_VISIBLE_DEVICES\"; sleep 2"]
+    cmd = ["sh", "-c", 'echo "gpus=$CUDA_VISIBLE_DEVICES"; sleep 2']
     ids = [_submit(api, admin, name=f"g{i}", command=cmd, resources={"gpu": 2}) for i in range(3)]
     loop = api.client.app.state.loop
     loop.tick()
     states = [_state(api, admin, j)["state"] for j in ids]
-    assert states.count("Queued") == 1, states          # 4 GPUs: two 2-GPU jobs fit, the third waits
+    assert states.count("Queued") == 1, states  # 4 GPUs: two 2-GPU jobs fit, the third waits
     for j in ids:
         _until(api, admin, j, {"Succeeded"})
     seen = [_log(api, admin, j).strip().split("=")[1] for j in ids]
@@ -72,7 +78,8 @@ def test_cancel_running_sends_sigterm_to_the_group(api, admin, platform):
 def test_distributed_gloo_all_reduce(api, admin, tmp_path):
     pytest.importorskip("torch")
     script = tmp_path / "ddp.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, torch, torch.distributed as dist
         dist.init_process_group("gloo")
         t = torch.tensor([float(dist.get_rank() + 1)])
@@ -80,9 +87,18 @@ def test_distributed_gloo_all_reduce(api, admin, tmp_path):
         env = {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR")}
         print("sum", t.item(), env, flush=True)
         dist.destroy_process_group()
-    """))
-    jid = _submit(api, admin, name="ddp", kind="distributed", command=["python", str(script)], replicas=2,
-                  procs_per_replica=1, resources={"gpu": 1, "cpu": 1})
+    """)
+    )
+    jid = _submit(
+        api,
+        admin,
+        name="ddp",
+        kind="distributed",
+        command=["python", str(script)],
+        replicas=2,
+        procs_per_replica=1,
+        resources={"gpu": 1, "cpu": 1},
+    )
     j = _until(api, admin, jid, {"Succeeded", "Failed"}, timeout=120)
     assert j["state"] == "Succeeded", (_log(api, admin, jid, 0), _log(api, admin, jid, 1))
     assert len(j["allocations"]) == 2

@@ -1,4 +1,5 @@
 """`caldera up` as a real process: the CLI end to end, restarts after SIGKILL, the Jupyter proxy."""
+
 import asyncio
 import json
 import os
@@ -14,8 +15,13 @@ from tests.conftest import wait_for
 
 
 def cli(server, *args, check=True, timeout=60):
-    r = subprocess.run([sys.executable, "-m", "caldera.cli.main", *args], env=server.env, capture_output=True,
-                       text=True, timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-m", "caldera.cli.main", *args],
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check:
         assert r.returncode == 0, (args, r.stdout, r.stderr)
     return r
@@ -39,8 +45,9 @@ def test_cli_end_to_end(server, tmp_path):
     cred = tmp_path / "cli-config" / "credentials.json"
     assert oct(cred.stat().st_mode & 0o777) == "0o600" and json.loads(cred.read_text())["token"].startswith("cal_")
     spec = tmp_path / "job.yaml"
-    spec.write_text("name: count\ncommand: sh -c 'for i in 1 2 3; do echo tick $i; sleep 0.5; done'\n"
-                    "resources: {gpu: 1}\n")
+    spec.write_text(
+        "name: count\ncommand: sh -c 'for i in 1 2 3; do echo tick $i; sleep 0.5; done'\nresources: {gpu: 1}\n"
+    )
     out = cli(server, "submit", str(spec)).stdout
     jid = out.split("submitted ")[1].split()[0]
     follow = cli(server, "logs", "-f", jid, timeout=90).stdout
@@ -51,7 +58,7 @@ def test_cli_end_to_end(server, tmp_path):
     desc = cli(server, "describe", jid).stdout
     for word in ("Submitted", "Admitted", "Scheduled", "Completed", "gpu"):
         assert word in desc
-    assert cli(server, "logs", jid).stdout.startswith("tick 1")   # also after the job ended
+    assert cli(server, "logs", jid).stdout.startswith("tick 1")  # also after the job ended
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ncommand: 'true'\nresources: {gpu: 64}\n")
@@ -69,7 +76,7 @@ def test_cli_end_to_end(server, tmp_path):
 
 def test_sigkill_restart_loses_no_job(server, tmp_path):
     h = token(server)
-    post = lambda spec: httpx.post(server.url + "/api/v1/jobs", json=spec, headers=h).json()["id"]   # noqa: E731
+    post = lambda spec: httpx.post(server.url + "/api/v1/jobs", json=spec, headers=h).json()["id"]  # noqa: E731
     survivor = post({"name": "survivor", "command": ["sh", "-c", "sleep 10; echo survived"], "resources": {"gpu": 2}})
     victim = post({"name": "victim", "command": ["sleep", "300"]})
     until(server, h, survivor, {"Running"})
@@ -80,7 +87,7 @@ def test_sigkill_restart_loses_no_job(server, tmp_path):
     assert victim_pids, "the runtime records pids in the run dir"
 
     server.kill()
-    for pid in victim_pids:        # the victim's processes die while the server is down
+    for pid in victim_pids:  # the victim's processes die while the server is down
         try:
             os.killpg(pid, 9)
         except ProcessLookupError:
@@ -123,39 +130,61 @@ def test_jupyter_through_the_proxy(server):
     assert httpx.get(f"{base}/api/status", headers=token(server, "mallory", "password-123")).status_code == 404
 
     with httpx.Client() as client:
-        assert client.post(f"{base}/api/kernels", json={"name": "python3"}, headers=h).status_code == 403   # XSRF
-        r = client.post(f"{base}/api/kernels", json={"name": "python3"}, headers=lab_xsrf(client, base, h),
-                        timeout=60)
+        assert client.post(f"{base}/api/kernels", json={"name": "python3"}, headers=h).status_code == 403  # XSRF
+        r = client.post(f"{base}/api/kernels", json={"name": "python3"}, headers=lab_xsrf(client, base, h), timeout=60)
         assert r.status_code == 201, r.text
         kernel = r.json()["id"]
     # the lab's token never leaves the platform: not in the job, its events, its logs or proxied pages
     lab_token = next((server.data_dir / "runs" / jid).rglob("jupyter.token")).read_text().strip()
     assert len(lab_token) >= 32
-    seen = [httpx.get(f"{server.url}/api/v1/jobs/{jid}", headers=h).text,
-            httpx.get(f"{server.url}/api/v1/jobs/{jid}/logs", headers=h).text,
-            httpx.get(f"{base}/lab", headers=h).text]
+    seen = [
+        httpx.get(f"{server.url}/api/v1/jobs/{jid}", headers=h).text,
+        httpx.get(f"{server.url}/api/v1/jobs/{jid}/logs", headers=h).text,
+        httpx.get(f"{base}/lab", headers=h).text,
+    ]
     assert all(lab_token not in text for text in seen)
 
     async def run_code() -> str:
         url = f"ws://localhost:{server.lab_port}/jobs/{jid}/lab/api/kernels/{kernel}/channels"
         async with websockets.connect(url, additional_headers=h) as ws:
             msg_id = uuid.uuid4().hex
-            await ws.send(json.dumps({
-                "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "t", "session": "s",
-                           "version": "5.3"},
-                "parent_header": {}, "metadata": {}, "channel": "shell",
-                "content": {"code": "print(6*7)", "silent": False, "store_history": False,
-                            "user_expressions": {}, "allow_stdin": False}}))
+            await ws.send(
+                json.dumps(
+                    {
+                        "header": {
+                            "msg_id": msg_id,
+                            "msg_type": "execute_request",
+                            "username": "t",
+                            "session": "s",
+                            "version": "5.3",
+                        },
+                        "parent_header": {},
+                        "metadata": {},
+                        "channel": "shell",
+                        "content": {
+                            "code": "print(6*7)",
+                            "silent": False,
+                            "store_history": False,
+                            "user_expressions": {},
+                            "allow_stdin": False,
+                        },
+                    }
+                )
+            )
             while True:
                 m = json.loads(await asyncio.wait_for(ws.recv(), 60))
                 if m.get("parent_header", {}).get("msg_id") == msg_id and m["msg_type"] == "stream":
                     return m["content"]["text"]
+
     assert asyncio.run(run_code()).strip() == "42"
 
     # a browser: platform login, then the ticket trip to the lab origin, which sets a cookie for this job only
     with httpx.Client() as browser:
-        r = browser.post(server.url + "/login", data={"username": "admin", "password": "admin-password",
-                                                      "next": f"/jobs/{jid}/lab/api/status"}, follow_redirects=True)
+        r = browser.post(
+            server.url + "/login",
+            data={"username": "admin", "password": "admin-password", "next": f"/jobs/{jid}/lab/api/status"},
+            follow_redirects=True,
+        )
         assert r.status_code == 200 and "kernels" in r.json()
         # with the lab cookie, a request from any other origin, or from none, is refused
         for origin in ({"Origin": "http://localhost:1"}, {"Origin": server.url}, {}):

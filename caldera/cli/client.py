@@ -1,10 +1,12 @@
 """The HTTP client the CLI uses, and where it keeps its credentials."""
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 
@@ -17,7 +19,8 @@ class ApiError(Exception):
 
 def config_path() -> Path:
     base = os.environ.get("CALDERA_CONFIG_DIR") or os.path.join(
-        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "caldera")
+        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "caldera"
+    )
     return Path(base) / "credentials.json"
 
 
@@ -37,7 +40,7 @@ def save_credentials(url: str, token: str, username: str) -> Path:
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)   # a token is a password
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # a token is a password
     with os.fdopen(fd, "w") as fh:
         json.dump({"url": url, "token": token, "username": username}, fh)
     os.replace(tmp, path)
@@ -51,7 +54,7 @@ class Client:
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
     @classmethod
-    def from_config(cls) -> "Client":
+    def from_config(cls) -> Client:
         creds = load_credentials()
         if not creds.get("url") or not creds.get("token"):
             raise ApiError(401, "not logged in: run `caldera login` first")

@@ -1,4 +1,5 @@
 """`caldera`: start the platform, log in, submit and follow jobs, administer accounts and queues."""
+
 from __future__ import annotations
 
 import getpass
@@ -7,7 +8,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -48,14 +49,17 @@ def _call(fn, *args, **kwargs) -> Any:
 
 # ---- the platform ------------------------------------------------------------------------------------------------
 @app.command()
-def up(data_dir: Optional[Path] = typer.Option(None, help="where the database, logs and keys live (~/.caldera)"),
-       host: Optional[str] = typer.Option(None, help="address to bind (127.0.0.1)"),
-       port: Optional[int] = typer.Option(None, help="port (8642)"),
-       fake_gpus: int = typer.Option(0, help="declare N fake GPUs when this host has none"),
-       fake_gpu_model: str = typer.Option("fake", help="model name of the fake GPUs"),
-       policy: Optional[str] = typer.Option(None, help="scheduling policy"),
-       unisolated: bool = typer.Option(False, help="run jobs as the server's own user, isolated from nothing "
-                                                   "(a single-user machine without root)")) -> None:
+def up(
+    data_dir: Path | None = typer.Option(None, help="where the database, logs and keys live (~/.caldera)"),
+    host: str | None = typer.Option(None, help="address to bind (127.0.0.1)"),
+    port: int | None = typer.Option(None, help="port (8642)"),
+    fake_gpus: int = typer.Option(0, help="declare N fake GPUs when this host has none"),
+    fake_gpu_model: str = typer.Option("fake", help="model name of the fake GPUs"),
+    policy: str | None = typer.Option(None, help="scheduling policy"),
+    unisolated: bool = typer.Option(
+        False, help="run jobs as the server's own user, isolated from nothing (a single-user machine without root)"
+    ),
+) -> None:
     """Start the API, the lab origin, the scheduler and the local runtime in one process (SQLite by default)."""
     from caldera.config import FakeGpu, Settings
     from caldera.server.identity import isolation_problem
@@ -63,8 +67,9 @@ def up(data_dir: Optional[Path] = typer.Option(None, help="where the database, l
     from caldera.server.serve import serve
     from caldera.server.tenancy import bootstrap
 
-    overrides: dict[str, Any] = {k: v for k, v in
-                                 {"data_dir": data_dir, "host": host, "port": port, "policy": policy}.items() if v}
+    overrides: dict[str, Any] = {
+        k: v for k, v in {"data_dir": data_dir, "host": host, "port": port, "policy": policy}.items() if v
+    }
     if fake_gpus:
         overrides["fake_gpus"] = [FakeGpu(model=fake_gpu_model) for _ in range(fake_gpus)]
     if unisolated:
@@ -76,33 +81,44 @@ def up(data_dir: Optional[Path] = typer.Option(None, help="where the database, l
             err.print(f"[red]Caldera cannot isolate jobs:[/red] {problem}")
             raise typer.Exit(1)
     else:
-        err.print("[bold yellow]Jobs are NOT isolated:[/bold yellow] they run as this server's user and can read "
-                  "its database and keys, each other's files and processes, and act as any platform user. "
-                  "Use this only where every user is trusted.")
+        err.print(
+            "[bold yellow]Jobs are NOT isolated:[/bold yellow] they run as this server's user and can read "
+            "its database and keys, each other's files and processes, and act as any platform user. "
+            "Use this only where every user is trusted."
+        )
     with console.status("migrating the database and discovering devices"):
         platform = Platform.create(settings)
         with platform.session() as db:
             first = bootstrap(db, settings.initial_admin_password)
             db.commit()
         nodes = platform.nodes()
-    console.print(f"[bold green]Caldera[/bold green] at [link]{settings.url}[/link]  (data in {settings.data_dir}); "
-                  f"labs at {settings.lab_url}")
+    console.print(
+        f"[bold green]Caldera[/bold green] at [link]{settings.url}[/link]  (data in {settings.data_dir}); "
+        f"labs at {settings.lab_url}"
+    )
     for n in nodes:
         models = ", ".join(sorted({d.model for d in n.gpus})) or "no GPUs"
         console.print(f"  node {n.name}: {n.cpu:g} CPUs, {n.memory_mib // 1024} GiB, {len(n.gpus)} GPUs ({models})")
     if first and settings.initial_admin_password:
-        console.print(f"[bold]First admin[/bold]: user [cyan]{first[0]}[/cyan], password from CALDERA_INITIAL_ADMIN_PASSWORD")
+        console.print(
+            f"[bold]First admin[/bold]: user [cyan]{first[0]}[/cyan], password from CALDERA_INITIAL_ADMIN_PASSWORD"
+        )
     elif first:
         user, password = first
-        console.print(f"[bold]First admin[/bold]: user [cyan]{user}[/cyan] password [cyan]{password}[/cyan] "
-                      "(shown once; change it with `caldera passwd`)")
+        console.print(
+            f"[bold]First admin[/bold]: user [cyan]{user}[/cyan] password [cyan]{password}[/cyan] "
+            "(shown once; change it with `caldera passwd`)"
+        )
     serve(platform)
 
 
 # ---- sessions ----------------------------------------------------------------------------------------------------
 @app.command()
-def login(url: str = typer.Option(None, help="platform URL"), username: str = typer.Option(None, "--username", "-u"),
-          password: str = typer.Option(None, "--password", "-p", help="prompted when omitted")) -> None:
+def login(
+    url: str = typer.Option(None, help="platform URL"),
+    username: str = typer.Option(None, "--username", "-u"),
+    password: str = typer.Option(None, "--password", "-p", help="prompted when omitted"),
+) -> None:
     """Log in and store a personal API token (0600) for the other commands."""
     url = url or load_credentials().get("url") or "http://127.0.0.1:8642"
     username = username or typer.prompt("user")
@@ -117,6 +133,7 @@ def login(url: str = typer.Option(None, help="platform URL"), username: str = ty
 
 def _hostname() -> str:
     import socket
+
     return socket.gethostname()
 
 
@@ -130,10 +147,14 @@ def passwd(password: str = typer.Option(None, "--password", help="prompted when 
 
 # ---- jobs --------------------------------------------------------------------------------------------------------
 @app.command()
-def submit(spec_file: Path = typer.Argument(..., exists=True, readable=True, help="job spec, YAML"),
-           account: Optional[str] = typer.Option(None), queue: Optional[str] = typer.Option(None)) -> None:
+def submit(
+    spec_file: Path = typer.Argument(..., exists=True, readable=True, help="job spec, YAML"),
+    account: str | None = typer.Option(None),
+    queue: str | None = typer.Option(None),
+) -> None:
     """Submit a job from a YAML spec."""
     import yaml
+
     try:
         body = yaml.safe_load(spec_file.read_text())
     except yaml.YAMLError as exc:
@@ -150,13 +171,23 @@ def submit(spec_file: Path = typer.Argument(..., exists=True, readable=True, hel
     console.print(f"submitted [bold]{job['id']}[/bold] ({job['name']}) to {job['queue']}: {job['state']}")
 
 
-_STATE_STYLE = {"Running": "green", "Succeeded": "bold green", "Failed": "red", "Lost": "red", "Queued": "yellow",
-                "Cancelled": "dim", "Preempted": "magenta", "Starting": "cyan"}
+_STATE_STYLE = {
+    "Running": "green",
+    "Succeeded": "bold green",
+    "Failed": "red",
+    "Lost": "red",
+    "Queued": "yellow",
+    "Cancelled": "dim",
+    "Preempted": "magenta",
+    "Starting": "cyan",
+}
 
 
 @app.command("ls")
-def ls(all_users: bool = typer.Option(False, "--all", help="everyone's jobs (admins)"),
-       state: Optional[list[str]] = typer.Option(None, help="only these states")) -> None:
+def ls(
+    all_users: bool = typer.Option(False, "--all", help="everyone's jobs (admins)"),
+    state: list[str] | None = typer.Option(None, help="only these states"),
+) -> None:
     """List jobs."""
     rows = _call(_client().get, "/jobs", all=all_users or None, state=state)
     t = Table(box=None)
@@ -165,8 +196,17 @@ def ls(all_users: bool = typer.Option(False, "--all", help="everyone's jobs (adm
     for j in rows:
         why = j["pending_reasons"][0]["message"] if j["state"] == "Queued" and j["pending_reasons"] else j["message"]
         style = _STATE_STYLE.get(j["state"], "")
-        t.add_row(j["id"], j["name"], j["user"] or "", j["kind"], j["queue"], str(j["gpus"]),
-                  f"[{style}]{j['state']}[/{style}]" if style else j["state"], _ts(j["submitted_at"]), why or "")
+        t.add_row(
+            j["id"],
+            j["name"],
+            j["user"] or "",
+            j["kind"],
+            j["queue"],
+            str(j["gpus"]),
+            f"[{style}]{j['state']}[/{style}]" if style else j["state"],
+            _ts(j["submitted_at"]),
+            why or "",
+        )
     console.print(t)
 
 
@@ -175,8 +215,10 @@ def describe(job_id: str) -> None:
     """Spec, state and every event of a job."""
     j = _call(_client().get, f"/jobs/{job_id}")
     console.print(f"[bold]{j['id']}[/bold] {j['name']}  {j['kind']}  [bold]{j['state']}[/bold] ({j['reason']})")
-    console.print(f"user {j['user']}  account {j['account']}  queue {j['queue']}  priority {j['priority']}  "
-                  f"attempt {j['attempt']}  exit code {j['exit_code'] if j['exit_code'] is not None else '-'}")
+    console.print(
+        f"user {j['user']}  account {j['account']}  queue {j['queue']}  priority {j['priority']}  "
+        f"attempt {j['attempt']}  exit code {j['exit_code'] if j['exit_code'] is not None else '-'}"
+    )
     for a in j["allocations"]:
         console.print(f"  on {a['node']}: GPUs {a['gpus'] or '-'}  {a['cpu']:g} CPUs  {a['memory_mib']} MiB")
     if j["state"] == "Queued":
@@ -204,8 +246,11 @@ def why(job_id: str) -> None:
 
 
 @app.command()
-def logs(job_id: str, follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
-         rank: Optional[int] = typer.Option(None, help="rank of a distributed job (0)")) -> None:
+def logs(
+    job_id: str,
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
+    rank: int | None = typer.Option(None, help="rank of a distributed job (0)"),
+) -> None:
     """Print a job's output."""
     client = _client()
     try:
@@ -247,8 +292,14 @@ def nodes() -> None:
     t = Table("NODE", "CPUS", "MEMORY", "GPUS", "IDLE", "MODELS", box=None)
     for n in _call(_client().get, "/nodes"):
         idle = sum(1 for g in n["gpus"] if not g["job"])
-        t.add_row(n["name"], f"{n['cpu']:g}", f"{n['memory_mib'] // 1024} GiB", str(len(n["gpus"])), str(idle),
-                  ", ".join(sorted({g["model"] for g in n["gpus"]})))
+        t.add_row(
+            n["name"],
+            f"{n['cpu']:g}",
+            f"{n['memory_mib'] // 1024} GiB",
+            str(len(n["gpus"])),
+            str(idle),
+            ", ".join(sorted({g["model"] for g in n["gpus"]})),
+        )
     console.print(t)
 
 
@@ -270,20 +321,33 @@ def _vec(v: dict[str, float]) -> str:
 
 def _quotas(quotas: dict[str, dict]) -> str:
     """guarantee/deserved/capability per resource, as `caldera queue set` takes them."""
+
     def num(x: float | None, none: str) -> str:
         return none if x is None else f"{x:g}"
-    return "; ".join(f"{k}: {num(v['guarantee'], '0')}/{num(v['deserved'], '-')}/{num(v['capability'], '∞')}"
-                     for k, v in quotas.items()) or "-"
+
+    return (
+        "; ".join(
+            f"{k}: {num(v['guarantee'], '0')}/{num(v['deserved'], '-')}/{num(v['capability'], '∞')}"
+            for k, v in quotas.items()
+        )
+        or "-"
+    )
 
 
 # ---- admin -------------------------------------------------------------------------------------------------------
 @admin_app.command("create-user")
-def create_user(username: str, password: str = typer.Option(None, help="prompted when omitted"),
-                admin: bool = typer.Option(False, help="make an admin"),
-                account: Optional[list[str]] = typer.Option(None, help="accounts to join (default: default)")) -> None:
+def create_user(
+    username: str,
+    password: str = typer.Option(None, help="prompted when omitted"),
+    admin: bool = typer.Option(False, help="make an admin"),
+    account: list[str] | None = typer.Option(None, help="accounts to join (default: default)"),
+) -> None:
     pw = password or getpass.getpass(f"password for {username}: ")
-    u = _call(_client().post, "/users", {"username": username, "password": pw, "role": "admin" if admin else "user",
-                                         "accounts": account or []})
+    u = _call(
+        _client().post,
+        "/users",
+        {"username": username, "password": pw, "role": "admin" if admin else "user", "accounts": account or []},
+    )
     console.print(f"created {u['username']} ({u['role']}) in {', '.join(u['accounts'])}")
 
 
@@ -327,16 +391,26 @@ def _parse_quota(items: list[str]) -> dict[str, dict]:
 
 
 @queue_app.command("set")
-def queue_set(name: str, account: str = typer.Option(...),
-              quota: Optional[list[str]] = typer.Option(None, help="RESOURCE=GUARANTEE:DESERVED:CAPABILITY, "
-                                                                  "e.g. gpu/a100=2:4:8"),
-              weight: float = typer.Option(1.0), user_max_gpus: Optional[int] = typer.Option(None),
-              user_max_interactive: Optional[int] = typer.Option(None),
-              user_max_running: Optional[int] = typer.Option(None)) -> None:
+def queue_set(
+    name: str,
+    account: str = typer.Option(...),
+    quota: list[str] | None = typer.Option(None, help="RESOURCE=GUARANTEE:DESERVED:CAPABILITY, e.g. gpu/a100=2:4:8"),
+    weight: float = typer.Option(1.0),
+    user_max_gpus: int | None = typer.Option(None),
+    user_max_interactive: int | None = typer.Option(None),
+    user_max_running: int | None = typer.Option(None),
+) -> None:
     """Create or replace a queue's quotas and per-user caps."""
-    body = {"account": account, "weight": weight, "quotas": _parse_quota(quota or []),
-            "user_caps": {"max_gpus": user_max_gpus, "max_interactive_jobs": user_max_interactive,
-                          "max_running_jobs": user_max_running}}
+    body = {
+        "account": account,
+        "weight": weight,
+        "quotas": _parse_quota(quota or []),
+        "user_caps": {
+            "max_gpus": user_max_gpus,
+            "max_interactive_jobs": user_max_interactive,
+            "max_running_jobs": user_max_running,
+        },
+    }
     _call(_client().put, f"/queues/{name}", body)
     console.print(f"queue {name} set")
 
@@ -346,8 +420,9 @@ def queue_ls() -> None:
     t = Table("QUEUE", "ACCOUNT", "WEIGHT", "QUOTAS g/d/c", "USER CAPS", "IN USE", box=None)
     for q in _call(_client().get, "/queues"):
         caps = ", ".join(f"{k}={v}" for k, v in q["user_caps"].items() if v is not None)
-        t.add_row(q["name"], q["account"], f"{q['weight']:g}", _quotas(q["quotas"]), caps or "-",
-                  _vec(q["usage"]["in_use"]))
+        t.add_row(
+            q["name"], q["account"], f"{q['weight']:g}", _quotas(q["quotas"]), caps or "-", _vec(q["usage"]["in_use"])
+        )
     console.print(t)
 
 

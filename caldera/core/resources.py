@@ -3,6 +3,7 @@
 Quotas and usage are flat vectors keyed by resource name: ``cpu`` (cores), ``memory`` (MiB), ``gpu`` (any model)
 and ``gpu/<model>`` (one GPU model, lower case, e.g. ``gpu/a100``).
 """
+
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator

@@ -1,4 +1,5 @@
 """The job spec users submit (JSON through the API or YAML through the CLI)."""
+
 from __future__ import annotations
 
 import shlex
@@ -14,8 +15,8 @@ from caldera.core.tenancy import PriorityClass
 
 class JobKind(str, Enum):
     BATCH = "batch"
-    DISTRIBUTED = "distributed"     # PyTorch distributed: replicas x procs_per_replica ranks, gang-scheduled
-    JUPYTER = "jupyter"             # Jupyter Lab behind the platform's proxy
+    DISTRIBUTED = "distributed"  # PyTorch distributed: replicas x procs_per_replica ranks, gang-scheduled
+    JUPYTER = "jupyter"  # Jupyter Lab behind the platform's proxy
 
 
 class JobSpec(BaseModel):
@@ -50,7 +51,7 @@ class JobSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _kind_rules(self) -> "JobSpec":
+    def _kind_rules(self) -> JobSpec:
         if self.kind is not JobKind.JUPYTER and not self.command:
             raise ValueError(f"a {self.kind.value} job needs a command")
         if self.kind is not JobKind.DISTRIBUTED and (self.replicas != 1 or self.procs_per_replica != 1):

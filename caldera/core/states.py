@@ -1,21 +1,22 @@
 """The job state machine. Every transition is recorded as an event with a reason."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 
 
 class JobState(str, Enum):
-    PENDING = "Pending"        # accepted, not yet admitted to a queue
-    QUEUED = "Queued"          # waiting for the scheduler
-    STARTING = "Starting"      # resources bound, processes being launched
+    PENDING = "Pending"  # accepted, not yet admitted to a queue
+    QUEUED = "Queued"  # waiting for the scheduler
+    STARTING = "Starting"  # resources bound, processes being launched
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
-    PREEMPTED = "Preempted"    # stopped to free resources; goes back to Queued
-    LOST = "Lost"              # its processes vanished without an exit status
+    PREEMPTED = "Preempted"  # stopped to free resources; goes back to Queued
+    LOST = "Lost"  # its processes vanished without an exit status
 
     @property
     def terminal(self) -> bool:
@@ -32,10 +33,12 @@ TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, J
 _ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
     JobState.QUEUED: frozenset({JobState.STARTING, JobState.CANCELLED, JobState.FAILED}),
-    JobState.STARTING: frozenset({JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                                  JobState.PREEMPTED, JobState.LOST}),
-    JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED,
-                                 JobState.LOST}),
+    JobState.STARTING: frozenset(
+        {JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED, JobState.LOST}
+    ),
+    JobState.RUNNING: frozenset(
+        {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED, JobState.LOST}
+    ),
     JobState.PREEMPTED: frozenset({JobState.QUEUED, JobState.CANCELLED}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
@@ -64,6 +67,6 @@ class JobEvent:
     job_id: str
     from_state: JobState | None
     to_state: JobState
-    reason: str                     # machine-readable, CamelCase, e.g. "Scheduled", "ExitCode", "PreemptedBy"
+    reason: str  # machine-readable, CamelCase, e.g. "Scheduled", "ExitCode", "PreemptedBy"
     message: str = ""
-    at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))

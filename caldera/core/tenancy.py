@@ -1,4 +1,5 @@
 """Users, accounts (projects), queues and their quotas."""
+
 from __future__ import annotations
 
 from enum import Enum
@@ -17,7 +18,7 @@ class PriorityClass(str, Enum):
     HIGH = "high"
     NORMAL = "normal"
     LOW = "low"
-    BEST_EFFORT = "best-effort"   # runs only on idle capacity; the first to be preempted
+    BEST_EFFORT = "best-effort"  # runs only on idle capacity; the first to be preempted
 
     @property
     def rank(self) -> int:

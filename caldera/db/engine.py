@@ -1,4 +1,5 @@
 """Engine, sessions and migrations."""
+
 from __future__ import annotations
 
 from pathlib import Path

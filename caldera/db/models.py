@@ -1,4 +1,5 @@
 """Tables. Times are UTC epoch seconds (floats): portable across SQLite and PostgreSQL and cheap to compare."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,7 +48,7 @@ class Queue(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)      # QueueConfig without name/account
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # QueueConfig without name/account
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
@@ -57,10 +58,10 @@ class ApiToken(Base):
     __tablename__ = "api_tokens"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
-    kind: Mapped[str] = mapped_column(String(16))             # "personal" | "session"
+    kind: Mapped[str] = mapped_column(String(16))  # "personal" | "session"
     name: Mapped[str] = mapped_column(String(128), default="")
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    prefix: Mapped[str] = mapped_column(String(16))            # shown in listings so users can tell tokens apart
+    prefix: Mapped[str] = mapped_column(String(16))  # shown in listings so users can tell tokens apart
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -102,7 +103,7 @@ class Job(Base):
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     pending_reasons: Mapped[list[Any]] = mapped_column(JSON, default=list)
     attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)
-    stop_requested: Mapped[str | None] = mapped_column(String(16), nullable=True)   # "cancel" | "preempt"
+    stop_requested: Mapped[str | None] = mapped_column(String(16), nullable=True)  # "cancel" | "preempt"
     stop_detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 

@@ -2,6 +2,7 @@
 
 Exports are lazy: the local runtime's supervisor shim imports this package and must stay light.
 """
+
 from __future__ import annotations
 
 from typing import Any

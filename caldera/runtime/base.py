@@ -3,12 +3,14 @@
 A runtime is told where a job runs (the scheduler's allocations) and makes it so. Everything it needs to find a job
 again after the server restarts lives under the job's run directory or in ``Handle.data`` (stored by the server).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 from caldera.core.spec import JobSpec
 from caldera.scheduler.snapshot import Allocation, Node
@@ -26,21 +28,21 @@ class RunAs:
 @dataclass(frozen=True)
 class LaunchRequest:
     job_id: str
-    attempt: int                     # 1 for the first run, +1 after each preemption re-queue
+    attempt: int  # 1 for the first run, +1 after each preemption re-queue
     spec: JobSpec
     allocations: tuple[Allocation, ...]
-    workdir: Path                    # kept across attempts so a preempted job resumes from its checkpoint
-    env: dict[str, str] = field(default_factory=dict)   # platform-injected, e.g. CALDERA_JOB_ID
-    base_url: str = ""               # for interactive jobs: the path the platform proxies, e.g. /jobs/<id>/lab/
-    run_as: RunAs | None = None      # None: as the server's own user (only when an admin chose run_jobs_as=server)
-    home: Path | None = None         # the owner's own space: HOME, and the only host path the job may write
+    workdir: Path  # kept across attempts so a preempted job resumes from its checkpoint
+    env: dict[str, str] = field(default_factory=dict)  # platform-injected, e.g. CALDERA_JOB_ID
+    base_url: str = ""  # for interactive jobs: the path the platform proxies, e.g. /jobs/<id>/lab/
+    run_as: RunAs | None = None  # None: as the server's own user (only when an admin chose run_jobs_as=server)
+    home: Path | None = None  # the owner's own space: HOME, and the only host path the job may write
 
 
 @dataclass
 class Handle:
     job_id: str
     attempt: int
-    data: dict[str, Any] = field(default_factory=dict)   # JSON-serialisable; persisted by the server
+    data: dict[str, Any] = field(default_factory=dict)  # JSON-serialisable; persisted by the server
 
 
 class Phase(str, Enum):
@@ -55,7 +57,7 @@ class Phase(str, Enum):
 class Observation:
     phase: Phase
     exit_code: int | None = None
-    reason: str = ""                 # machine-readable, e.g. "ExitCode", "ProcessGone"
+    reason: str = ""  # machine-readable, e.g. "ExitCode", "ProcessGone"
     message: str = ""
 
 
@@ -63,13 +65,13 @@ class Observation:
 class Endpoint:
     """An HTTP service a job exposes, reachable only by the platform's proxy."""
 
-    name: str                        # e.g. "lab"
+    name: str  # e.g. "lab"
     host: str
     port: int
-    base_url: str                    # path prefix the service expects
-    headers: dict[str, str] = field(default_factory=dict)   # what the proxy adds (the service's login); never shown
-    socket: str | None = None        # a Unix socket only the platform may open; host and port are then unused
-    secrets: tuple[str, ...] = ()    # what the service may print into pages and the proxy must cut out (its token)
+    base_url: str  # path prefix the service expects
+    headers: dict[str, str] = field(default_factory=dict)  # what the proxy adds (the service's login); never shown
+    socket: str | None = None  # a Unix socket only the platform may open; host and port are then unused
+    secrets: tuple[str, ...] = ()  # what the service may print into pages and the proxy must cut out (its token)
 
 
 class Runtime(Protocol):
@@ -88,8 +90,7 @@ class Runtime(Protocol):
         """SIGTERM to every process group, SIGKILL after ``grace_s``. Returns at once. With ``notice`` (preemption),
         first writes it to the file named by the job's CALDERA_PREEMPT_NOTICE variable."""
 
-    def logs(self, handle: Handle, rank: int | None = None, follow: bool = False,
-             offset: int = 0) -> Iterator[bytes]:
+    def logs(self, handle: Handle, rank: int | None = None, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
         """Log bytes of one rank (rank 0 when None) from ``offset``; with ``follow``, until the job ends."""
 
     def endpoints(self, handle: Handle) -> list[Endpoint]:

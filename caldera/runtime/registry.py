@@ -3,6 +3,7 @@ JupyterHub finds spawners: a site's own backend is a package that declares one, 
 
 A runtime is a class taking the platform's Settings; it imports its own client libraries lazily.
 """
+
 from __future__ import annotations
 
 from importlib.metadata import entry_points

@@ -43,14 +43,15 @@ the job asks for that model and the queue has a quota for it, else ``gpu``), cou
 terminating jobs, and a job without a GPU model can only reclaim through a ``gpu`` guarantee. CPU-only jobs never
 preempt.
 """
+
 from __future__ import annotations
 
 import heapq
 import math
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from itertools import count
 from operator import attrgetter
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -61,8 +62,16 @@ from caldera.scheduler.fairshare import FairShare
 from caldera.scheduler.ordering import gpus_per_replica, queued_since, sort_order
 from caldera.scheduler.quota import deserved
 from caldera.scheduler.reasons import (
-    BACKFILL_BLOCKED, PREEMPT_BEST_EFFORT, PREEMPT_PRIORITY, PREEMPT_RECLAIM, QUEUE_CAPABILITY, RESERVED, USER_CAP,
-    WAITING_FOR_PREEMPTION, hhmm, num,
+    BACKFILL_BLOCKED,
+    PREEMPT_BEST_EFFORT,
+    PREEMPT_PRIORITY,
+    PREEMPT_RECLAIM,
+    QUEUE_CAPABILITY,
+    RESERVED,
+    USER_CAP,
+    WAITING_FOR_PREEMPTION,
+    hhmm,
+    num,
 )
 from caldera.scheduler.snapshot import Decisions, Preempt, Reason, SchedJob, Snapshot
 
@@ -76,8 +85,24 @@ def _VKEY(v: Victim) -> tuple[int, float]:
 
 
 class _Queue:
-    __slots__ = ("name", "cfg", "cap", "guar", "des", "max_gpus", "max_int", "max_run", "has_caps", "used",
-                 "used_nb", "chosen", "claimed", "rank_gpus", "groups", "gpu_keys_guar")
+    __slots__ = (
+        "name",
+        "cfg",
+        "cap",
+        "guar",
+        "des",
+        "max_gpus",
+        "max_int",
+        "max_run",
+        "has_caps",
+        "used",
+        "used_nb",
+        "chosen",
+        "claimed",
+        "rank_gpus",
+        "groups",
+        "gpu_keys_guar",
+    )
 
     def __init__(self, name: str, cfg: QueueConfig | None) -> None:
         self.name = name
@@ -98,11 +123,11 @@ class _Queue:
             self.max_gpus = self.max_int = self.max_run = None
         self.has_caps = self.max_gpus is not None or self.max_int is not None or self.max_run is not None
         self.gpu_keys_guar = [k for k in self.guar if k == GPU or k.startswith(GPU + "/")]
-        self.used: dict[str, float] = {}        # everything running, for capability
-        self.used_nb: dict[str, float] = {}     # GPUs of running jobs that are not best-effort nor terminating
-        self.chosen: dict[str, float] = {}      # GPUs of its jobs preempted in this cycle
-        self.claimed: dict[str, float] = {}     # GPUs of its jobs waiting for preemptions in this cycle
-        self.rank_gpus = [0, 0, 0, 0]           # GPUs of preemptable running jobs by priority rank
+        self.used: dict[str, float] = {}  # everything running, for capability
+        self.used_nb: dict[str, float] = {}  # GPUs of running jobs that are not best-effort nor terminating
+        self.chosen: dict[str, float] = {}  # GPUs of its jobs preempted in this cycle
+        self.claimed: dict[str, float] = {}  # GPUs of its jobs waiting for preemptions in this cycle
+        self.rank_gpus = [0, 0, 0, 0]  # GPUs of preemptable running jobs by priority rank
         self.groups: list[int] = []
 
     def headroom_open(self) -> bool:
@@ -139,9 +164,17 @@ class CalderaPolicy:
 
     name = "caldera"
 
-    def __init__(self, *, starvation_threshold_s: float | None = 300.0, default_runtime_estimate_s: float = 3600.0,
-                 max_reservations: int = 4, priority_preemption: bool = True, reclaim: bool = True,
-                 fair_share: bool = True, max_preemptions_per_cycle: int | None = 32) -> None:
+    def __init__(
+        self,
+        *,
+        starvation_threshold_s: float | None = 300.0,
+        default_runtime_estimate_s: float = 3600.0,
+        max_reservations: int = 4,
+        priority_preemption: bool = True,
+        reclaim: bool = True,
+        fair_share: bool = True,
+        max_preemptions_per_cycle: int | None = 32,
+    ) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
         self.max_reservations = int(max_reservations)
@@ -161,9 +194,9 @@ class _Cycle(CycleBase):
         self.thr = pol.starvation_threshold_s
         self.queues: dict[str, _Queue] = {}
         self.users: dict[tuple[str, str], list[int]] = {}
-        self._listed: list[tuple[SchedJob, int, int, str | None]] | None = []   # victims to be (see _setup_running)
-        self.be_victims: list[Victim] = []             # best-effort, youngest first
-        self.qvictims: dict[str, list[Victim]] = {}     # per queue, not best-effort: lowest class, youngest first
+        self._listed: list[tuple[SchedJob, int, int, str | None]] | None = []  # victims to be (see _setup_running)
+        self.be_victims: list[Victim] = []  # best-effort, youngest first
+        self.qvictims: dict[str, list[Victim]] = {}  # per queue, not best-effort: lowest class, youngest first
         self.be_avail = 0
         self._be_chosen = 0
         self.reclaimable = 0.0
@@ -198,6 +231,7 @@ class _Cycle(CycleBase):
         only_model = idx.models_sorted[0] if len(idx.models_sorted) == 1 else None
         on_index = idx.by_name
         listed = self._listed
+        assert listed is not None, "running jobs are set up once per cycle"
         for job in self.snap.running:
             qn = job.queue
             q = queues.get(qn)
@@ -216,7 +250,7 @@ class _Cycle(CycleBase):
                         model = idx.allocation_model(a)
                     elif a.gpus and a.node in on_index:
                         model = only_model
-            if q.cap:           # what running jobs use matters only against a capability
+            if q.cap:  # what running jobs use matters only against a capability
                 used = q.used
                 used[CPU] = used.get(CPU, 0.0) + req.cpu * n
                 used[MEMORY] = used.get(MEMORY, 0.0) + req.memory_mib * n
@@ -225,7 +259,7 @@ class _Cycle(CycleBase):
                     if model:
                         mk = GPU + "/" + model
                         used[mk] = used.get(mk, 0.0) + gpus
-            if q.has_caps:      # and what each user runs, against user caps
+            if q.has_caps:  # and what each user runs, against user caps
                 uk = (qn, job.user)
                 us = users.get(uk)
                 if us is None:
@@ -289,9 +323,14 @@ class _Cycle(CycleBase):
             q = self.queues[name]
             used = q.used_nb.get(GPU, 0.0) - q.chosen.get(GPU, 0.0)
             c = 0.0
-            if used > 0 and (GPU not in q.des or any(
-                    q.used_nb.get(k, 0.0) - q.chosen.get(k, 0.0) > d + _EPS for k, d in q.des.items()
-                    if k == GPU or k.startswith(GPU + "/"))):
+            if used > 0 and (
+                GPU not in q.des
+                or any(
+                    q.used_nb.get(k, 0.0) - q.chosen.get(k, 0.0) > d + _EPS
+                    for k, d in q.des.items()
+                    if k == GPU or k.startswith(GPU + "/")
+                )
+            ):
                 c = used
             old = contrib.get(name, 0.0)
             if c != old:
@@ -312,9 +351,13 @@ class _Cycle(CycleBase):
         self.gq = [self.q(qn) for _, qn, _ in groups]
         self.groups = groups
         if self.pol.fair_share and G:
-            fs = FairShare(snap.queues, snap.queue_usage, snap.user_usage,
-                           {g[1] for g in groups} | {j.queue for j in snap.running},
-                           {g[2] for g in groups} | {j.user for j in snap.running})
+            fs = FairShare(
+                snap.queues,
+                snap.queue_usage,
+                snap.user_usage,
+                {g[1] for g in groups} | {j.queue for j in snap.running},
+                {g[2] for g in groups} | {j.user for j in snap.running},
+            )
             cache: dict[tuple[str, str], float] = {}
             scores = []
             for _, qn, u in groups:
@@ -327,8 +370,9 @@ class _Cycle(CycleBase):
         keys = sorted({(3 - r, 1, s) for r, s in zip(grank, scores)} | {(3 - r, 0, 0.0) for r in grank})
         dense = {k: i for i, k in enumerate(keys)}
         major_ns = np.array([dense[(3 - r, 1, s)] for r, s in zip(grank, scores)], dtype=np.int64)
-        major_s = np.array([dense[(3 - r, 0, 0.0)] if r > 0 else dense[(3 - r, 1, s)]
-                            for r, s in zip(grank, scores)], dtype=np.int64)
+        major_s = np.array(
+            [dense[(3 - r, 0, 0.0)] if r > 0 else dense[(3 - r, 1, s)] for r, s in zip(grank, scores)], dtype=np.int64
+        )
         qs = queued_since(queued)
         maj = major_ns[gi] if n else np.zeros(0, dtype=np.int64)
         starving = None
@@ -341,7 +385,7 @@ class _Cycle(CycleBase):
         oia = sort_order(queued, qs, maj)
         self.oia = oia
         if starving is not None:
-            self.must_see = starving[oia]     # starving jobs are looked at until the reservations run out
+            self.must_see = starving[oia]  # starving jobs are looked at until the reservations run out
         self.k_sorted = gi[oia]
         self.g_sorted = gpus_per_replica(queued)[oia]
         self.ugroups: dict[tuple[str, str], list[int]] = {}
@@ -352,7 +396,7 @@ class _Cycle(CycleBase):
         self.qr_groups: dict[tuple[str, int], list[int]] = {}
         self.qr_open: dict[tuple[str, int], bool] = {}
         self._flags: tuple = ()
-        for k, (_, qn, u) in enumerate(groups):
+        for k, (_, qn, _user) in enumerate(groups):
             self.qr_groups.setdefault((qn, grank[k]), []).append(k)
         self.directed_groups: set[int] = set()
         for k in self.resolve_directed():
@@ -360,7 +404,7 @@ class _Cycle(CycleBase):
             self.directed_groups.add(gk)
             self.set_pre(gk, self.nmax)
         # a queue already at its GPU capability, a user already at a cap: block their groups up front
-        for k, (_, qn, u) in enumerate(groups):
+        for k, (_, qn, _user) in enumerate(groups):
             q = self.gq[k]
             cap = q.cap.get(GPU)
             if cap is not None and q.used.get(GPU, 0.0) >= cap - _EPS:
@@ -400,7 +444,7 @@ class _Cycle(CycleBase):
         this cycle) while others wait, a queue with waiting jobs has a guarantee to reclaim with, or a queue runs
         jobs of a lower class than one it has waiting."""
         pol = self.pol
-        lowest: dict[str, int] = {}         # queue -> lowest class of its running (and just started) GPU jobs
+        lowest: dict[str, int] = {}  # queue -> lowest class of its running (and just started) GPU jobs
         for q in self.queues.values():
             for r in range(4):
                 if q.rank_gpus[r]:
@@ -411,8 +455,9 @@ class _Cycle(CycleBase):
                 r = rank_of(job.priority)
                 if r < lowest.get(job.queue, 4):
                     lowest[job.queue] = r
-        waiting_ranks = [(q, max((self.grank[k] for k in q.groups), default=-1)) for q in self.queues.values()
-                         if q.groups]
+        waiting_ranks = [
+            (q, max((self.grank[k] for k in q.groups), default=-1)) for q in self.queues.values() if q.groups
+        ]
         if 0 in lowest.values() and any(r > 0 for _, r in waiting_ranks):
             return True
         for q, r in waiting_ranks:
@@ -596,15 +641,18 @@ class _Cycle(CycleBase):
             return self.nofit_reason(g, model, cpu, mem, n, excluded, exclude_models, True)
         # 4. soon-free capacity and preemption
         if need_g:
-            r = self._preempt(job, q, rank, k, g, model, cpu, mem, n, excluded, exclude_models, shape, rmask)
-            if r is not None:
-                return r
+            preempting = self._preempt(job, q, rank, k, g, model, cpu, mem, n, excluded, exclude_models, shape, rmask)
+            if preempting is not None:
+                return preempting
         # 5. starvation: reservation
-        if (self.thr is not None and len(self.reservations) < self.pol.max_reservations
-                and self.now - (job.queued_since if job.queued_since is not None else job.submitted_at) >= self.thr):
-            r = self._reserve(job, g, model, cpu, mem, n, exclude_models)
-            if r is not None:
-                return r
+        if (
+            self.thr is not None
+            and len(self.reservations) < self.pol.max_reservations
+            and self.now - (job.queued_since if job.queued_since is not None else job.submitted_at) >= self.thr
+        ):
+            reserved = self._reserve(job, g, model, cpu, mem, n, exclude_models)
+            if reserved is not None:
+                return reserved
         # 6. blocked by a reservation?
         if rmask:
             bkey = (BACKFILL_BLOCKED, shape, rmask, exclude_models)
@@ -614,8 +662,7 @@ class _Cycle(CycleBase):
                 self.nofit.add(bkey)
         return self.nofit_reason(g, model, cpu, mem, n, excluded, exclude_models, False)
 
-    def _start(self, job: SchedJob, q: _Queue, rank: int, plan, g: int, cpu: float, mem: int, n: int,
-               k: int) -> None:
+    def _start(self, job: SchedJob, q: _Queue, rank: int, plan, g: int, cpu: float, mem: int, n: int, k: int) -> None:
         allocs = self.start(job, plan, g, cpu, mem)
         gpus = g * n
         used = q.used
@@ -633,7 +680,7 @@ class _Cycle(CycleBase):
                 nb = q.used_nb
                 nb[GPU] = nb.get(GPU, 0.0) + gpus
                 nb[mk] = nb.get(mk, 0.0) + gpus
-                refresh = was and not q.headroom_open()
+                refresh = bool(was) and not q.headroom_open()
             cap = q.cap.get(GPU)
             if cap is not None and used[GPU] >= cap - _EPS:
                 r = self._capability_reason(q, GPU, used[GPU], cap, 0)
@@ -666,8 +713,22 @@ class _Cycle(CycleBase):
                 return mk
         return GPU
 
-    def _preempt(self, job: SchedJob, q: _Queue, rank: int, k: int, g: int, model: str | None, cpu: float,
-                 mem: int, n: int, excluded, exclude_models, shape, rmask) -> Reason | None:
+    def _preempt(
+        self,
+        job: SchedJob,
+        q: _Queue,
+        rank: int,
+        k: int,
+        g: int,
+        model: str | None,
+        cpu: float,
+        mem: int,
+        n: int,
+        excluded,
+        exclude_models,
+        shape,
+        rmask,
+    ) -> Reason | None:
         pol = self.pol
         need = g * n
         directed = [v for v in self.directed.get(job.id, ()) if not v.claimed] if self.directed else []
@@ -681,7 +742,7 @@ class _Cycle(CycleBase):
             gq = q.guar.get(ckey, 0.0)
             reclaim_ok = gq > 0 and (q.used_nb.get(ckey, 0.0) + q.claimed.get(ckey, 0.0) + need <= gq + _EPS)
         low = sum(q.rank_gpus[1:rank]) if pol.priority_preemption else 0
-        bound = self.idx.free_gpus(model) + sum(v.gpus for v in directed) + self.anon_open + self.be_avail
+        bound: float = self.idx.free_gpus(model) + sum(v.gpus for v in directed) + self.anon_open + self.be_avail
         if reclaim_ok:
             bound += self.reclaimable
         bound += low
@@ -694,8 +755,17 @@ class _Cycle(CycleBase):
         if not directed and not (allow_new or (self.anon_open and not self.gave_up)):
             return None
         cands = self._candidates(job, q, rank, model, ckey, reclaim_ok, directed, allow_new)
-        got = self.try_with(g, model, cpu, mem, n, excluded, exclude_models, cands,
-                            self._potential(q, rank, reclaim_ok and allow_new, allow_new, directed))
+        got = self.try_with(
+            g,
+            model,
+            cpu,
+            mem,
+            n,
+            excluded,
+            exclude_models,
+            cands,
+            self._potential(q, rank, reclaim_ok and allow_new, allow_new, directed),
+        )
         if got is None:
             if not directed:
                 self.nopre.add(pkey)
@@ -718,11 +788,11 @@ class _Cycle(CycleBase):
             self._refresh_pre(touched)
         ids = [v.id for v in needed]
         what = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-        return Reason(WAITING_FOR_PREEMPTION,
-                      f"waiting for {len(ids)} preempted job{'s' if len(ids) != 1 else ''} ({what}) to release "
-                      f"their resources",
-                      {"victims": ids, "new_preemptions": [v.id for v in new],
-                       "soon_free_gpus": sum(v.gpus for v in needed)})
+        return Reason(
+            WAITING_FOR_PREEMPTION,
+            f"waiting for {len(ids)} preempted job{'s' if len(ids) != 1 else ''} ({what}) to release their resources",
+            {"victims": ids, "new_preemptions": [v.id for v in new], "soon_free_gpus": sum(v.gpus for v in needed)},
+        )
 
     def _node_gpus(self, victims: Iterable[Victim]) -> dict[int, int]:
         out: dict[int, int] = {}
@@ -734,16 +804,16 @@ class _Cycle(CycleBase):
                 out[i] = out.get(i, 0) + m.bit_count()
         return out
 
-    def _potential(self, q: _Queue, rank: int, reclaim: bool, allow_new: bool,
-                   directed: list[Victim]):
+    def _potential(self, q: _Queue, rank: int, reclaim: bool, allow_new: bool, directed: list[Victim]):
         """Upper bound, per node, of the GPUs this claimer could get there: free ones plus those of every victim it
         may take (built once per cycle per category; victims taken since only make it looser)."""
         self._ensure_victims()
         pc = self._pot_cache
         if "be" not in pc:
             pc["be"] = self._node_gpus(self.be_victims)
-            pc["rec"] = self._node_gpus(v for name, lst in self.qvictims.items() if self._contrib.get(name, 0.0) > 0
-                                        for v in lst)
+            pc["rec"] = self._node_gpus(
+                v for name, lst in self.qvictims.items() if self._contrib.get(name, 0.0) > 0 for v in lst
+            )
         parts = [self._anon_nodes]
         if allow_new:
             parts.append(pc["be"])
@@ -764,10 +834,20 @@ class _Cycle(CycleBase):
             for d in parts:
                 t += d.get(i, 0)
             return t
+
         return pot
 
-    def _candidates(self, job: SchedJob, q: _Queue, rank: int, model: str | None, ckey: str, reclaim_ok: bool,
-                    directed: list[Victim], allow_new: bool = True) -> Iterator[Victim]:
+    def _candidates(
+        self,
+        job: SchedJob,
+        q: _Queue,
+        rank: int,
+        model: str | None,
+        ckey: str,
+        reclaim_ok: bool,
+        directed: list[Victim],
+        allow_new: bool = True,
+    ) -> Iterator[Victim]:
         """Victims in preference order: soon-free ones first, then best-effort (youngest first), then the lowest
         class and youngest among lower classes of the same queue and, when reclaiming, jobs of queues above their
         deserved share."""
@@ -813,7 +893,7 @@ class _Cycle(CycleBase):
             if v.chosen or (model is not None and v.model != model):
                 continue
             if vq.over_share(ckey, taken, v.gpus):
-                taken += v.gpus      # tentatively: the queue must stay at its guarantee even if all go
+                taken += v.gpus  # tentatively: the queue must stay at its guarantee even if all go
                 yield v
             elif not vq.over_share(ckey, taken, 0):
                 return
@@ -827,20 +907,26 @@ class _Cycle(CycleBase):
             self.be_avail -= v.gpus
             self._be_chosen += 1
             code = PREEMPT_BEST_EFFORT
-            msg = (f"best-effort job {v.id} (queue {v.queue}) preempted by job {job.id} (queue {job.queue}, "
-                   f"{_CLASS[rank]}): best-effort jobs run only on idle capacity")
+            msg = (
+                f"best-effort job {v.id} (queue {v.queue}) preempted by job {job.id} (queue {job.queue}, "
+                f"{_CLASS[rank]}): best-effort jobs run only on idle capacity"
+            )
         elif v.queue == job.queue:
             code = PREEMPT_PRIORITY
-            msg = (f"job {v.id} ({_CLASS[v.rank]}) preempted by higher-priority job {job.id} ({_CLASS[rank]}) "
-                   f"in queue {job.queue}")
+            msg = (
+                f"job {v.id} ({_CLASS[v.rank]}) preempted by higher-priority job {job.id} ({_CLASS[rank]}) "
+                f"in queue {job.queue}"
+            )
         else:
             code = PREEMPT_RECLAIM
             sk = vq.share_key(ckey)
             vused = vq.used_nb.get(sk, 0.0) - vq.chosen.get(sk, 0.0)
-            msg = (f"job {v.id} (queue {v.queue}, {_CLASS[v.rank]}) preempted by job {job.id} (queue {job.queue}): "
-                   f"queue {job.queue} is below its {ckey} guarantee ({num(q.used_nb.get(ckey, 0.0))} of "
-                   f"{num(q.guar.get(ckey, 0.0))} used) and queue {v.queue} is above its deserved share "
-                   f"({num(vused)} of {num(vq.des.get(sk, 0.0))})")
+            msg = (
+                f"job {v.id} (queue {v.queue}, {_CLASS[v.rank]}) preempted by job {job.id} (queue {job.queue}): "
+                f"queue {job.queue} is below its {ckey} guarantee ({num(q.used_nb.get(ckey, 0.0))} of "
+                f"{num(q.guar.get(ckey, 0.0))} used) and queue {v.queue} is above its deserved share "
+                f"({num(vused)} of {num(vq.des.get(sk, 0.0))})"
+            )
         if v.rank > 0 and v.gpus:
             _add(vq.chosen, GPU, v.gpus)
             if v.model:
@@ -882,7 +968,8 @@ class _Cycle(CycleBase):
             r = self.rcache[key] = Reason(
                 BACKFILL_BLOCKED,
                 f"would fit now, but the free resources are reserved for job {jid} from {hhmm(t)} and {limit}",
-                {"reserved_for": jid, "reserved_start": t, "max_runtime_s": rt})
+                {"reserved_for": jid, "reserved_start": t, "max_runtime_s": rt},
+            )
         return r
 
     def _event_tuples(self, allocs, t: float) -> list[tuple[float, int, int, float, int]]:
@@ -905,7 +992,7 @@ class _Cycle(CycleBase):
         # unused rest of one is counted with it); until then every running job simply frees what it holds when it
         # ends, and no Victim objects are needed for that.
         for v in self.all_victims() if self.n_holds else ():
-            if not v.allocs:            # the unused rest of a victim: already counted with it
+            if not v.allocs:  # the unused rest of a victim: already counted with it
                 continue
             seen.add(v.id)
             job = v.job
@@ -915,7 +1002,7 @@ class _Cycle(CycleBase):
                 t = max(now, v.started + rt(job))
             for i, m, c, mm in v.node_parts(idx):
                 ev.append((t, i, m, c, mm))
-        for job in self.snap.running:          # the rest: CPU-only jobs, or everyone when no victim was touched
+        for job in self.snap.running:  # the rest: CPU-only jobs, or everyone when no victim was touched
             if job.id in seen:
                 continue
             st = job.started_at if job.started_at is not None else now
@@ -927,8 +1014,9 @@ class _Cycle(CycleBase):
         ev.sort()
         return ev
 
-    def _reserve(self, job: SchedJob, g: int, model: str | None, cpu: float, mem: int, n: int,
-                 exclude_models) -> Reason | None:
+    def _reserve(
+        self, job: SchedJob, g: int, model: str | None, cpu: float, mem: int, n: int, exclude_models
+    ) -> Reason | None:
         if self._events is None:
             self._events = self._build_events()
         elif self._events_new:
@@ -940,8 +1028,11 @@ class _Cycle(CycleBase):
             self._events_new = []
         idx = self.idx
         best: tuple[float, list[int]] | None = None
-        pools = [model] if model is not None else [m for m in idx.models_sorted
-                                                   if not (exclude_models and m in exclude_models)]
+        pools = (
+            [model]
+            if model is not None
+            else [m for m in idx.models_sorted if not (exclude_models and m in exclude_models)]
+        )
         if g <= 0:
             return None
         reserved = self.reserved_nodes
@@ -949,7 +1040,7 @@ class _Cycle(CycleBase):
             pool = idx.pools.get(m)
             if pool is None:
                 continue
-            state: dict[int, list] = {}      # node -> [free mask, cpu, memory, model mask], created on first use
+            state: dict[int, list] = {}  # node -> [free mask, cpu, memory, model mask], created on first use
             caps: dict[int, int] = {}
             total = 0
             for f in range(g, pool.maxf + 1):
@@ -1018,8 +1109,10 @@ class _Cycle(CycleBase):
         self.mver += 1
         self.update_bfree()
         names = [idx.names[i] for i in nodes]
-        return Reason(RESERVED,
-                      f"resources reserved after waiting past {num(float(self.thr))} s: expected to start at "
-                      f"{hhmm(t)} on {', '.join(names[:4])}{' and more' if len(names) > 4 else ''} as running jobs "
-                      f"reach their runtime limits",
-                      {"reserved_start": t, "nodes": names})
+        return Reason(
+            RESERVED,
+            f"resources reserved after waiting past {num(float(self.thr or 0))} s: expected to start at "
+            f"{hhmm(t)} on {', '.join(names[:4])}{' and more' if len(names) > 4 else ''} as running jobs "
+            f"reach their runtime limits",
+            {"reserved_start": t, "nodes": names},
+        )

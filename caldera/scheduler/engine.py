@@ -15,10 +15,12 @@ Designed for very long queues (100,000 jobs in well under 100 ms, pure Python pl
 * after ``GIVE_UP_AFTER`` considered jobs in a row that changed nothing, preemption search stops for the cycle and
   the free-block bound only counts nodes with room for the smallest request in the queue.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from operator import attrgetter
-from typing import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +28,13 @@ from caldera.scheduler.ordering import gc_paused
 from caldera.scheduler.placement import ClusterIndex, Plan
 from caldera.scheduler.quota import never_fits
 from caldera.scheduler.reasons import (
-    BEST_EFFORT_NO_IDLE, GANG_NO_FIT, NEVER_FITS, PendingReasons, PositionContext, gpus_phrase, num,
+    BEST_EFFORT_NO_IDLE,
+    GANG_NO_FIT,
+    NEVER_FITS,
+    PendingReasons,
+    PositionContext,
+    gpus_phrase,
+    num,
 )
 from caldera.scheduler.snapshot import Allocation, Decisions, Preempt, Reason, SchedJob, Snapshot, Start
 
@@ -34,9 +42,9 @@ _ID = attrgetter("id")
 _CPU = attrgetter("request.cpu")
 _MEM = attrgetter("request.memory_mib")
 GIVE_UP_AFTER = 512
-_FRUITFUL = frozenset({"WaitingForPreemption", "Reserved"})     # a considered job that got these changed something
-EXPLAIN_HEAD = 256       # jobs this close to the head get a specific reason even when the loop skips them
-SMALL_QUEUE = 2048       # shorter queues use a plain loop instead of vectorised chunks
+_FRUITFUL = frozenset({"WaitingForPreemption", "Reserved"})  # a considered job that got these changed something
+EXPLAIN_HEAD = 256  # jobs this close to the head get a specific reason even when the loop skips them
+SMALL_QUEUE = 2048  # shorter queues use a plain loop instead of vectorised chunks
 _snew = object.__new__
 _set_sid = Start.__dict__["job_id"].__set__
 _set_sallocs = Start.__dict__["allocations"].__set__
@@ -51,8 +59,21 @@ def rank_of(priority: object) -> int:
 class Victim:
     """A running job as a possible preemption victim (or, when terminating, as soon-free capacity)."""
 
-    __slots__ = ("job", "id", "queue", "rank", "started", "gpus", "model", "allocs", "chosen", "claimed", "level",
-                 "parts", "soon")
+    __slots__ = (
+        "job",
+        "id",
+        "queue",
+        "rank",
+        "started",
+        "gpus",
+        "model",
+        "allocs",
+        "chosen",
+        "claimed",
+        "level",
+        "parts",
+        "soon",
+    )
 
     def __init__(self, job: SchedJob, rank: int, gpus: int, model: str | None) -> None:
         self.job = job
@@ -64,11 +85,11 @@ class Victim:
         self.gpus = gpus
         self.model = model
         self.allocs: tuple[Allocation, ...] = job.allocations
-        self.chosen = False       # preempted in this cycle
-        self.claimed = False      # terminating: its resources are promised to a waiting job in this cycle
+        self.chosen = False  # preempted in this cycle
+        self.claimed = False  # terminating: its resources are promised to a waiting job in this cycle
         self.level = 0
-        self.parts: list[tuple[int, int, float, int]] | None = None   # (node index, device mask, cpu, memory)
-        self.soon = False         # already going (terminating, or the unused rest of one): no new preemption
+        self.parts: list[tuple[int, int, float, int]] | None = None  # (node index, device mask, cpu, memory)
+        self.soon = False  # already going (terminating, or the unused rest of one): no new preemption
 
     @property
     def attained(self) -> float:
@@ -99,24 +120,24 @@ class CycleBase:
         self.idx = cap.copy() if cap is not None else ClusterIndex(snap.nodes, snap.running)
         self.explain_head = EXPLAIN_HEAD if snap.explain else 0
         self.nmax = self.idx.largest_node
-        self.bfree = self.idx.max_block()   # largest free block usable by any job
-        self.bres = 0                       # largest free block counting reserved nodes (0: no reservations)
+        self.bfree = self.idx.max_block()  # largest free block usable by any job
+        self.bres = 0  # largest free block counting reserved nodes (0: no reservations)
         self._rt: np.ndarray | None = None  # per job in order: max_runtime_s (inf if none), fetched on demand
-        self.horizon = 0.0                  # a job with max_runtime_s up to this may backfill some reserved node
-        self.mver = 0                       # bumped whenever what the loop's skip test reads changes
-        self.must_see: np.ndarray | None = None    # per job in order: never skip (e.g. starving, may reserve)
-        self.fruitless = 0                  # jobs looked at in a row that changed nothing
-        self.gave_up = False                # preemption search closed for the rest of the cycle
-        self.min_cpu: float | None = None   # smallest CPU / memory request of any queued job, once computed
+        self.horizon = 0.0  # a job with max_runtime_s up to this may backfill some reserved node
+        self.mver = 0  # bumped whenever what the loop's skip test reads changes
+        self.must_see: np.ndarray | None = None  # per job in order: never skip (e.g. starving, may reserve)
+        self.fruitless = 0  # jobs looked at in a row that changed nothing
+        self.gave_up = False  # preemption search closed for the rest of the cycle
+        self.min_cpu: float | None = None  # smallest CPU / memory request of any queued job, once computed
         self.min_mem: int | None = None
         self.starts: list[Start] = []
         self.started_jobs: list[SchedJob] = []
         self.preemptions: list[Preempt] = []
         self.chosen: list[Victim] = []
-        self.directed: dict[str, list[Victim]] = {}    # queued job id -> terminating jobs preempted for it
-        self.anon: list[Victim] = []                   # terminating jobs preempted for no one known / cancelled
-        self.anon_open = 0                             # GPUs of unclaimed anonymous soon-free capacity
-        self._anon_nodes: dict[int, int] = {}          # node -> GPUs of anonymous soon-free capacity (upper bound)
+        self.directed: dict[str, list[Victim]] = {}  # queued job id -> terminating jobs preempted for it
+        self.anon: list[Victim] = []  # terminating jobs preempted for no one known / cancelled
+        self.anon_open = 0  # GPUs of unclaimed anonymous soon-free capacity
+        self._anon_nodes: dict[int, int] = {}  # node -> GPUs of anonymous soon-free capacity (upper bound)
         self.held_free_gpus = 0
         self.n_holds = 0
         self.explicit: list[tuple[int, Reason | list[Reason]]] = []
@@ -207,8 +228,9 @@ class CycleBase:
         if not self.directed:
             return []
         ids = self.ids()
-        found = np.flatnonzero(np.fromiter(map(set(self.directed).__contains__, ids), dtype=bool,
-                                           count=len(ids))).tolist()
+        found = np.flatnonzero(
+            np.fromiter(map(set(self.directed).__contains__, ids), dtype=bool, count=len(ids))
+        ).tolist()
         present = {ids[k] for k in found}
         for jid in [j for j in self.directed if j not in present]:
             for v in self.directed.pop(jid):
@@ -255,13 +277,22 @@ class CycleBase:
             self.bfree = b
             self.mver += 1
 
-    def try_with(self, g: int, model: str | None, cpu: float, mem: int, n: int,
-                 excluded: set[int] | frozenset[int] | None, exclude_models: set[str] | frozenset[str] | None,
-                 candidates: Iterable[Victim], potential: Callable[[int], int] | None = None
-                 ) -> tuple[Plan, list[Victim]] | None:
+    def try_with(
+        self,
+        g: int,
+        model: str | None,
+        cpu: float,
+        mem: int,
+        n: int,
+        excluded: set[int] | frozenset[int] | None,
+        exclude_models: set[str] | frozenset[str] | None,
+        candidates: Iterable[Victim],
+        potential: Callable[[int], int] | None = None,
+    ) -> tuple[Plan, list[Victim]] | None:
         """Find victims among ``candidates`` (in preference order) whose resources, with the free ones, hold the
         gang. ``potential(node)``, when given, bounds the GPUs the candidates could ever free there (plus free
-        ones): nodes below the per-replica need are not worth accumulating. Candidates are taken in order until a node (a set of nodes, for a gang) could hold it; victims that
+        ones): nodes below the per-replica need are not worth accumulating. Candidates are taken in order until a node
+        (a set of nodes, for a gang) could hold it; victims that
         turn out not to be needed are then spared, least preferred first. On success the free part of the
         placement is held for the job (so later jobs in this cycle do not take it), the victims are still running in
         the index, and the victims whose resources the placement uses are returned. On failure nothing changes."""
@@ -299,7 +330,7 @@ class CycleBase:
                 held += taken.get(i, 0).bit_count()
                 continue
             r = rel.get(i, [0.0, 0.0])
-            m = taken.get(i, 0) & s[1]          # devices that were free before any release
+            m = taken.get(i, 0) & s[1]  # devices that were free before any release
             held += m.bit_count()
             idx.hold(i, m, max(0.0, k * cpu - r[0]), int(max(0.0, k * mem - r[1])))
         self.held_free_gpus += held
@@ -325,8 +356,18 @@ class CycleBase:
             lv.soon = True
             self._add_anon(lv)
 
-    def _node_replicas(self, i: int, fr: int, cpu_free: float, mem_free: int, g: int, model: str | None,
-                       cpu: float, mem: int, exclude_models: set[str] | frozenset[str] | None) -> int:
+    def _node_replicas(
+        self,
+        i: int,
+        fr: int,
+        cpu_free: float,
+        mem_free: int,
+        g: int,
+        model: str | None,
+        cpu: float,
+        mem: int,
+        exclude_models: set[str] | frozenset[str] | None,
+    ) -> int:
         """Replicas of the shape a node holds with free device mask ``fr`` and the given free CPU/memory."""
         best = 0
         for m, mask in self.idx.node_models[i]:
@@ -345,13 +386,22 @@ class CycleBase:
         """Every running job that could ever be preempted or is terminating (subclasses)."""
         return ()
 
-    def _select(self, g: int, model: str | None, cpu: float, mem: int, n: int,
-                excluded: set[int] | frozenset[int] | None, exclude_models: set[str] | frozenset[str] | None,
-                candidates: Iterable[Victim], potential: Callable[[int], int] | None = None) -> list[Victim] | None:
+    def _select(
+        self,
+        g: int,
+        model: str | None,
+        cpu: float,
+        mem: int,
+        n: int,
+        excluded: set[int] | frozenset[int] | None,
+        exclude_models: set[str] | frozenset[str] | None,
+        candidates: Iterable[Victim],
+        potential: Callable[[int], int] | None = None,
+    ) -> list[Victim] | None:
         idx = self.idx
         hopeless: set[int] = set()
         hopeful: set[int] = set()
-        gain: dict[int, list] = {}      # node -> [device mask, cpu, memory, victims, replicas]
+        gain: dict[int, list] = {}  # node -> [device mask, cpu, memory, victims, replicas]
         order: list[Victim] = []
         free, cpuf, memf, nmodels = idx.free, idx.cpu, idx.mem, idx.node_models
         total = idx.fitting_replicas(g, model, cpu, mem, excluded) if n > 1 else 0
@@ -406,8 +456,11 @@ class CycleBase:
             return None
         if n > 1:
             # only victims on nodes that gained room for a replica can matter
-            useful = {i for i, st in gain.items() if st[4] >= 0 and st[4] > replicas(
-                i, free[i], cpuf[i], memf[i], g, model, cpu, mem, exclude_models)}
+            useful = {
+                i
+                for i, st in gain.items()
+                if st[4] >= 0 and st[4] > replicas(i, free[i], cpuf[i], memf[i], g, model, cpu, mem, exclude_models)
+            }
             return [v for v in order if any(p[0] in useful for p in v.node_parts(idx))] or None
         # one node: spare the victims it does not need, least preferred first
         vs = gain[found][3]
@@ -423,8 +476,10 @@ class CycleBase:
                         m |= wm
                         c_ += wc
                         mm += wmm
-            if replicas(found, free[found] | m, cpuf[found] + c_, memf[found] + mm, g, model, cpu, mem,
-                        exclude_models) >= 1:
+            if (
+                replicas(found, free[found] | m, cpuf[found] + c_, memf[found] + mm, g, model, cpu, mem, exclude_models)
+                >= 1
+            ):
                 keep = rest
         return keep
 
@@ -441,9 +496,17 @@ class CycleBase:
             return True
         return g * n > max((p.size for p in idx.pools.values()), default=0)
 
-    def nofit_reason(self, g: int, model: str | None, cpu: float, mem: int, n: int,
-                      excluded: frozenset[int] | None, exclude_models: frozenset[str] | None,
-                      best_effort: bool) -> Reason:
+    def nofit_reason(
+        self,
+        g: int,
+        model: str | None,
+        cpu: float,
+        mem: int,
+        n: int,
+        excluded: frozenset[int] | None,
+        exclude_models: frozenset[str] | None,
+        best_effort: bool,
+    ) -> Reason:
         idx = self.idx
         block = idx.max_block(model, exclude_models)
         key = (GANG_NO_FIT, g, model, cpu, mem, n, block, best_effort, exclude_models)
@@ -452,12 +515,23 @@ class CycleBase:
             return r
         what = f"{model} GPUs" if model else "GPUs"
         if g <= 0:
-            msg = (f"needs {n} x {num(cpu)} CPUs and {mem} MiB on one node each and they are not free"
-                   if n > 1 else f"needs {num(cpu)} CPUs and {mem} MiB on one node and they are not free")
-            d = {"replicas": n, "gpus_per_replica": 0, "cpu_per_replica": num(cpu), "memory_mib_per_replica": mem}
+            msg = (
+                f"needs {n} x {num(cpu)} CPUs and {mem} MiB on one node each and they are not free"
+                if n > 1
+                else f"needs {num(cpu)} CPUs and {mem} MiB on one node and they are not free"
+            )
+            d: dict[str, Any] = {
+                "replicas": n,
+                "gpus_per_replica": 0,
+                "cpu_per_replica": num(cpu),
+                "memory_mib_per_replica": mem,
+            }
         else:
-            head = (f"gang needs {n} x {g} {what} on one node each" if n > 1
-                    else f"needs {gpus_phrase(g) if not model else f'{g} {model} GPUs'} on one node")
+            head = (
+                f"gang needs {n} x {g} {what} on one node each"
+                if n > 1
+                else f"needs {gpus_phrase(g) if not model else f'{g} {model} GPUs'} on one node"
+            )
             fit = -1
             if g > block:
                 msg = f"{head} and the largest free block is {block}"
@@ -469,8 +543,13 @@ class CycleBase:
                     msg = f"{head} and only {fit} blocks of {g} (with the CPU and memory) are free"
                 else:
                     msg = f"{head} and no free block of {g} has {num(cpu)} CPUs and {mem} MiB free"
-            d = {"replicas": n, "gpus_per_replica": g, "gpu_model": model, "largest_free_block": block,
-                 "free_gpus": idx.free_gpus(model)}
+            d = {
+                "replicas": n,
+                "gpus_per_replica": g,
+                "gpu_model": model,
+                "largest_free_block": block,
+                "free_gpus": idx.free_gpus(model),
+            }
             if fit >= 0:
                 d["fitting_replicas"] = fit
         if best_effort:
@@ -485,8 +564,9 @@ class CycleBase:
         r = self.rcache.get(key)
         if r is None:
             why = never_fits(job.request, n, self.snap.nodes) or "it is larger than the cluster"
-            r = self.rcache[key] = Reason(NEVER_FITS, f"can never be placed: {why}",
-                                          {"replicas": n, "gpus_per_replica": g, "gpu_model": model})
+            r = self.rcache[key] = Reason(
+                NEVER_FITS, f"can never be placed: {why}", {"replicas": n, "gpus_per_replica": g, "gpu_model": model}
+            )
         return r
 
     # ----------------------------------------------------------------------------------------------- the loop
@@ -497,8 +577,16 @@ class CycleBase:
         """Why a job the loop skipped (it needs a bigger block than any node has free) does not start. Memoised
         on what the answer depends on."""
         req = job.request
-        key = (req.gpu, req.gpu_model, req.cpu, req.memory_mib, job.replicas, self.best_effort_group(group),
-               job.max_runtime_s, self.mver)      # mver moves with free blocks and reservations
+        key = (
+            req.gpu,
+            req.gpu_model,
+            req.cpu,
+            req.memory_mib,
+            job.replicas,
+            self.best_effort_group(group),
+            job.max_runtime_s,
+            self.mver,
+        )  # mver moves with free blocks and reservations
         r = self._xcache.get(key)
         if r is None:
             r = self._xcache[key] = self._explain(job, group)
@@ -537,7 +625,7 @@ class CycleBase:
         rt = self._rt
         if rt is None:
             rt = self._rt = np.full(len(self.oia), np.nan)
-        seg = rt[i:i + len(mask)]
+        seg = rt[i : i + len(mask)]
         todo = np.flatnonzero(mask & np.isnan(seg))
         if len(todo):
             queued = self.queued
@@ -580,7 +668,7 @@ class CycleBase:
             if self.must_see is not None:
                 skip &= ~self.must_see[i:j]
             blk = gba_np[k] | (gbg_np[k] & (g > 0))
-            if i < self.explain_head:       # near the head, skipped jobs still get a specific reason
+            if i < self.explain_head:  # near the head, skipped jobs still get a specific reason
                 sel = np.arange(j - i)
             else:
                 sel = np.flatnonzero(~skip | blk)
@@ -646,12 +734,17 @@ class CycleBase:
             if r is not None:
                 explicit.append((p, r))
                 continue
-            if g > bfree and g > pre[k] and not (must is not None and self.must_see is not None and must[p]):
-                if not (self.bres > bfree and g <= self.bres
-                        and (queued[order[p]].max_runtime_s or np.inf) <= self.horizon):
-                    if p < head:
-                        explicit.append((p, explain(queued[order[p]], k)))
-                    continue
+            if (
+                g > bfree
+                and g > pre[k]
+                and not (must is not None and self.must_see is not None and must[p])
+                and not (
+                    self.bres > bfree and g <= self.bres and (queued[order[p]].max_runtime_s or np.inf) <= self.horizon
+                )
+            ):
+                if p < head:
+                    explicit.append((p, explain(queued[order[p]], k)))
+                continue
             self._tried(p, consider(queued[order[p]], k))
             bfree = self.bfree
 
@@ -689,12 +782,21 @@ class CycleBase:
         def runtime(job: SchedJob) -> float:
             return job.max_runtime_s or default_rt
 
-        ctx = PositionContext(self.now, pending_in_order, self.idx.total_free_gpus + self.held_free_gpus,
-                              self.idx.total_gpus, self.releases(), runtime, extra, extra_text, extra_from)
+        ctx = PositionContext(
+            self.now,
+            pending_in_order,
+            self.idx.total_free_gpus + self.held_free_gpus,
+            self.idx.total_gpus,
+            self.releases(),
+            runtime,
+            extra,
+            extra_text,
+            extra_from,
+        )
         first: dict[int, list[Reason]] = {}
         if self.explicit:
             where = oia[np.fromiter((p for p, _ in self.explicit), dtype=np.intp, count=len(self.explicit))].tolist()
-            for k, (_, r) in zip(where, self.explicit):     # a later reason for the same job goes first
+            for k, (_, r) in zip(where, self.explicit):  # a later reason for the same job goes first
                 first[k] = (r if isinstance(r, list) else [r]) + first.get(k, [])
         pending = PendingReasons(queued, started, first, positions, ctx)
         return Decisions(starts=self.starts, preemptions=self.preemptions, pending=pending, wake_at=self.wake_at())

@@ -14,10 +14,11 @@ fraction of the share" (1 means exactly at its share; users share equally). Lowe
 ``queued_since``. A queue or user that used little recently relative to its share therefore goes first, and as its
 usage decays (halving every half-life) an old heavy user regains priority.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from caldera.core.tenancy import QueueConfig
 from caldera.scheduler.snapshot import SchedJob
@@ -51,8 +52,9 @@ def _gpus_by(running: Iterable[SchedJob], by: str) -> dict[str, float]:
     return out
 
 
-def charge(usage: Mapping[str, float], running: Iterable[SchedJob], elapsed_s: float,
-           by: str = "user") -> dict[str, float]:
+def charge(
+    usage: Mapping[str, float], running: Iterable[SchedJob], elapsed_s: float, by: str = "user"
+) -> dict[str, float]:
     """``usage`` plus ``gpus * elapsed_s`` for each running job (terminating ones too: they still hold their GPUs),
     keyed by ``job.user`` (``by="user"``) or ``job.queue`` (``by="queue"``)."""
     if by not in ("user", "queue"):
@@ -65,8 +67,13 @@ def charge(usage: Mapping[str, float], running: Iterable[SchedJob], elapsed_s: f
     return out
 
 
-def advance(user_usage: Mapping[str, float], queue_usage: Mapping[str, float], running: Iterable[SchedJob],
-            elapsed_s: float, half_life_s: float | None) -> tuple[dict[str, float], dict[str, float]]:
+def advance(
+    user_usage: Mapping[str, float],
+    queue_usage: Mapping[str, float],
+    running: Iterable[SchedJob],
+    elapsed_s: float,
+    half_life_s: float | None,
+) -> tuple[dict[str, float], dict[str, float]]:
     """Decay both usage maps over ``elapsed_s`` and charge the running jobs for that interval, integrating the decay
     exactly: a job holding g GPUs over the interval adds ``g * h/ln2 * (1 - 2**(-elapsed/h))`` (about
     ``g * elapsed`` when the interval is short next to the half-life ``h``)."""
@@ -75,7 +82,7 @@ def advance(user_usage: Mapping[str, float], queue_usage: Mapping[str, float], r
     if f == 1.0:
         w = max(elapsed_s, 0.0)
     else:
-        w = half_life_s / LN2 * (1.0 - f)   # type: ignore[operator]
+        w = half_life_s / LN2 * (1.0 - f)  # type: ignore[operator]
     out = []
     for usage, by in ((user_usage, "user"), (queue_usage, "queue")):
         d = decay(usage, elapsed_s, half_life_s)
@@ -89,8 +96,14 @@ def advance(user_usage: Mapping[str, float], queue_usage: Mapping[str, float], r
 class FairShare:
     """Fair-share scores of (queue, user) pairs for one cycle (see the module docstring)."""
 
-    def __init__(self, queues: Mapping[str, QueueConfig], queue_usage: Mapping[str, float],
-                 user_usage: Mapping[str, float], active_queues: Iterable[str], active_users: Iterable[str]) -> None:
+    def __init__(
+        self,
+        queues: Mapping[str, QueueConfig],
+        queue_usage: Mapping[str, float],
+        user_usage: Mapping[str, float],
+        active_queues: Iterable[str],
+        active_users: Iterable[str],
+    ) -> None:
         self.queue_usage = queue_usage
         self.user_usage = user_usage
         aq = set(active_queues)

@@ -5,6 +5,7 @@ Order: ``queued_since`` (``submitted_at`` when unset), then id. No quotas, prior
 never fit the cluster does not block the queue (it gets ``NeverFits``; submission normally refuses it). The head
 gets ``GangNoFit``; everyone behind it ``QueuePosition`` with ``details["blocked_by"]``.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,7 @@ class FifoPolicy:
                 blocked = job.id
                 c.explicit.append((pos, c.nofit_reason(g, model, req.cpu, req.memory_mib, n, None, None, False)))
                 head_pos = pos - len(c.starts) + 1
-                break       # everyone behind waits: the rest of the queue only gets positions
+                break  # everyone behind waits: the rest of the queue only gets positions
             if blocked is None:
                 return c.decisions()
-            return c.decisions(extra={"blocked_by": blocked}, extra_text=f", behind {blocked}",
-                               extra_from=head_pos + 1)
+            return c.decisions(extra={"blocked_by": blocked}, extra_text=f", behind {blocked}", extra_from=head_pos + 1)

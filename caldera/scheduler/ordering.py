@@ -1,9 +1,10 @@
 """Helpers shared by the policies: sorting large queues cheaply, and pausing the garbage collector for a cycle."""
+
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from operator import attrgetter
-from typing import Sequence
 
 import numpy as np
 
@@ -23,7 +24,7 @@ class gc_paused:
 
     __slots__ = ("was",)
 
-    def __enter__(self) -> "gc_paused":
+    def __enter__(self) -> gc_paused:
         self.was = gc.isenabled()
         gc.disable()
         return self
@@ -38,7 +39,7 @@ def queued_since(jobs: Sequence[SchedJob]) -> np.ndarray:
     n = len(jobs)
     try:
         return np.fromiter(map(_QS, jobs), dtype=np.float64, count=n)
-    except TypeError:           # some are None
+    except TypeError:  # some are None
         qs = np.array(list(map(_QS, jobs)), dtype=np.float64)
         for i in np.flatnonzero(np.isnan(qs)).tolist():
             qs[i] = jobs[i].submitted_at
@@ -83,8 +84,8 @@ def sort_order(jobs: Sequence[SchedJob], qs: np.ndarray, major: np.ndarray | Non
                 while k + 1 < len(ties) and ties[k + 1] == b + 1:
                     k += 1
                     b = ties[k]
-                run = idx[a:b + 2].tolist()
+                run = idx[a : b + 2].tolist()
                 run.sort(key=lambda j: jobs[j].id)
-                idx[a:b + 2] = run
+                idx[a : b + 2] = run
                 k += 1
     return idx

@@ -15,11 +15,12 @@ room that still holds them all (best fit, so large free blocks stay whole for la
 the most-used node); otherwise take the node that holds the most replicas and continue. CPU-only replicas prefer
 nodes without free GPUs.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Iterable
 
 from caldera.core.resources import Resources
 from caldera.scheduler.snapshot import Allocation, Node, SchedJob
@@ -57,13 +58,13 @@ class _Pool:
     def __init__(self, model: str, largest_node: int) -> None:
         self.model = model
         self.buckets: list[dict[int, None]] = [{} for _ in range(largest_node + 1)]
-        self.maxf = 0                  # largest non-empty bucket
-        self.total = 0                 # free GPUs of this model
-        self.size = 0                  # GPUs of this model in the cluster
+        self.maxf = 0  # largest non-empty bucket
+        self.total = 0  # free GPUs of this model
+        self.size = 0  # GPUs of this model in the cluster
         self.largest_node = largest_node
 
 
-Plan = tuple[str | None, list[tuple[int, int]]]   # (GPU model or None for CPU-only, [(node index, replicas)])
+Plan = tuple[str | None, list[tuple[int, int]]]  # (GPU model or None for CPU-only, [(node index, replicas)])
 
 
 class ClusterIndex:
@@ -79,10 +80,10 @@ class ClusterIndex:
         names: list[str] = []
         self.cpu: list[float] = []
         self.mem: list[int] = []
-        self.free: list[int] = []                       # bit p set: device at position p of node.gpus is free
-        self.dev: list[tuple[int, ...]] = []            # position -> device index
-        self.pos: list[dict[int, int] | None] = []      # device index -> position; None when index == position
-        self.node_models: list[tuple[tuple[str, int], ...]] = []   # (model, mask of its positions)
+        self.free: list[int] = []  # bit p set: device at position p of node.gpus is free
+        self.dev: list[tuple[int, ...]] = []  # position -> device index
+        self.pos: list[dict[int, int] | None] = []  # device index -> position; None when index == position
+        self.node_models: list[tuple[tuple[str, int], ...]] = []  # (model, mask of its positions)
         self.gpuless: list[int] = []
         self.nodes: list[Node] = []
         largest: dict[str, int] = {}
@@ -148,13 +149,13 @@ class ClusterIndex:
                 if f > pool.maxf:
                     pool.maxf = f
 
-    def copy(self) -> "ClusterIndex":
+    def copy(self) -> ClusterIndex:
         """A new index over the same nodes and free capacity, exactly what ``ClusterIndex(nodes, running)`` builds
         for them, without walking the nodes and the running jobs' allocations again. A caller that keeps an index
         up to date (:meth:`occupy` as jobs start, :meth:`release` as they end, as the simulator does) hands a copy to
         each cycle through ``Snapshot.capacity``."""
         c = _anew(ClusterIndex)
-        c.__dict__.update(self.__dict__)        # the nodes' layout is shared: nothing changes it after __init__
+        c.__dict__.update(self.__dict__)  # the nodes' layout is shared: nothing changes it after __init__
         c.free = list(self.free)
         c.cpu = list(self.cpu)
         c.mem = list(self.mem)
@@ -200,8 +201,9 @@ class ClusterIndex:
                 return (fr & mask).bit_count()
         return 0
 
-    def fitting_replicas(self, g: int, model: str | None, cpu: float, mem: int,
-                         excluded: set[int] | frozenset[int] | None = None) -> int:
+    def fitting_replicas(
+        self, g: int, model: str | None, cpu: float, mem: int, excluded: set[int] | frozenset[int] | None = None
+    ) -> int:
         """How many replicas of this shape the free capacity holds in all (best model), for messages."""
         best = 0
         for m, pool in self.pools.items():
@@ -230,9 +232,16 @@ class ClusterIndex:
         return cap if cap > 0 else 0
 
     # ---------------------------------------------------------------------------------------------- placing
-    def place(self, g: int, model: str | None, cpu: float, mem: int, n: int,
-              excluded: set[int] | frozenset[int] | None = None,
-              exclude_models: set[str] | frozenset[str] | None = None) -> Plan | None:
+    def place(
+        self,
+        g: int,
+        model: str | None,
+        cpu: float,
+        mem: int,
+        n: int,
+        excluded: set[int] | frozenset[int] | None = None,
+        exclude_models: set[str] | frozenset[str] | None = None,
+    ) -> Plan | None:
         """Where ``n`` replicas of ``g`` GPUs (of ``model``, any one model when None), ``cpu`` cores and ``mem`` MiB
         each fit now, avoiding the ``excluded`` nodes; None when they do not all fit. Changes nothing."""
         if g <= 0:
@@ -260,8 +269,9 @@ class ClusterIndex:
                 best, best_key = (m, plan), key
         return best
 
-    def _place_pool(self, pool: _Pool, g: int, cpu: float, mem: int, n: int,
-                    excluded: set[int] | frozenset[int] | None) -> list[tuple[int, int]] | None:
+    def _place_pool(
+        self, pool: _Pool, g: int, cpu: float, mem: int, n: int, excluded: set[int] | frozenset[int] | None
+    ) -> list[tuple[int, int]] | None:
         maxf = pool.maxf
         if maxf < g or pool.total < g * n:
             return None
@@ -319,11 +329,13 @@ class ClusterIndex:
         the CPUs of nodes with free GPUs). Fixed at first use."""
         if self._cpu_nodes is None:
             self._cpu_nodes = list(self.gpuless) + sorted(
-                (i for i in range(len(self.names)) if self.node_models[i]), key=lambda i: self.free[i].bit_count())
+                (i for i in range(len(self.names)) if self.node_models[i]), key=lambda i: self.free[i].bit_count()
+            )
         return self._cpu_nodes
 
-    def _place_cpu(self, cpu: float, mem: int, n: int,
-                   excluded: set[int] | frozenset[int] | None) -> list[tuple[int, int]] | None:
+    def _place_cpu(
+        self, cpu: float, mem: int, n: int, excluded: set[int] | frozenset[int] | None
+    ) -> list[tuple[int, int]] | None:
         # Capacity only shrinks between calls (a trial release is always restored), so a node that could not hold
         # one replica of this shape never will: per shape, the scan resumes where the last one stopped.
         order = self._cpu_order()
@@ -359,8 +371,7 @@ class ClusterIndex:
         for pool in self.pools.values():
             b = pool.buckets
             for f in range(pool.maxf, best, -1):
-                if any(cpuf[i] >= c and memf[i] >= min_mem and (excluded is None or i not in excluded)
-                       for i in b[f]):
+                if any(cpuf[i] >= c and memf[i] >= min_mem and (excluded is None or i not in excluded) for i in b[f]):
                     best = f
                     break
         return best
@@ -395,8 +406,9 @@ class ClusterIndex:
         self.mem[i] -= mem
         self._reindex(i, old)
 
-    def _commit(self, plan: Plan, g: int, cpu: float, mem: int, make_allocations: bool,
-                masks: dict[int, int] | None) -> tuple[Allocation, ...]:
+    def _commit(
+        self, plan: Plan, g: int, cpu: float, mem: int, make_allocations: bool, masks: dict[int, int] | None
+    ) -> tuple[Allocation, ...]:
         model, parts = plan
         out: list[Allocation] = []
         for i, k in parts:
@@ -541,7 +553,7 @@ class NodeFree:
     node: Node
     cpu: float
     memory_mib: int
-    free_gpus: list[int]          # device indices, ascending
+    free_gpus: list[int]  # device indices, ascending
 
     def _usable(self, req: Resources) -> list[int]:
         if req.gpu_model:
@@ -611,8 +623,9 @@ def place_gang(free: dict[str, NodeFree], req: Resources, replicas: int) -> tupl
     return _take_simple(free, req, plan[1], req)
 
 
-def _plan_simple(free: dict[str, NodeFree], req: Resources, replicas: int
-                 ) -> tuple[None, list[tuple[NodeFree, int]]] | None:
+def _plan_simple(
+    free: dict[str, NodeFree], req: Resources, replicas: int
+) -> tuple[None, list[tuple[NodeFree, int]]] | None:
     caps = [(nf, nf.replicas_fitting(req)) for nf in free.values()]
     caps = [(nf, c) for nf, c in caps if c > 0]
     out: list[tuple[NodeFree, int]] = []
@@ -632,8 +645,9 @@ def _plan_simple(free: dict[str, NodeFree], req: Resources, replicas: int
     return None, out
 
 
-def _take_simple(free: dict[str, NodeFree], spec: Resources, plan: list[tuple[NodeFree, int]],
-                 orig: Resources) -> tuple[Allocation, ...]:
+def _take_simple(
+    free: dict[str, NodeFree], spec: Resources, plan: list[tuple[NodeFree, int]], orig: Resources
+) -> tuple[Allocation, ...]:
     out = []
     for nf, k in plan:
         for _ in range(k):

@@ -9,9 +9,10 @@ Per queue and resource key (``cpu``, ``memory`` in MiB, ``gpu``, ``gpu/<model>``
 
 A queue missing from ``Snapshot.queues`` is unlimited with weight 1 (no guarantee, nothing deserved).
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from caldera.core.resources import CPU, GPU, MEMORY, Resources, gpu_key
 from caldera.core.tenancy import QueueConfig, Quota
@@ -59,20 +60,21 @@ def validate_queues(queues: list[QueueConfig], nodes: list[Node]) -> list[str]:
         seen.add(q.name)
         for key, quota in sorted(q.quotas.items()):
             if key.startswith(GPU + "/") and key not in cap:
-                have = ", ".join(models) if models else "none"
-                errors.append(f"queue {q.name}: no node has GPU model {key.split('/', 1)[1]} ({key}); "
-                              f"models present: {have}")
+                present = ", ".join(models) if models else "none"
+                errors.append(
+                    f"queue {q.name}: no node has GPU model {key.split('/', 1)[1]} ({key}); models present: {present}"
+                )
             g = quota.guarantee
             d = deserved(quota)
             c = quota.capability
             if c is not None and c < g:
                 errors.append(f"queue {q.name}: capability for {key} ({_n(c)}) is below its guarantee ({_n(g)})")
             if quota.deserved is not None and quota.deserved < g:
-                errors.append(f"queue {q.name}: deserved share for {key} ({_n(quota.deserved)}) is below its "
-                              f"guarantee ({_n(g)})")
+                errors.append(
+                    f"queue {q.name}: deserved share for {key} ({_n(quota.deserved)}) is below its guarantee ({_n(g)})"
+                )
             if c is not None and d > c:
-                errors.append(f"queue {q.name}: deserved share for {key} ({_n(d)}) is above its capability "
-                              f"({_n(c)})")
+                errors.append(f"queue {q.name}: deserved share for {key} ({_n(d)}) is above its capability ({_n(c)})")
             if g > 0:
                 sums.setdefault(key, []).append((q.name, g))
     for key, parts in sorted(sums.items()):
@@ -81,8 +83,9 @@ def validate_queues(queues: list[QueueConfig], nodes: list[Node]) -> list[str]:
         if total > have + 1e-9:
             who = ", ".join(f"{name}={_n(g)}" for name, g in parts)
             unit = " MiB" if key == MEMORY else ""
-            errors.append(f"guarantees for {key} add up to {_n(total)}{unit} but the cluster has {_n(have)}{unit} "
-                          f"(queues: {who})")
+            errors.append(
+                f"guarantees for {key} add up to {_n(total)}{unit} but the cluster has {_n(have)}{unit} (queues: {who})"
+            )
     return errors
 
 
@@ -140,8 +143,7 @@ def never_fits(request: Resources, replicas: int, nodes: list[Node]) -> str | No
         best_fit = max(best_fit, fit)
     if not any_node:
         gp = f"{g} GPUs, " if g else ""
-        return (f"no node has {gp}{_n(request.cpu)} CPUs and {request.memory_mib} MiB of memory together "
-                f"for one replica")
+        return f"no node has {gp}{_n(request.cpu)} CPUs and {request.memory_mib} MiB of memory together for one replica"
     if best_fit < replicas:
         return f"needs {replicas} replicas but at most {best_fit} fit on the whole cluster at once"
     return None

@@ -22,12 +22,13 @@ Every queued job that does not start gets at least one reason, and always a ``Qu
 ``message``, ``details``, equality, ``repr``, pickling and ``dataclasses.asdict``) whose message and details are
 rendered on first access from a context shared by the whole cycle.
 """
+
 from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from caldera.scheduler.snapshot import Reason, SchedJob
 
@@ -41,14 +42,23 @@ WAITING_FOR_PREEMPTION = "WaitingForPreemption"
 BEST_EFFORT_NO_IDLE = "BestEffortNoIdle"
 NEVER_FITS = "NeverFits"
 
-CODES = (QUEUE_CAPABILITY, USER_CAP, GANG_NO_FIT, QUEUE_POSITION, RESERVED, BACKFILL_BLOCKED,
-         WAITING_FOR_PREEMPTION, BEST_EFFORT_NO_IDLE, NEVER_FITS)
+CODES = (
+    QUEUE_CAPABILITY,
+    USER_CAP,
+    GANG_NO_FIT,
+    QUEUE_POSITION,
+    RESERVED,
+    BACKFILL_BLOCKED,
+    WAITING_FOR_PREEMPTION,
+    BEST_EFFORT_NO_IDLE,
+    NEVER_FITS,
+)
 
 # Preempt.reason codes
-PREEMPT_RECLAIM = "Reclaim"            # a queue below its guarantee takes back from one above its deserved share
-PREEMPT_BEST_EFFORT = "BestEffort"     # best-effort work gives way to anyone else
-PREEMPT_PRIORITY = "Priority"          # a higher priority class in the same queue
-PREEMPT_LAS = "LeastAttainedService"   # tiresias: a job with less attained service
+PREEMPT_RECLAIM = "Reclaim"  # a queue below its guarantee takes back from one above its deserved share
+PREEMPT_BEST_EFFORT = "BestEffort"  # best-effort work gives way to anyone else
+PREEMPT_PRIORITY = "Priority"  # a higher priority class in the same queue
+PREEMPT_LAS = "LeastAttainedService"  # tiresias: a job with less attained service
 
 
 def num(x: float) -> int | float:
@@ -92,19 +102,27 @@ class PositionContext:
     larger than the cluster.
     """
 
-    def __init__(self, now: float, pending: list[SchedJob] | Callable[[], list[SchedJob]], free_gpus: int,
-                 total_gpus: int, releases: list[tuple[float, int]] | Callable[[], list[tuple[float, int]]],
-                 runtime_estimate: Callable[[SchedJob], float],
-                 extra: dict[str, Any] | None = None, extra_text: str = "", extra_from: int = 1) -> None:
+    def __init__(
+        self,
+        now: float,
+        pending: list[SchedJob] | Callable[[], list[SchedJob]],
+        free_gpus: int,
+        total_gpus: int,
+        releases: list[tuple[float, int]] | Callable[[], list[tuple[float, int]]],
+        runtime_estimate: Callable[[SchedJob], float],
+        extra: dict[str, Any] | None = None,
+        extra_text: str = "",
+        extra_from: int = 1,
+    ) -> None:
         self.now = now
         self._pending = pending
         self.free = free_gpus
         self.total = total_gpus
-        self._releases = releases
+        self._releases: list[tuple[float, int]] | Callable[[], list[tuple[float, int]]] | None = releases
         self.runtime = runtime_estimate
         self.extra = extra or {}
         self.extra_text = extra_text
-        self.extra_from = extra_from      # positions from this one on get ``extra``
+        self.extra_from = extra_from  # positions from this one on get ``extra``
         self._est: list[float | None] = []
         self._heap: list[tuple[float, int]] | None = None
         self._t = now
@@ -121,7 +139,7 @@ class PositionContext:
         if pos <= len(est):
             return est[pos - 1]
         if self._heap is None:
-            rel = self._releases() if callable(self._releases) else self._releases
+            rel = self._releases() if callable(self._releases) else self._releases or []
             self._heap = [(max(t, self.now), g) for t, g in rel if g > 0]
             self._releases = None
             heapq.heapify(self._heap)
@@ -171,7 +189,9 @@ class QueuePositionReason(Reason):
     """A ``QueuePosition`` :class:`Reason` rendered lazily from its cycle's :class:`PositionContext`."""
 
     __slots__ = ("_pos", "_ctx")
-    code = QUEUE_POSITION     # shadows the dataclass slot: the same for every instance
+    _pos: int
+    _ctx: PositionContext
+    code = QUEUE_POSITION  # shadows the dataclass slot: the same for every instance
 
     @property
     def message(self) -> str:  # type: ignore[override]
@@ -210,12 +230,18 @@ class PendingReasons(Mapping[str, list[Reason]]):
 
     __slots__ = ("_jobs", "_started", "_first", "_positions", "_ctx", "_index", "_made")
 
-    def __init__(self, jobs: list[SchedJob], started: Iterable[int], first: dict[int, list[Reason]],
-                 positions: Callable[[], list[int]], ctx: PositionContext) -> None:
-        self._jobs = jobs                       # the snapshot's queued jobs
-        self._started = set(started)            # indices into jobs
-        self._first = first                     # index -> reasons that come before the QueuePosition one
-        self._positions: Callable[[], list[int]] | list[int] = positions   # per index, resolved on first use
+    def __init__(
+        self,
+        jobs: list[SchedJob],
+        started: Iterable[int],
+        first: dict[int, list[Reason]],
+        positions: Callable[[], list[int]],
+        ctx: PositionContext,
+    ) -> None:
+        self._jobs = jobs  # the snapshot's queued jobs
+        self._started = set(started)  # indices into jobs
+        self._first = first  # index -> reasons that come before the QueuePosition one
+        self._positions: Callable[[], list[int]] | list[int] = positions  # per index, resolved on first use
         self._ctx = ctx
         self._index: dict[str, int] | None = None
         self._made: dict[int, list[Reason]] = {}

@@ -7,9 +7,11 @@
 
 Each factory takes keyword options with defaults (see the classes).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from caldera.scheduler.caldera_policy import CalderaPolicy
 from caldera.scheduler.fifo import FifoPolicy

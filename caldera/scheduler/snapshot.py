@@ -3,10 +3,11 @@
 A policy is a pure function ``Snapshot -> Decisions``. The live loop builds the snapshot from the database and the
 runtimes; the simulator builds it from a trace. Neither may depend on how the other does it.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from caldera.core.resources import Resources
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 @dataclass(slots=True, frozen=True)
 class Device:
     index: int
-    model: str                  # lower case, e.g. "a100"
+    model: str  # lower case, e.g. "a100"
     memory_mib: int = 0
 
 
@@ -49,20 +50,20 @@ class SchedJob:
     account: str
     queue: str
     priority: PriorityClass
-    request: Resources                      # per replica
+    request: Resources  # per replica
     replicas: int = 1
-    submitted_at: float = 0.0               # first submission (seconds, any epoch shared with Snapshot.now)
-    queued_since: float | None = None       # last time it entered the queue (re-queue after preemption)
+    submitted_at: float = 0.0  # first submission (seconds, any epoch shared with Snapshot.now)
+    queued_since: float | None = None  # last time it entered the queue (re-queue after preemption)
     interactive: bool = False
     max_runtime_s: float | None = None
-    attained_gpu_s: float = 0.0             # GPU-seconds received so far, over all attempts
+    attained_gpu_s: float = 0.0  # GPU-seconds received so far, over all attempts
     # running jobs only
     started_at: float | None = None
     allocations: tuple[Allocation, ...] = ()
-    terminating: bool = False               # asked to stop (preempted or cancelled); resources not yet free
-    preempted_by: str | None = None         # terminating because it was preempted for this queued job (the
-                                            # Preempt.by_job_id that caused it); its resources are soon-free for
-                                            # that job only. None while terminating: soon-free for anyone
+    terminating: bool = False  # asked to stop (preempted or cancelled); resources not yet free
+    preempted_by: str | None = None  # terminating because it was preempted for this queued job (the
+    # Preempt.by_job_id that caused it); its resources are soon-free for
+    # that job only. None while terminating: soon-free for anyone
 
     @property
     def gpus(self) -> int:
@@ -76,8 +77,8 @@ class Snapshot:
     queued: list[SchedJob]
     running: list[SchedJob]
     queues: dict[str, QueueConfig] = field(default_factory=dict)
-    user_usage: dict[str, float] = field(default_factory=dict)     # decayed GPU-seconds per user
-    queue_usage: dict[str, float] = field(default_factory=dict)    # decayed GPU-seconds per queue
+    user_usage: dict[str, float] = field(default_factory=dict)  # decayed GPU-seconds per user
+    queue_usage: dict[str, float] = field(default_factory=dict)  # decayed GPU-seconds per queue
     # Free capacity of ``nodes`` net of the ``running`` allocations, when the caller keeps it up to date between
     # cycles (the simulator does); policies use a copy. None: policies compute it from ``nodes`` and ``running``.
     capacity: ClusterIndex | None = None
@@ -95,7 +96,7 @@ class Start:
 class Preempt:
     job_id: str
     by_job_id: str | None
-    reason: str                 # machine-readable, e.g. "Reclaim", "BestEffort", "Priority"
+    reason: str  # machine-readable, e.g. "Reclaim", "BestEffort", "Priority"
     message: str
 
 
@@ -112,7 +113,7 @@ class Reason:
 class Decisions:
     starts: list[Start] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
-    pending: Mapping[str, list[Reason]] = field(default_factory=dict)     # a read-only mapping
+    pending: Mapping[str, list[Reason]] = field(default_factory=dict)  # a read-only mapping
     # Unless jobs arrive, end or change, the earliest time at which the policy could start or preempt anything:
     # ``inf`` when nothing but such a change can, None when the policy cannot tell (call it again soon). The
     # simulator skips its periodic cycles until then; the decisions of those cycles would be empty anyway.
@@ -122,4 +123,4 @@ class Decisions:
 class Policy(Protocol):
     name: str
 
-    def __call__(self, snapshot: Snapshot) -> Decisions: ...
+    def __call__(self, snapshot: Snapshot, /) -> Decisions: ...

@@ -13,12 +13,13 @@
 ``attained_gpu_s`` of a running job must include its current run up to ``Snapshot.now`` (the live loop and the
 simulator set it that way), so a running job sinks through the levels as it runs and new work overtakes it.
 """
+
 from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterator, Sequence
 from operator import attrgetter
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -37,8 +38,14 @@ class TiresiasPolicy:
 
     name = "tiresias"
 
-    def __init__(self, *, thresholds_gpu_s: Sequence[float] = (3600.0, 36000.0), preemptive: bool = True,
-                 max_preemptions_per_cycle: int | None = 32, default_runtime_estimate_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        *,
+        thresholds_gpu_s: Sequence[float] = (3600.0, 36000.0),
+        preemptive: bool = True,
+        max_preemptions_per_cycle: int | None = 32,
+        default_runtime_estimate_s: float = 3600.0,
+    ) -> None:
         self.thresholds_gpu_s = tuple(sorted(float(t) for t in thresholds_gpu_s))
         self.preemptive = bool(preemptive)
         self.max_preemptions_per_cycle = max_preemptions_per_cycle
@@ -108,7 +115,7 @@ class _Cycle(CycleBase):
         for att, g in running:
             if g:
                 L = bisect.bisect_right(th, att)
-                if L < len(th):
+                if len(th) > L:
                     t = min(t, now + (th[L] - att) / g)
         return t
 
@@ -157,14 +164,15 @@ class _Cycle(CycleBase):
             return
         for v in self.victims:
             if v.level <= L:
-                break           # sorted by level, highest first
+                break  # sorted by level, highest first
             if not v.chosen and (model is None or v.model == model):
                 yield v
 
-    def _preempt(self, job: SchedJob, L: int, g: int, model: str | None, cpu: float, mem: int, n: int,
-                 shape: tuple) -> Reason | None:
+    def _preempt(
+        self, job: SchedJob, L: int, g: int, model: str | None, cpu: float, mem: int, n: int, shape: tuple
+    ) -> Reason | None:
         directed = [v for v in self.directed.get(job.id, ()) if not v.claimed]
-        above = sum(self.level_gpus[L + 1:]) if self.pol.preemptive and self._more() else 0
+        above = sum(self.level_gpus[L + 1 :]) if self.pol.preemptive and self._more() else 0
         anon = self.anon_open if not self.gave_up else 0
         if not directed and not anon and not above:
             return None
@@ -189,16 +197,21 @@ class _Cycle(CycleBase):
             v.chosen = True
             self.chosen.append(v)
             self.level_gpus[v.level] -= v.gpus
-            self.preemptions.append(Preempt(
-                v.id, job.id, PREEMPT_LAS,
-                f"job {v.id} (attained {num(round(v.attained))} GPU-s, LAS level {v.level}) preempted by job "
-                f"{job.id} (LAS level {L}): jobs with less attained service go first"))
+            self.preemptions.append(
+                Preempt(
+                    v.id,
+                    job.id,
+                    PREEMPT_LAS,
+                    f"job {v.id} (attained {num(round(v.attained))} GPU-s, LAS level {v.level}) preempted by job "
+                    f"{job.id} (LAS level {L}): jobs with less attained service go first",
+                )
+            )
         if needed:
             self._refresh_pre()
         ids = [v.id for v in needed]
         what = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-        return Reason(WAITING_FOR_PREEMPTION,
-                      f"waiting for {len(ids)} preempted job{'s' if len(ids) != 1 else ''} ({what}) to release "
-                      f"their resources",
-                      {"victims": ids, "new_preemptions": [v.id for v in new],
-                       "soon_free_gpus": sum(v.gpus for v in needed)})
+        return Reason(
+            WAITING_FOR_PREEMPTION,
+            f"waiting for {len(ids)} preempted job{'s' if len(ids) != 1 else ''} ({what}) to release their resources",
+            {"victims": ids, "new_preemptions": [v.id for v in new], "soon_free_gpus": sum(v.gpus for v in needed)},
+        )

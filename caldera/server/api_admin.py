@@ -1,4 +1,5 @@
 """Users, accounts, queues (admins write; users read their own), nodes and usage."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, HTTPException
@@ -40,8 +41,14 @@ class PasswordIn(BaseModel):
 
 
 def _user_view(db: Session, u: User) -> dict:
-    return {"id": u.id, "username": u.username, "role": u.role, "active": u.active,
-            "default_account": u.default_account, "accounts": tenancy.user_accounts(db, u)}
+    return {
+        "id": u.id,
+        "username": u.username,
+        "role": u.role,
+        "active": u.active,
+        "default_account": u.default_account,
+        "accounts": tenancy.user_accounts(db, u),
+    }
 
 
 @router.post("/users", status_code=201)
@@ -57,9 +64,14 @@ def list_users(_: User = Depends(admin_user), db: Session = Depends(db_session))
 
 
 @router.put("/me/password")
-def change_password(body: PasswordIn, user: User = Depends(current_user), p: Platform = Depends(platform),
-                    db: Session = Depends(db_session)) -> dict:
+def change_password(
+    body: PasswordIn,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
     from caldera.server.security import hash_password
+
     if len(body.password) < 8:
         raise HTTPException(400, "password: must be at least 8 characters")
     user.password_hash = hash_password(body.password)
@@ -79,8 +91,11 @@ def create_account(body: AccountIn, _: User = Depends(admin_user), db: Session =
 def list_accounts(user: User = Depends(current_user), db: Session = Depends(db_session)) -> list[dict]:
     mine = set(tenancy.user_accounts(db, user))
     rows = db.scalars(select(Account).order_by(Account.name))
-    return [{"name": a.name, "description": a.description, "member": a.name in mine}
-            for a in rows if user.role == Role.ADMIN.value or a.name in mine]
+    return [
+        {"name": a.name, "description": a.description, "member": a.name in mine}
+        for a in rows
+        if user.role == Role.ADMIN.value or a.name in mine
+    ]
 
 
 @router.post("/accounts/{name}/members", status_code=201)
@@ -91,16 +106,20 @@ def add_member(name: str, body: MemberIn, _: User = Depends(admin_user), db: Ses
 
 
 @router.delete("/accounts/{name}/members/{username}")
-def remove_member(name: str, username: str, _: User = Depends(admin_user),
-                  db: Session = Depends(db_session)) -> dict:
+def remove_member(name: str, username: str, _: User = Depends(admin_user), db: Session = Depends(db_session)) -> dict:
     tenancy.remove_member(db, name, tenancy.get_user(db, username))
     db.commit()
     return {"account": name, "username": username, "removed": True}
 
 
 @router.put("/queues/{name}")
-def put_queue(name: str, body: dict, _: User = Depends(admin_user), p: Platform = Depends(platform),
-              db: Session = Depends(db_session)) -> dict:
+def put_queue(
+    name: str,
+    body: dict,
+    _: User = Depends(admin_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
     """Create or replace a queue. Refused when the whole set of queues could not hold on this cluster."""
     try:
         cfg = QueueConfig.model_validate({**body, "name": name})
@@ -120,11 +139,13 @@ def put_queue(name: str, body: dict, _: User = Depends(admin_user), p: Platform 
 def _queue_usage(db: Session, queue: str) -> dict:
     """What runs in a queue now, per resource key and per user, and its decayed fair-share usage."""
     from caldera.core.resources import Resources, add_vectors
+
     names = dict(db.execute(select(User.id, User.username)).all())
     total: dict[str, float] = {}
     per_user: dict[str, dict[str, float]] = {}
-    for job in db.scalars(select(Job).where(Job.queue == queue,
-                                            Job.state.in_((JobState.STARTING.value, JobState.RUNNING.value)))):
+    for job in db.scalars(
+        select(Job).where(Job.queue == queue, Job.state.in_((JobState.STARTING.value, JobState.RUNNING.value)))
+    ):
         vec = Resources(**job.spec.get("resources", {})).vector(job.spec.get("replicas", 1))
         total = add_vectors(total, vec)
         u = names.get(job.user_id, "?")
@@ -159,14 +180,23 @@ def my_usage(user: User = Depends(current_user), db: Session = Depends(db_sessio
     for cfg in tenancy.all_queue_configs(db).values():
         if cfg.account in tenancy.user_accounts(db, user):
             usage = _queue_usage(db, cfg.name)
-            queues.append({"queue": cfg.name, "account": cfg.account, "mine": usage["by_user"].get(user.username, {}),
-                           "queue_in_use": usage["in_use"], "user_caps": cfg.user_caps.model_dump(),
-                           "quotas": {k: v.model_dump() for k, v in cfg.quotas.items()}})
+            queues.append(
+                {
+                    "queue": cfg.name,
+                    "account": cfg.account,
+                    "mine": usage["by_user"].get(user.username, {}),
+                    "queue_in_use": usage["in_use"],
+                    "user_caps": cfg.user_caps.model_dump(),
+                    "quotas": {k: v.model_dump() for k, v in cfg.quotas.items()},
+                }
+            )
     return {"user": user.username, "decayed_gpu_seconds": row.value if row else 0.0, "queues": queues}
 
 
 @router.get("/nodes")
-def nodes(user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)) -> list:
+def nodes(
+    user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
+) -> list:
     """Nodes and which devices are free now (the idle resources view)."""
     used: dict[str, dict[int, str]] = {}
     admin = user.role == Role.ADMIN.value
@@ -175,6 +205,21 @@ def nodes(user: User = Depends(current_user), p: Platform = Depends(platform), d
             for g in a["gpus"]:
                 # others' jobs show as busy, not by id
                 used.setdefault(a["node"], {})[g] = job.id if admin or job.user_id == user.id else "busy"
-    return [{"name": n.name, "cpu": n.cpu, "memory_mib": n.memory_mib, "schedulable": n.schedulable,
-             "gpus": [{"index": d.index, "model": d.model, "memory_mib": d.memory_mib,
-                       "job": used.get(n.name, {}).get(d.index)} for d in n.gpus]} for n in p.nodes()]
+    return [
+        {
+            "name": n.name,
+            "cpu": n.cpu,
+            "memory_mib": n.memory_mib,
+            "schedulable": n.schedulable,
+            "gpus": [
+                {
+                    "index": d.index,
+                    "model": d.model,
+                    "memory_mib": d.memory_mib,
+                    "job": used.get(n.name, {}).get(d.index),
+                }
+                for d in n.gpus
+            ],
+        }
+        for n in p.nodes()
+    ]

@@ -1,4 +1,5 @@
 """Login, token refresh and personal API tokens."""
+
 from __future__ import annotations
 
 import time
@@ -12,8 +13,17 @@ from caldera.db.models import ApiToken, RefreshToken, User
 from caldera.server import tenancy
 from caldera.server.deps import current_user, db_session, platform
 from caldera.server.platform import Platform
-from caldera.server.security import (PERSONAL_PREFIX, SESSION_PREFIX, TokenError, decode_refresh, hash_token,
-                                     issue_access, issue_refresh, new_opaque_token, verify_password)
+from caldera.server.security import (
+    PERSONAL_PREFIX,
+    SESSION_PREFIX,
+    TokenError,
+    decode_refresh,
+    hash_token,
+    issue_access,
+    issue_refresh,
+    new_opaque_token,
+    verify_password,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["auth"])
 
@@ -43,8 +53,12 @@ def _pair(p: Platform, db: Session, user: User) -> dict:
     refresh, jti, exp = issue_refresh(p.keys, user.id, p.settings.refresh_token_ttl_s)
     db.add(RefreshToken(jti=jti, user_id=user.id, expires_at=exp))
     db.commit()
-    return {"access_token": issue_access(p.keys, user.id, p.settings.access_token_ttl_s), "refresh_token": refresh,
-            "token_type": "bearer", "expires_in": p.settings.access_token_ttl_s}
+    return {
+        "access_token": issue_access(p.keys, user.id, p.settings.access_token_ttl_s),
+        "refresh_token": refresh,
+        "token_type": "bearer",
+        "expires_in": p.settings.access_token_ttl_s,
+    }
 
 
 @router.post("/auth/login")
@@ -84,23 +98,42 @@ def logout(body: RefreshIn, p: Platform = Depends(platform), db: Session = Depen
 
 @router.get("/me")
 def me(user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
-    return {"id": user.id, "username": user.username, "role": user.role, "default_account": user.default_account,
-            "accounts": tenancy.user_accounts(db, user)}
+    return {
+        "id": user.id,
+        "username": user.username,
+        "role": user.role,
+        "default_account": user.default_account,
+        "accounts": tenancy.user_accounts(db, user),
+    }
 
 
 def create_opaque(db: Session, user: User, kind: str, name: str, ttl_s: float | None) -> tuple[str, ApiToken]:
     secret = new_opaque_token(PERSONAL_PREFIX if kind == "personal" else SESSION_PREFIX)
     now = time.time()
-    row = ApiToken(user_id=user.id, kind=kind, name=name, token_hash=hash_token(secret), prefix=secret[:10],
-                   created_at=now, expires_at=now + ttl_s if ttl_s else None)
+    row = ApiToken(
+        user_id=user.id,
+        kind=kind,
+        name=name,
+        token_hash=hash_token(secret),
+        prefix=secret[:10],
+        created_at=now,
+        expires_at=now + ttl_s if ttl_s else None,
+    )
     db.add(row)
     db.commit()
     return secret, row
 
 
 def _token_view(t: ApiToken) -> dict:
-    return {"id": t.id, "name": t.name, "prefix": t.prefix, "created_at": t.created_at, "expires_at": t.expires_at,
-            "last_used_at": t.last_used_at, "revoked": t.revoked_at is not None}
+    return {
+        "id": t.id,
+        "name": t.name,
+        "prefix": t.prefix,
+        "created_at": t.created_at,
+        "expires_at": t.expires_at,
+        "last_used_at": t.last_used_at,
+        "revoked": t.revoked_at is not None,
+    }
 
 
 @router.post("/tokens", status_code=201)
@@ -113,8 +146,9 @@ def create_token(body: TokenIn, user: User = Depends(current_user), db: Session 
 
 @router.get("/tokens")
 def list_tokens(user: User = Depends(current_user), db: Session = Depends(db_session)) -> list[dict]:
-    rows = db.scalars(select(ApiToken).where(ApiToken.user_id == user.id, ApiToken.kind == "personal")
-                      .order_by(ApiToken.id))
+    rows = db.scalars(
+        select(ApiToken).where(ApiToken.user_id == user.id, ApiToken.kind == "personal").order_by(ApiToken.id)
+    )
     return [_token_view(t) for t in rows]
 
 

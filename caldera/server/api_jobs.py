@@ -1,8 +1,10 @@
 """Jobs: submit, list, describe, events, logs, cancel, why pending."""
+
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query
 from fastapi.responses import StreamingResponse
@@ -25,8 +27,12 @@ def _usernames(db: Session) -> dict[int, str]:
 
 
 @router.post("", status_code=201)
-def submit(body: dict[str, Any] = Body(...), user: User = Depends(current_user), p: Platform = Depends(platform),
-           db: Session = Depends(db_session)) -> dict:
+def submit(
+    body: dict[str, Any] = Body(...),
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
     spec = parse_spec(body)
     with p.state_lock:
         job = jobs.submit(p, db, user, spec)
@@ -35,8 +41,13 @@ def submit(body: dict[str, Any] = Body(...), user: User = Depends(current_user),
 
 
 @router.get("")
-def list_jobs(all: bool = False, state: list[str] | None = Query(None), limit: int = Query(200, ge=1, le=5000),
-              user: User = Depends(current_user), db: Session = Depends(db_session)) -> list[dict]:
+def list_jobs(
+    all: bool = False,
+    state: list[str] | None = Query(None),
+    limit: int = Query(200, ge=1, le=5000),
+    user: User = Depends(current_user),
+    db: Session = Depends(db_session),
+) -> list[dict]:
     names = _usernames(db)
     return [jobs.view(j, names.get(j.user_id)) for j in jobs.list_jobs(db, user, all, state, limit)]
 
@@ -62,8 +73,9 @@ def why(job_id: str, user: User = Depends(current_user), db: Session = Depends(d
 
 
 @router.post("/{job_id}/cancel")
-def cancel(job_id: str, user: User = Depends(current_user), p: Platform = Depends(platform),
-           db: Session = Depends(db_session)) -> dict:
+def cancel(
+    job_id: str, user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
+) -> dict:
     with p.state_lock:
         job = jobs.visible(db, user, job_id)
         jobs.cancel(p, db, job, user)
@@ -72,9 +84,15 @@ def cancel(job_id: str, user: User = Depends(current_user), p: Platform = Depend
 
 
 @router.get("/{job_id}/logs")
-def logs(job_id: str, rank: int | None = Query(None, ge=0), follow: bool = False, offset: int = Query(0, ge=0),
-         user: User = Depends(current_user), p: Platform = Depends(platform),
-         db: Session = Depends(db_session)) -> StreamingResponse:
+def logs(
+    job_id: str,
+    rank: int | None = Query(None, ge=0),
+    follow: bool = False,
+    offset: int = Query(0, ge=0),
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> StreamingResponse:
     """Plain bytes of one rank's log. With follow, the response stays open until the job ends; a job that has not
     started yet is waited for."""
     job = jobs.visible(db, user, job_id)
@@ -87,7 +105,7 @@ def logs(job_id: str, rank: int | None = Query(None, ge=0), follow: bool = False
     def stream() -> Iterator[bytes]:
         nonlocal attempt, handle
         if follow:
-            while not handle:   # wait for the launch (or the end, if it never starts)
+            while not handle:  # wait for the launch (or the end, if it never starts)
                 time.sleep(0.5)
                 with p.session() as s:
                     j = s.get(Job, job_id)

@@ -1,4 +1,5 @@
 """The FastAPI application."""
+
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
@@ -27,8 +28,14 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         finally:
             loop.stop()
 
-    app = FastAPI(title="Caldera", version="0.1.0", lifespan=lifespan, openapi_url="/api/v1/openapi.json",
-                  docs_url="/api/v1/docs", redoc_url=None)
+    app = FastAPI(
+        title="Caldera",
+        version="0.1.0",
+        lifespan=lifespan,
+        openapi_url="/api/v1/openapi.json",
+        docs_url="/api/v1/docs",
+        redoc_url=None,
+    )
     app.state.platform = platform
 
     @app.exception_handler(SpecError)
@@ -45,10 +52,13 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):
-        errors = [{"field": ".".join(str(x) for x in e["loc"][1:]) or str(e["loc"][0]), "reason": e["msg"]}
-                  for e in exc.errors()]
-        return JSONResponse({"detail": "; ".join(f"{e['field']}: {e['reason']}" for e in errors), "errors": errors},
-                            status_code=400)
+        errors = [
+            {"field": ".".join(str(x) for x in e["loc"][1:]) or str(e["loc"][0]), "reason": e["msg"]}
+            for e in exc.errors()
+        ]
+        return JSONResponse(
+            {"detail": "; ".join(f"{e['field']}: {e['reason']}" for e in errors), "errors": errors}, status_code=400
+        )
 
     @app.get("/api/v1/health", tags=["meta"])
     def health() -> dict:

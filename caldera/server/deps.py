@@ -1,8 +1,9 @@
 """Request-scoped dependencies: the platform, a database session, the authenticated user, the admin check."""
+
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from fastapi import Depends, HTTPException, Request
 from sqlalchemy import select
@@ -42,7 +43,7 @@ def user_for_token(p: Platform, db: Session, token: str) -> User:
         now = time.time()
         if row is None or row.revoked_at is not None or (row.expires_at is not None and row.expires_at < now):
             raise _unauthorized("invalid or revoked token")
-        if row.last_used_at is None or now - row.last_used_at > 60:   # not a write per request
+        if row.last_used_at is None or now - row.last_used_at > 60:  # not a write per request
             row.last_used_at = now
             db.commit()
         user = db.get(User, row.user_id)

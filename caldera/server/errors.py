@@ -1,4 +1,5 @@
 """Domain errors the API turns into HTTP answers."""
+
 from __future__ import annotations
 
 

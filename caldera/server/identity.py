@@ -5,6 +5,7 @@ the files a user's jobs leave keep their owner across restarts. The uid is that 
 user's name when there is one (a lab's existing Unix logins), else of the account ``<prefix><username>``, created
 here with a uid from the configured range.
 """
+
 from __future__ import annotations
 
 import grp
@@ -20,7 +21,7 @@ from caldera.db.models import User
 from caldera.runtime.base import RunAs
 from caldera.server.errors import CalderaError
 
-_FIRST_LOGIN_UID = 1000   # below are system accounts; root is never a job's identity
+_FIRST_LOGIN_UID = 1000  # below are system accounts; root is never a job's identity
 
 
 class IdentityError(CalderaError):
@@ -63,9 +64,25 @@ def _ensure_account(settings: Settings, username: str, uid: int) -> RunAs:
     useradd, groupadd = shutil.which("useradd"), shutil.which("groupadd")
     if not useradd or not groupadd:
         raise IdentityError("cannot create OS accounts for jobs: useradd/groupadd are missing")
-    for cmd in ([groupadd, "-g", str(uid), name] if not _gid_exists(uid) else None,
-                [useradd, "-u", str(uid), "-g", str(uid), "-M", "-N", "-d", "/nonexistent", "-s",
-                 "/usr/sbin/nologin", "-c", f"Caldera user {username}", name]):
+    for cmd in (
+        [groupadd, "-g", str(uid), name] if not _gid_exists(uid) else None,
+        [
+            useradd,
+            "-u",
+            str(uid),
+            "-g",
+            str(uid),
+            "-M",
+            "-N",
+            "-d",
+            "/nonexistent",
+            "-s",
+            "/usr/sbin/nologin",
+            "-c",
+            f"Caldera user {username}",
+            name,
+        ],
+    ):
         if cmd is None:
             continue
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
@@ -97,12 +114,16 @@ def isolation_problem(settings: Settings, interpreter: str) -> str | None:
     from caldera.runtime.local.owner import reachable_by_others
 
     if os.geteuid() != 0:
-        return (f"the server runs as {pwd.getpwuid(os.geteuid()).pw_name}, not root, so it cannot run jobs as their "
-                "owners: every job could read the platform's database and keys and act as any user. Run it as root, "
-                "or accept this on a single-user machine with `caldera up --unisolated` (CALDERA_RUN_JOBS_AS=server)")
+        return (
+            f"the server runs as {pwd.getpwuid(os.geteuid()).pw_name}, not root, so it cannot run jobs as their "
+            "owners: every job could read the platform's database and keys and act as any user. Run it as root, "
+            "or accept this on a single-user machine with `caldera up --unisolated` (CALDERA_RUN_JOBS_AS=server)"
+        )
     for what, path in (("the Python that runs jobs", interpreter), ("the workspaces", settings.workspaces)):
         blocked = reachable_by_others(path)
         if blocked is not None:
-            return (f"{what} ({path}) cannot be reached by job users: {blocked} is not traversable by others. "
-                    f"Install Caldera outside a private home directory, or allow traversal: chmod o+x {blocked}")
+            return (
+                f"{what} ({path}) cannot be reached by job users: {blocked} is not traversable by others. "
+                f"Install Caldera outside a private home directory, or allow traversal: chmod o+x {blocked}"
+            )
     return None

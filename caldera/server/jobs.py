@@ -1,4 +1,5 @@
 """Job rules independent of HTTP: submission, visibility, cancellation, state changes with their events."""
+
 from __future__ import annotations
 
 import secrets
@@ -27,14 +28,25 @@ def record(db: Session, job: Job, to: JobState, reason: str, message: str = "", 
     job.state = to.value
     job.reason = reason
     job.message = message
-    db.add(JobEventRow(job_id=job.id, at=now, from_state=src.value if src else None, to_state=to.value,
-                       reason=reason, message=message))
+    db.add(
+        JobEventRow(
+            job_id=job.id,
+            at=now,
+            from_state=src.value if src else None,
+            to_state=to.value,
+            reason=reason,
+            message=message,
+        )
+    )
 
 
 def note(db: Session, job: Job, reason: str, message: str) -> None:
     """An event that is not a transition (e.g. a preemption was requested)."""
-    db.add(JobEventRow(job_id=job.id, at=time.time(), from_state=job.state, to_state=job.state, reason=reason,
-                       message=message))
+    db.add(
+        JobEventRow(
+            job_id=job.id, at=time.time(), from_state=job.state, to_state=job.state, reason=reason, message=message
+        )
+    )
 
 
 def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
@@ -62,9 +74,21 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
         raise Invalid("resources", why)
 
     now = time.time()
-    job = Job(id=secrets.token_hex(5), name=spec.name, user_id=user.id, account=account, queue=queue,
-              kind=spec.kind.value, priority=spec.priority.value, spec=spec.model_dump(mode="json"), state="",
-              submitted_at=now, attempt=0, allocations=[], pending_reasons=[])
+    job = Job(
+        id=secrets.token_hex(5),
+        name=spec.name,
+        user_id=user.id,
+        account=account,
+        queue=queue,
+        kind=spec.kind.value,
+        priority=spec.priority.value,
+        spec=spec.model_dump(mode="json"),
+        state="",
+        submitted_at=now,
+        attempt=0,
+        allocations=[],
+        pending_reasons=[],
+    )
     db.add(job)
     record(db, job, JobState.PENDING, "Submitted", f"submitted by {user.username}", now)
     record(db, job, JobState.QUEUED, "Admitted", f"queued in {queue}", now)
@@ -81,8 +105,9 @@ def visible(db: Session, user: User, job_id: str) -> Job:
     return job
 
 
-def list_jobs(db: Session, user: User, everyone: bool = False, states: list[str] | None = None,
-              limit: int = 200) -> list[Job]:
+def list_jobs(
+    db: Session, user: User, everyone: bool = False, states: list[str] | None = None, limit: int = 200
+) -> list[Job]:
     q = select(Job).order_by(Job.submitted_at.desc()).limit(limit)
     if not (everyone and user.role == Role.ADMIN.value):
         q = q.where(Job.user_id == user.id)
@@ -110,21 +135,39 @@ def cancel(p: Platform, db: Session, job: Job, actor: User) -> Job:
     if job.stop_requested != "cancel":
         job.stop_requested = "cancel"
         job.stop_detail = {"by": actor.username}
-        note(db, job, "CancelRequested",
-             f"cancelled by {actor.username}; SIGTERM, SIGKILL after {p.settings.cancel_grace_s:g}s")
+        note(
+            db,
+            job,
+            "CancelRequested",
+            f"cancelled by {actor.username}; SIGTERM, SIGKILL after {p.settings.cancel_grace_s:g}s",
+        )
         if job.handle:
             from caldera.runtime.base import Handle
+
             p.runtime.stop(Handle(job.id, job.attempt, job.handle), p.settings.cancel_grace_s)
     return job
 
 
 def view(job: Job, username: str | None = None) -> dict[str, Any]:
     return {
-        "id": job.id, "name": job.name, "user": username, "account": job.account, "queue": job.queue,
-        "kind": job.kind, "priority": job.priority, "state": job.state, "reason": job.reason,
-        "message": job.message, "attempt": job.attempt, "submitted_at": job.submitted_at,
-        "started_at": job.started_at, "finished_at": job.finished_at, "exit_code": job.exit_code,
-        "allocations": job.allocations, "pending_reasons": job.pending_reasons, "spec": job.spec,
+        "id": job.id,
+        "name": job.name,
+        "user": username,
+        "account": job.account,
+        "queue": job.queue,
+        "kind": job.kind,
+        "priority": job.priority,
+        "state": job.state,
+        "reason": job.reason,
+        "message": job.message,
+        "attempt": job.attempt,
+        "submitted_at": job.submitted_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "exit_code": job.exit_code,
+        "allocations": job.allocations,
+        "pending_reasons": job.pending_reasons,
+        "spec": job.spec,
         "gpus": job.spec.get("resources", {}).get("gpu", 0) * job.spec.get("replicas", 1),
     }
 

@@ -4,6 +4,7 @@ A notebook's JavaScript runs here, so nothing here is worth stealing: the platfo
 live on the other origin. A browser arrives with a one-use ticket that the platform's origin issued after its own
 login (``lab_entry``), and leaves with a cookie good for one job, one user and a few hours.
 """
+
 from __future__ import annotations
 
 import threading
@@ -74,9 +75,15 @@ def create_lab_app(platform: Platform) -> FastAPI:
             jobs.visible(db, user, claims.job_id)
         ttl = p.settings.lab_cookie_ttl_s
         resp = RedirectResponse(next, status_code=303)
-        resp.set_cookie(lab_proxy.LAB_COOKIE, issue_lab(p.keys, LAB_SESSION, claims.user_id, claims.job_id, ttl),
-                        max_age=ttl, path=home, httponly=True, samesite="lax",
-                        secure=p.settings.lab_url.startswith("https"))
+        resp.set_cookie(
+            lab_proxy.LAB_COOKIE,
+            issue_lab(p.keys, LAB_SESSION, claims.user_id, claims.job_id, ttl),
+            max_age=ttl,
+            path=home,
+            httponly=True,
+            samesite="lax",
+            secure=p.settings.lab_url.startswith("https"),
+        )
         return resp
 
     @app.middleware("http")

@@ -1,5 +1,6 @@
 """The way into a lab from the platform's origin: check the platform login, then hand the browser to the lab
 origin with a one-use ticket. No lab content is ever served on this origin."""
+
 from __future__ import annotations
 
 from urllib.parse import quote, urlencode
@@ -19,8 +20,9 @@ _TICKET_TTL_S = 60
 
 
 @router.get("/jobs/{job_id}/lab/{path:path}")
-def enter_lab(job_id: str, path: str, request: Request, p: Platform = Depends(platform),
-              db: Session = Depends(db_session)) -> RedirectResponse:
+def enter_lab(
+    job_id: str, path: str, request: Request, p: Platform = Depends(platform), db: Session = Depends(db_session)
+) -> RedirectResponse:
     here = quote(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
     token = presented_token(request)
     if not token:
@@ -29,5 +31,6 @@ def enter_lab(job_id: str, path: str, request: Request, p: Platform = Depends(pl
     jobs.visible(db, user, job_id)
     ticket = issue_lab(p.keys, LAB_TICKET, user.id, job_id, _TICKET_TTL_S)
     target = lab_path(job_id) + quote(path) + (f"?{request.url.query}" if request.url.query else "")
-    return RedirectResponse(f"{p.settings.lab_url}/_caldera/lab-login?{urlencode({'ticket': ticket, 'next': target})}",
-                            status_code=303)
+    return RedirectResponse(
+        f"{p.settings.lab_url}/_caldera/lab-login?{urlencode({'ticket': ticket, 'next': target})}", status_code=303
+    )

@@ -9,6 +9,7 @@ state-changing requests must come from the lab origin itself (a page of another 
 and Jupyter's own XSRF check stays on, because the proxy logs in to Lab with Lab's login cookie instead of its token
 (see runtime/local/jupyter.py). Lab's token and login never reach the browser.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,17 +37,29 @@ router = APIRouter(tags=["lab"])
 LAB_COOKIE = "caldera_lab"
 _SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 # hop-by-hop headers (RFC 9110 7.6.1), and the browser's credentials and origin, which are for this proxy alone
-_DROP_REQUEST = {"host", "connection", "keep-alive", "proxy-authorization", "te", "trailer", "transfer-encoding",
-                 "upgrade", "authorization", "cookie", "origin", "content-length",
-                 "accept-encoding"}   # identity upstream, so HTML can be scrubbed of the lab's token
+_DROP_REQUEST = {
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "authorization",
+    "cookie",
+    "origin",
+    "content-length",
+    "accept-encoding",
+}  # identity upstream, so HTML can be scrubbed of the lab's token
 _DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding"}
-_LAB_LOGIN_COOKIE = "username-"   # Lab's own login cookies: added here, never given to or taken from a browser
+_LAB_LOGIN_COOKIE = "username-"  # Lab's own login cookies: added here, never given to or taken from a browser
 
 
 @dataclass(frozen=True)
 class Caller:
     user_id: int
-    cookie_issued_at: float | None = None   # a lab cookie: ambient credentials, so the origin is checked too
+    cookie_issued_at: float | None = None  # a lab cookie: ambient credentials, so the origin is checked too
 
     @property
     def by_cookie(self) -> bool:
@@ -138,8 +151,9 @@ def _client(request: Request, ep: Endpoint) -> httpx.AsyncClient:
     key = ep.socket or f"{ep.host}:{ep.port}"
     if key not in clients:
         transport = httpx.AsyncHTTPTransport(uds=ep.socket) if ep.socket else None
-        clients[key] = httpx.AsyncClient(transport=transport, follow_redirects=False,
-                                         timeout=httpx.Timeout(60.0, connect=10.0))
+        clients[key] = httpx.AsyncClient(
+            transport=transport, follow_redirects=False, timeout=httpx.Timeout(60.0, connect=10.0)
+        )
     return clients[key]
 
 
@@ -149,12 +163,16 @@ def _to_platform(p: Platform, request: Request) -> RedirectResponse:
     return RedirectResponse(f"{p.settings.url}{quote(request.url.path)}{query}", status_code=303)
 
 
-@router.api_route("/jobs/{job_id}/lab/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD",
-                                                            "OPTIONS"], include_in_schema=False)
+@router.api_route(
+    "/jobs/{job_id}/lab/{path:path}",
+    methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+    include_in_schema=False,
+)
 async def http_proxy(job_id: str, path: str, request: Request) -> Response:
     p: Platform = request.app.state.platform
-    caller = await asyncio.to_thread(_caller, p, job_id, request.headers.get("authorization", ""),
-                                     request.cookies.get(LAB_COOKIE))
+    caller = await asyncio.to_thread(
+        _caller, p, job_id, request.headers.get("authorization", ""), request.cookies.get(LAB_COOKIE)
+    )
     if caller is None:
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
             return _to_platform(p, request)
@@ -164,8 +182,13 @@ async def http_proxy(job_id: str, path: str, request: Request) -> Response:
     ep = await asyncio.to_thread(_endpoint, p, job_id, caller)
     client = _client(request, ep)
     base = "http://localhost" if ep.socket else f"http://{ep.host}:{ep.port}"
-    upstream = client.build_request(request.method, base + request.url.path, params=request.query_params,
-                                    headers=_upstream_headers(request.headers, ep), content=request.stream())
+    upstream = client.build_request(
+        request.method,
+        base + request.url.path,
+        params=request.query_params,
+        headers=_upstream_headers(request.headers, ep),
+        content=request.stream(),
+    )
     resp = await client.send(upstream, stream=True)
     headers = _response_headers(resp)
     if resp.headers.get("content-type", "").startswith("text/html"):
@@ -186,8 +209,9 @@ async def http_proxy(job_id: str, path: str, request: Request) -> Response:
 async def ws_proxy(websocket: WebSocket, job_id: str, path: str) -> None:
     p: Platform = websocket.app.state.platform
     try:
-        caller = await asyncio.to_thread(_caller, p, job_id, websocket.headers.get("authorization", ""),
-                                         websocket.cookies.get(LAB_COOKIE))
+        caller = await asyncio.to_thread(
+            _caller, p, job_id, websocket.headers.get("authorization", ""), websocket.cookies.get(LAB_COOKIE)
+        )
         if caller is None or not _origin_ok(p, websocket.headers.get("origin"), caller):
             raise HTTPException(403, "refused")
         ep = await asyncio.to_thread(_endpoint, p, job_id, caller)
@@ -196,16 +220,19 @@ async def ws_proxy(websocket: WebSocket, job_id: str, path: str) -> None:
         return
     query = f"?{websocket.url.query}" if websocket.url.query else ""
     headers = _upstream_headers(websocket.headers, ep)
-    for h in ("sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions", "sec-websocket-protocol",
-              "host"):
+    for h in (
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-extensions",
+        "sec-websocket-protocol",
+        "host",
+    ):
         headers.pop(h, None)
     protocols = [s.strip() for s in websocket.headers.get("sec-websocket-protocol", "").split(",") if s.strip()]
-    options = {"additional_headers": headers, "subprotocols": protocols or None, "max_size": None,
-               "open_timeout": 20}
+    options = {"additional_headers": headers, "subprotocols": protocols or None, "max_size": None, "open_timeout": 20}
     try:
         if ep.socket:
-            upstream = await websockets.unix_connect(ep.socket, f"ws://{ep.host}{websocket.url.path}{query}",
-                                                     **options)
+            upstream = await websockets.unix_connect(ep.socket, f"ws://{ep.host}{websocket.url.path}{query}", **options)
         else:
             upstream = await websockets.connect(f"ws://{ep.host}:{ep.port}{websocket.url.path}{query}", **options)
     except Exception:  # noqa: BLE001

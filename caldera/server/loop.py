@@ -4,13 +4,14 @@ It calls the same pure policy function the simulator calls; everything here is a
 snapshot and decisions back into state changes, durably. Order matters for crash safety: a job is marked Starting
 with its allocation *before* launch, and its handle is stored right after, so a restart finds every process.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import select
@@ -47,6 +48,7 @@ def reasons_changed(stored: list[dict], new: list[dict]) -> bool:
         if da.keys() != dn.keys() or any(da[k] != v for k, v in dn.items() if k != _DRIFTS):
             return True
     return False
+
 
 ACTIVE = (JobState.STARTING.value, JobState.RUNNING.value)
 
@@ -140,15 +142,22 @@ class SchedulerLoop:
             elif obs.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST):
                 self._finish(db, job, obs.phase, obs.exit_code, obs.reason, obs.message, now)
 
-    def _finish(self, db: Session, job: Job, phase: Phase, exit_code: int | None, reason: str, message: str,
-                now: float) -> None:
+    def _finish(
+        self, db: Session, job: Job, phase: Phase, exit_code: int | None, reason: str, message: str, now: float
+    ) -> None:
         if job.started_at is not None:
             job.attained_gpu_s += max(0.0, now - job.started_at) * _gpus(job)
         job.exit_code = exit_code
         job.finished_at = now
         if job.stop_requested == "cancel":
-            record(db, job, JobState.CANCELLED, "CancelledByUser",
-                   f"cancelled by {(job.stop_detail or {}).get('by', 'a user')}", now)
+            record(
+                db,
+                job,
+                JobState.CANCELLED,
+                "CancelledByUser",
+                f"cancelled by {(job.stop_detail or {}).get('by', 'a user')}",
+                now,
+            )
         elif job.stop_requested == "preempt":
             d = job.stop_detail or {}
             record(db, job, JobState.PREEMPTED, d.get("reason", "Preempted"), d.get("message", ""), now)
@@ -192,24 +201,39 @@ class SchedulerLoop:
         for job in db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))):
             spec = job.spec
             sj = SchedJob(
-                id=job.id, user=names.get(job.user_id, "?"), account=job.account, queue=job.queue,
-                priority=PriorityClass(job.priority), request=Resources(**spec.get("resources", {})),
-                replicas=int(spec.get("replicas", 1)), submitted_at=job.submitted_at,
-                queued_since=job.queued_at, interactive=job.kind == "jupyter",
-                max_runtime_s=spec.get("max_runtime_s"), attained_gpu_s=job.attained_gpu_s)
+                id=job.id,
+                user=names.get(job.user_id, "?"),
+                account=job.account,
+                queue=job.queue,
+                priority=PriorityClass(job.priority),
+                request=Resources(**spec.get("resources", {})),
+                replicas=int(spec.get("replicas", 1)),
+                submitted_at=job.submitted_at,
+                queued_since=job.queued_at,
+                interactive=job.kind == "jupyter",
+                max_runtime_s=spec.get("max_runtime_s"),
+                attained_gpu_s=job.attained_gpu_s,
+            )
             if job.state == JobState.QUEUED.value:
                 queued.append(sj)
             else:
                 sj.started_at = job.started_at
                 sj.allocations = tuple(_alloc_from_json(a) for a in job.allocations)
                 sj.terminating = job.stop_requested is not None
-                if job.stop_requested == "preempt":   # its room is promised to the job that preempted it
+                if job.stop_requested == "preempt":  # its room is promised to the job that preempted it
                     sj.preempted_by = (job.stop_detail or {}).get("by")
                 if job.started_at is not None:
                     sj.attained_gpu_s += (now - job.started_at) * sj.gpus
                 running.append(sj)
-        return Snapshot(now=now, nodes=self.p.nodes(), queued=queued, running=running,
-                        queues=tenancy.all_queue_configs(db), user_usage=user_usage, queue_usage=queue_usage)
+        return Snapshot(
+            now=now,
+            nodes=self.p.nodes(),
+            queued=queued,
+            running=running,
+            queues=tenancy.all_queue_configs(db),
+            user_usage=user_usage,
+            queue_usage=queue_usage,
+        )
 
     def _apply(self, db: Session, decisions: Decisions, now: float) -> None:
         grace = self.p.settings.preempt_grace_s
@@ -217,7 +241,7 @@ class SchedulerLoop:
             job = db.get(Job, pre.job_id)
             if job is None or job.state not in ACTIVE or job.stop_requested:
                 continue
-            deadline = datetime.fromtimestamp(now + grace, timezone.utc).isoformat()
+            deadline = datetime.fromtimestamp(now + grace, UTC).isoformat()
             job.stop_requested = "preempt"
             job.stop_detail = {"by": pre.by_job_id, "reason": pre.reason, "message": pre.message}
             note(db, job, "PreemptionRequested", f"{pre.message}; SIGTERM now, SIGKILL at {deadline}")
@@ -232,8 +256,7 @@ class SchedulerLoop:
         for job_id, reasons in decisions.pending.items():
             payload = [{"code": r.code, "message": r.message, "details": r.details} for r in reasons]
             job = db.get(Job, job_id)
-            if job is not None and job.state == JobState.QUEUED.value and reasons_changed(job.pending_reasons,
-                                                                                          payload):
+            if job is not None and job.state == JobState.QUEUED.value and reasons_changed(job.pending_reasons, payload):
                 job.pending_reasons = payload
 
     def _launch(self, db: Session, job: Job, allocations: tuple[Allocation, ...], now: float) -> None:
@@ -254,10 +277,18 @@ class SchedulerLoop:
         job.started_at = now
         where = ", ".join(f"{a.node}[gpus {','.join(map(str, a.gpus)) or '-'}]" for a in allocations)
         record(db, job, JobState.STARTING, "Scheduled", f"attempt {job.attempt} on {where}", now)
-        db.commit()   # durable before any process exists
-        req = LaunchRequest(job_id=job.id, attempt=job.attempt, spec=spec, allocations=allocations,
-                            workdir=Path(job.workdir), env={"CALDERA_ACCOUNT": job.account, "CALDERA_QUEUE": job.queue},
-                            base_url=lab_base_url(job.id), run_as=run_as, home=home)
+        db.commit()  # durable before any process exists
+        req = LaunchRequest(
+            job_id=job.id,
+            attempt=job.attempt,
+            spec=spec,
+            allocations=allocations,
+            workdir=Path(job.workdir),
+            env={"CALDERA_ACCOUNT": job.account, "CALDERA_QUEUE": job.queue},
+            base_url=lab_base_url(job.id),
+            run_as=run_as,
+            home=home,
+        )
         try:
             handle = self.p.runtime.launch(req)
         except Exception as exc:  # noqa: BLE001 - a launch failure fails this job, not the loop

@@ -1,10 +1,10 @@
 """Everything one running Caldera server holds: settings, database, keys, the runtime and the scheduler loop."""
+
 from __future__ import annotations
 
 import os
 import threading
 from dataclasses import dataclass, field
-
 from pathlib import Path
 
 from sqlalchemy import Engine, make_url
@@ -32,14 +32,15 @@ class Platform:
     _nodes: list[Node] | None = None
 
     @classmethod
-    def create(cls, settings: Settings, runtime: Runtime | None = None) -> "Platform":
+    def create(cls, settings: Settings, runtime: Runtime | None = None) -> Platform:
         _lay_out_data_dir(settings)
         engine = make_engine(settings.db_url)
         migrate(engine)
         if runtime is None:
             runtime = create_runtime(settings)
-        return cls(settings, engine, session_factory(engine), Keys.load_or_create(settings.data_dir / "secrets.json"),
-                   runtime)
+        return cls(
+            settings, engine, session_factory(engine), Keys.load_or_create(settings.data_dir / "secrets.json"), runtime
+        )
 
     def session(self) -> Session:
         return self.sessions()
@@ -64,4 +65,4 @@ def _lay_out_data_dir(settings: Settings) -> None:
         os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
         for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
             if path.exists():
-                os.chmod(path, 0o600)   # SQLite gives -wal and -shm the database's mode; older files get it too
+                os.chmod(path, 0o600)  # SQLite gives -wal and -shm the database's mode; older files get it too

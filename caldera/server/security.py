@@ -4,6 +4,7 @@ Access and refresh tokens are JWTs signed with *different* keys and carry a ``ty
 never be accepted where an access token is expected (and vice versa). Personal tokens and browser sessions are
 random secrets of which only a SHA-256 is stored.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,7 +48,7 @@ def new_opaque_token(prefix: str) -> str:
 class Keys:
     access: str
     refresh: str
-    lab: str   # the lab origin's tickets and cookies: a key of their own, so nothing there is a platform token
+    lab: str  # the lab origin's tickets and cookies: a key of their own, so nothing there is a platform token
 
     @classmethod
     def load_or_create(cls, path: Path) -> Keys:
@@ -73,16 +74,18 @@ class TokenError(Exception):
 
 def issue_access(keys: Keys, user_id: int, ttl_s: int) -> str:
     now = int(time.time())
-    return jwt.encode({"sub": str(user_id), "typ": "access", "iat": now, "exp": now + ttl_s}, keys.access,
-                      algorithm="HS256")
+    return jwt.encode(
+        {"sub": str(user_id), "typ": "access", "iat": now, "exp": now + ttl_s}, keys.access, algorithm="HS256"
+    )
 
 
 def issue_refresh(keys: Keys, user_id: int, ttl_s: int) -> tuple[str, str, float]:
     now = int(time.time())
     jti = secrets.token_hex(16)
     exp = now + ttl_s
-    token = jwt.encode({"sub": str(user_id), "typ": "refresh", "jti": jti, "iat": now, "exp": exp}, keys.refresh,
-                       algorithm="HS256")
+    token = jwt.encode(
+        {"sub": str(user_id), "typ": "refresh", "jti": jti, "iat": now, "exp": exp}, keys.refresh, algorithm="HS256"
+    )
     return token, jti, float(exp)
 
 
@@ -107,8 +110,8 @@ def decode_refresh(keys: Keys, token: str) -> tuple[int, str]:
     return int(claims["sub"]), str(claims.get("jti", ""))
 
 
-LAB_TICKET = "lab-ticket"     # one use, a minute: carries a login from the platform's origin to the lab's
-LAB_SESSION = "lab-session"   # the lab origin's cookie: one job, one user, a few hours
+LAB_TICKET = "lab-ticket"  # one use, a minute: carries a login from the platform's origin to the lab's
+LAB_SESSION = "lab-session"  # the lab origin's cookie: one job, one user, a few hours
 
 
 @dataclass(frozen=True)
@@ -121,11 +124,15 @@ class LabClaims:
 
 def issue_lab(keys: Keys, typ: str, user_id: int, job_id: str, ttl_s: float) -> str:
     now = time.time()
-    return jwt.encode({"sub": str(user_id), "job": job_id, "typ": typ, "iat": now, "exp": now + ttl_s,
-                       "jti": secrets.token_hex(16)}, keys.lab, algorithm="HS256")
+    return jwt.encode(
+        {"sub": str(user_id), "job": job_id, "typ": typ, "iat": now, "exp": now + ttl_s, "jti": secrets.token_hex(16)},
+        keys.lab,
+        algorithm="HS256",
+    )
 
 
 def decode_lab(keys: Keys, token: str, typ: str) -> LabClaims:
     claims = _decode(token, keys.lab, typ)
-    return LabClaims(int(claims["sub"]), str(claims.get("job", "")), float(claims.get("iat", 0)),
-                     str(claims.get("jti", "")))
+    return LabClaims(
+        int(claims["sub"]), str(claims.get("job", "")), float(claims.get("iat", 0)), str(claims.get("jti", ""))
+    )

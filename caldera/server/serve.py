@@ -1,4 +1,5 @@
 """Run the platform's origin and the lab origin together: two servers, one process, one platform."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,14 +17,15 @@ from caldera.server.platform import Platform
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        yield   # serve() below stops both servers on one signal
+        yield  # serve() below stops both servers on one signal
 
 
 def serve(platform: Platform) -> None:
     s = platform.settings
-    servers = [_Server(uvicorn.Config(create_app(platform), host=s.host, port=s.port, log_level="warning")),
-               _Server(uvicorn.Config(create_lab_app(platform), host=s.host, port=s.lab_bind_port,
-                                      log_level="warning"))]
+    servers = [
+        _Server(uvicorn.Config(create_app(platform), host=s.host, port=s.port, log_level="warning")),
+        _Server(uvicorn.Config(create_lab_app(platform), host=s.host, port=s.lab_bind_port, log_level="warning")),
+    ]
 
     def stop(*_: object) -> None:
         for server in servers:

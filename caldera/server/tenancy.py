@@ -1,4 +1,5 @@
 """Users, accounts, memberships and queues: the rules, independent of HTTP."""
+
 from __future__ import annotations
 
 import secrets
@@ -9,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from caldera.core.tenancy import QueueConfig, Role
 from caldera.db.models import Account, Membership, Queue, User
-from caldera.server.errors import Conflict, NotFound, Invalid
+from caldera.server.errors import Conflict, Invalid, NotFound
 from caldera.server.security import hash_password
 
 DEFAULT_ACCOUNT = "default"
@@ -37,20 +38,27 @@ def create_account(db: Session, name: str, description: str = "") -> Account:
     db.flush()
     # every account gets a default queue of its own name, unlimited until an admin sets quotas
     if db.scalar(select(Queue).where(Queue.name == name)) is None:
-        db.add(Queue(name=name, account_id=acc.id, config=_stored(QueueConfig(name=name, account=name)),
-                     is_default=True))
+        db.add(
+            Queue(name=name, account_id=acc.id, config=_stored(QueueConfig(name=name, account=name)), is_default=True)
+        )
     return acc
 
 
-def create_user(db: Session, username: str, password: str, role: Role = Role.USER,
-                accounts: list[str] | None = None) -> User:
+def create_user(
+    db: Session, username: str, password: str, role: Role = Role.USER, accounts: list[str] | None = None
+) -> User:
     if db.scalar(select(User).where(User.username == username)) is not None:
         raise Conflict(f"user {username!r} exists")
     if len(password) < 8:
         raise Invalid("password", "must be at least 8 characters")
     names = accounts or [DEFAULT_ACCOUNT]
-    user = User(username=username, password_hash=hash_password(password), role=role.value,
-                default_account=names[0], created_at=time.time())
+    user = User(
+        username=username,
+        password_hash=hash_password(password),
+        role=role.value,
+        default_account=names[0],
+        created_at=time.time(),
+    )
     db.add(user)
     db.flush()
     for name in names:
@@ -78,8 +86,12 @@ def remove_member(db: Session, account: str, user: User) -> None:
 
 
 def user_accounts(db: Session, user: User) -> list[str]:
-    rows = db.scalars(select(Account.name).join(Membership, Membership.account_id == Account.id)
-                      .where(Membership.user_id == user.id).order_by(Account.name))
+    rows = db.scalars(
+        select(Account.name)
+        .join(Membership, Membership.account_id == Account.id)
+        .where(Membership.user_id == user.id)
+        .order_by(Account.name)
+    )
     return list(rows)
 
 
@@ -101,8 +113,9 @@ def all_queue_configs(db: Session) -> dict[str, QueueConfig]:
 
 
 def get_queue(db: Session, name: str) -> tuple[Queue, str]:
-    row = db.execute(select(Queue, Account.name).join(Account, Account.id == Queue.account_id)
-                     .where(Queue.name == name)).first()
+    row = db.execute(
+        select(Queue, Account.name).join(Account, Account.id == Queue.account_id).where(Queue.name == name)
+    ).first()
     if row is None:
         raise NotFound(f"no queue {name!r}")
     return row[0], row[1]

@@ -1,4 +1,5 @@
 """Server-rendered pages: login (a browser session cookie) and the user's jobs."""
+
 from __future__ import annotations
 
 import html
@@ -25,8 +26,10 @@ table{border-collapse:collapse;width:100%}td,th{padding:.3rem .6rem;border-botto
 
 
 def _page(title: str, body: str) -> HTMLResponse:
-    return HTMLResponse(f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)} · Caldera"
-                        f"</title><style>{_STYLE}</style></head><body>{body}</body></html>")
+    return HTMLResponse(
+        f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)} · Caldera"
+        f"</title><style>{_STYLE}</style></head><body>{body}</body></html>"
+    )
 
 
 def _safe_next(url: str) -> str:
@@ -36,24 +39,39 @@ def _safe_next(url: str) -> str:
 
 @router.get("/login")
 def login_form(next: str = "/", error: str = "") -> HTMLResponse:
-    msg = f'<p class=err>{html.escape(error)}</p>' if error else ""
-    return _page("Log in", f"""<h1>Caldera</h1>{msg}
+    msg = f"<p class=err>{html.escape(error)}</p>" if error else ""
+    return _page(
+        "Log in",
+        f"""<h1>Caldera</h1>{msg}
 <form method=post action="/login"><input type=hidden name=next value="{html.escape(_safe_next(next))}">
 <label>User <input name=username autocomplete=username required></label><br>
 <label>Password <input name=password type=password autocomplete=current-password required></label><br>
-<button type=submit>Log in</button></form>""")
+<button type=submit>Log in</button></form>""",
+    )
 
 
 @router.post("/login")
-def login(username: str = Form(...), password: str = Form(...), next: str = Form("/"),
-          p: Platform = Depends(platform), db: Session = Depends(db_session)):
+def login(
+    username: str = Form(...),
+    password: str = Form(...),
+    next: str = Form("/"),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
     user = db.scalar(select(User).where(User.username == username))
     if user is None or not user.active or not verify_password(user.password_hash, password):
         return RedirectResponse(f"/login?next={quote(_safe_next(next))}&error=wrong+username+or+password", 303)
     secret, _ = create_opaque(db, user, "session", "browser", p.settings.session_ttl_s)
     resp = RedirectResponse(_safe_next(next), 303)
-    resp.set_cookie(SESSION_COOKIE, secret, max_age=p.settings.session_ttl_s, httponly=True, samesite="lax",
-                    secure=p.settings.url.startswith("https"), path="/")
+    resp.set_cookie(
+        SESSION_COOKIE,
+        secret,
+        max_age=p.settings.session_ttl_s,
+        httponly=True,
+        samesite="lax",
+        secure=p.settings.url.startswith("https"),
+        path="/",
+    )
     return resp
 
 
@@ -85,10 +103,13 @@ def home(request: Request, p: Platform = Depends(platform), db: Session = Depend
         if j.kind == "jupyter" and j.state == "Running":
             name = f'<a href="/jobs/{j.id}/lab/">{name}</a>'
         why = "; ".join(r["message"] for r in j.pending_reasons) if j.state == "Queued" else j.message
-        rows.append(f"<tr><td>{j.id}</td><td>{name}</td><td>{j.kind}</td><td>{j.state}</td>"
-                    f"<td>{html.escape(why or '')}</td></tr>")
-    return _page("Jobs", f"""<h1>Jobs of {html.escape(user.username)}</h1>
+        rows.append(
+            f"<tr><td>{j.id}</td><td>{name}</td><td>{j.kind}</td><td>{j.state}</td>"
+            f"<td>{html.escape(why or '')}</td></tr>"
+        )
+    return _page(
+        "Jobs",
+        f"""<h1>Jobs of {html.escape(user.username)}</h1>
 <form method=post action=/logout><button>Log out</button></form>
-<table><tr><th>id</th><th>name</th><th>kind</th><th>state</th><th>why</th></tr>{''.join(rows)}</table>""")
-
-
+<table><tr><th>id</th><th>name</th><th>kind</th><th>state</th><th>why</th></tr>{"".join(rows)}</table>""",
+    )

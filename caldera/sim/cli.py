@@ -2,17 +2,19 @@
 
 Mount in the main CLI with ``app.add_typer(caldera.sim.cli.app, name="sim")``; or call :func:`run_sim` directly.
 """
+
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from caldera.scheduler.registry import POLICIES, get_policy
@@ -36,13 +38,24 @@ def fmt_s(x: float | None) -> str:
     return f"{x / 86400:.2f} d"
 
 
-def comparison_table(results: Sequence[dict[str, Any]], title: str | None = None,
-                     wall: dict[str, float] | None = None) -> Table:
+def comparison_table(
+    results: Sequence[dict[str, Any]], title: str | None = None, wall: dict[str, float] | None = None
+) -> Table:
     t = Table(title=title)
-    for col, just in [("policy", "left"), ("jobs done", "right"), ("avg JCT", "right"), ("p50 JCT", "right"),
-                      ("p99 JCT", "right"), ("avg wait", "right"), ("p99 wait", "right"), ("makespan", "right"),
-                      ("GPU alloc", "right"), ("Jain (slowdown)", "right"), ("preemptions", "right"),
-                      ("wall", "right")]:
+    for col, just in [
+        ("policy", "left"),
+        ("jobs done", "right"),
+        ("avg JCT", "right"),
+        ("p50 JCT", "right"),
+        ("p99 JCT", "right"),
+        ("avg wait", "right"),
+        ("p99 wait", "right"),
+        ("makespan", "right"),
+        ("GPU alloc", "right"),
+        ("Jain (slowdown)", "right"),
+        ("preemptions", "right"),
+        ("wall", "right"),
+    ]:
         t.add_column(col, justify=just)
     for m in results:
         j = m["jobs"]
@@ -50,10 +63,20 @@ def comparison_table(results: Sequence[dict[str, Any]], title: str | None = None
         if j["dropped_never_fit"] or j["unfinished"]:
             done += f" (-{j['dropped_never_fit']} drop, {j['unfinished']} left)"
         w = (wall or {}).get(m["policy"], m["sim"]["wall_s"])
-        t.add_row(m["policy"], done, fmt_s(m["jct_s"]["mean"]), fmt_s(m["jct_s"]["p50"]), fmt_s(m["jct_s"]["p99"]),
-                  fmt_s(m["queueing_delay_s"]["mean"]), fmt_s(m["queueing_delay_s"]["p99"]), fmt_s(m["makespan_s"]),
-                  f"{100 * m['gpu_allocation']['mean']:.1f}%", f"{m['fairness']['jain_account_slowdown']:.3f}",
-                  f"{m['preemptions']['total']:,}", f"{w:.1f} s")
+        t.add_row(
+            m["policy"],
+            done,
+            fmt_s(m["jct_s"]["mean"]),
+            fmt_s(m["jct_s"]["p50"]),
+            fmt_s(m["jct_s"]["p99"]),
+            fmt_s(m["queueing_delay_s"]["mean"]),
+            fmt_s(m["queueing_delay_s"]["p99"]),
+            fmt_s(m["makespan_s"]),
+            f"{100 * m['gpu_allocation']['mean']:.1f}%",
+            f"{m['fairness']['jain_account_slowdown']:.3f}",
+            f"{m['preemptions']['total']:,}",
+            f"{w:.1f} s",
+        )
     return t
 
 
@@ -64,38 +87,40 @@ def _scaled(jobs: Iterable[TraceJob], time_scale: float, arrival_scale: float) -
     return [replace(j, submit_time_s=j.submit_time_s * f, duration_s=j.duration_s * time_scale) for j in jobs]
 
 
-def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
-            policies: Sequence[str] = ("fifo",),
-            *,
-            traces_dir: str | Path | None = None,
-            nodes: int = 64,
-            gpus_per_node: int = 8,
-            gpu_model: str = "v100",
-            cpu_per_node: float = 64.0,
-            memory_gib_per_node: float = 512.0,
-            cluster: str | ClusterSpec | None = None,
-            nodes_csv: str | Path | None = None,
-            limit: int | None = None,
-            time_scale: float = 1.0,
-            arrival_scale: float = 1.0,
-            tick_s: float | None = 60.0,
-            wake_hints: bool = True,
-            cycle_quantum_s: float = 0.0,
-            half_life_s: float = DEFAULT_HALF_LIFE_S,
-            preempt_grace_s: float = 0.0,
-            restart_overhead_s: float = 0.0,
-            share: str = "demand",
-            runtime_estimate: float | None = None,
-            queue_file: str | Path | None = None,
-            policy_options: dict[str, dict[str, Any]] | None = None,
-            max_time_s: float | None = None,
-            strict: bool = False,
-            out_dir: str | Path | None = DEFAULT_OUT,
-            plot: bool = True,
-            series_points: int = 500,
-            trace_options: dict[str, Any] | None = None,
-            console: Console | None = None,
-            quiet: bool = False) -> dict[str, Any]:
+def run_sim(
+    trace: str | Path | Sequence[TraceJob] = "philly",
+    policies: Sequence[str] = ("fifo",),
+    *,
+    traces_dir: str | Path | None = None,
+    nodes: int = 64,
+    gpus_per_node: int = 8,
+    gpu_model: str = "v100",
+    cpu_per_node: float = 64.0,
+    memory_gib_per_node: float = 512.0,
+    cluster: str | ClusterSpec | None = None,
+    nodes_csv: str | Path | None = None,
+    limit: int | None = None,
+    time_scale: float = 1.0,
+    arrival_scale: float = 1.0,
+    tick_s: float | None = 60.0,
+    wake_hints: bool = True,
+    cycle_quantum_s: float = 0.0,
+    half_life_s: float = DEFAULT_HALF_LIFE_S,
+    preempt_grace_s: float = 0.0,
+    restart_overhead_s: float = 0.0,
+    share: str = "demand",
+    runtime_estimate: float | None = None,
+    queue_file: str | Path | None = None,
+    policy_options: dict[str, dict[str, Any]] | None = None,
+    max_time_s: float | None = None,
+    strict: bool = False,
+    out_dir: str | Path | None = DEFAULT_OUT,
+    plot: bool = True,
+    series_points: int = 500,
+    trace_options: dict[str, Any] | None = None,
+    console: Console | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
     """Replay one trace on one cluster under each policy and compare.
 
     ``trace``: a trace name (``philly``, ``gavel``, ``alibaba``, ``alibaba-gpushare40``), a path, or a list of
@@ -104,7 +129,8 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
     ``limit`` keeps the first N jobs; ``time_scale`` multiplies all times (submissions and durations; 0.1 replays
     the same schedule shape 10x shorter, with fewer periodic cycles); ``arrival_scale`` multiplies submissions only
     (< 1 raises the load). ``runtime_estimate`` (>= 1) gives jobs ``max_runtime_s`` = remaining work x it (what
-    reservations and backfill use; 1 = exact); ``None`` leaves it unknown. ``policy_options`` maps a policy name to the keyword arguments of its factory.
+    reservations and backfill use; 1 = exact); ``None`` leaves it unknown. ``policy_options`` maps a policy name to
+    the keyword arguments of its factory.
 
     Returns ``{"config": ..., "results": [one metrics dict per policy], "json": path, "png": path}``; writes
     ``results.json`` and ``comparison.png`` to ``out_dir`` (unless it is ``None``) and prints a Rich table.
@@ -124,8 +150,9 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
     t0 = time.perf_counter()
     if isinstance(trace, (str, Path)):
         trace_name = str(trace)
-        jobs = load_trace(trace, traces_dir=traces_dir, gpus_per_node=spec.max_gpus_per_node, limit=limit,
-                          **(trace_options or {}))
+        jobs = load_trace(
+            trace, traces_dir=traces_dir, gpus_per_node=spec.max_gpus_per_node, limit=limit, **(trace_options or {})
+        )
     else:
         trace_name = "custom"
         jobs = sorted(trace, key=lambda j: (j.submit_time_s, j.id))
@@ -136,10 +163,19 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
     say(f"[bold]{trace_name}[/]: {len(jobs):,} jobs loaded in {load_s:.2f} s; cluster {spec.describe()}")
 
     queues = load_queue_file(queue_file) if queue_file else None
-    options = SimOptions(tick_s=tick_s, wake_hints=wake_hints, cycle_quantum_s=cycle_quantum_s,
-                         half_life_s=half_life_s, preempt_grace_s=preempt_grace_s,
-                         restart_overhead_s=restart_overhead_s, share=share,
-                         queues=queues, strict=strict, max_time_s=max_time_s, runtime_estimate=runtime_estimate)
+    options = SimOptions(
+        tick_s=tick_s,
+        wake_hints=wake_hints,
+        cycle_quantum_s=cycle_quantum_s,
+        half_life_s=half_life_s,
+        preempt_grace_s=preempt_grace_s,
+        restart_overhead_s=restart_overhead_s,
+        share=share,
+        queues=queues,
+        strict=strict,
+        max_time_s=max_time_s,
+        runtime_estimate=runtime_estimate,
+    )
     results: list[dict[str, Any]] = []
     wall: dict[str, float] = {}
     for name in policies:
@@ -151,28 +187,48 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
             with _progress(console) as bar:
                 task = bar.add_task(f"{name}", total=max(len(jobs), 1), sim="")
 
-                def show(p: SimProgress) -> None:
-                    bar.update(task, completed=p.finished, total=max(p.total, 1),
-                               sim=f"day {p.now_s / 86400:.1f}, {p.queued:,} queued, {p.running:,} running, "
-                                   f"{p.cycles:,} cycles")
+                def show(p: SimProgress, task: TaskID = task) -> None:
+                    bar.update(
+                        task,
+                        completed=p.finished,
+                        total=max(p.total, 1),
+                        sim=f"day {p.now_s / 86400:.1f}, {p.queued:,} queued, {p.running:,} running, "
+                        f"{p.cycles:,} cycles",
+                    )
+
                 res = Simulator(jobs, spec, policy, options, progress=show).run()
         m = compute_metrics(res, series_points=series_points)
-        m["policy"] = name    # the registry name, even if the object calls itself otherwise
+        m["policy"] = name  # the registry name, even if the object calls itself otherwise
         wall[name] = time.perf_counter() - w0
         m["sim"]["total_wall_s"] = wall[name]
         results.append(m)
-        say(f"  {name}: {m['jobs']['completed']:,} jobs done, {res.cycles:,} cycles, "
-            f"{wall[name]:.1f} s wall ({res.policy_s:.1f} s in the policy)")
+        say(
+            f"  {name}: {m['jobs']['completed']:,} jobs done, {res.cycles:,} cycles, "
+            f"{wall[name]:.1f} s wall ({res.policy_s:.1f} s in the policy)"
+        )
         if m["invalid_decisions"]:
             say(f"  [yellow]{name}: decisions that could not be applied: {m['invalid_decisions']}[/]")
 
-    config = {"trace": trace_name, "jobs": len(jobs), "limit": limit, "time_scale": time_scale,
-              "arrival_scale": arrival_scale, "cluster": spec.to_dict(), "policies": list(policies),
-              "policy_options": policy_options or {}, "tick_s": tick_s, "wake_hints": wake_hints,
-              "cycle_quantum_s": cycle_quantum_s,
-              "half_life_s": half_life_s, "preempt_grace_s": preempt_grace_s,
-              "restart_overhead_s": restart_overhead_s, "share": share, "runtime_estimate": runtime_estimate,
-              "queue_file": str(queue_file) if queue_file else None, "max_time_s": max_time_s}
+    config = {
+        "trace": trace_name,
+        "jobs": len(jobs),
+        "limit": limit,
+        "time_scale": time_scale,
+        "arrival_scale": arrival_scale,
+        "cluster": spec.to_dict(),
+        "policies": list(policies),
+        "policy_options": policy_options or {},
+        "tick_s": tick_s,
+        "wake_hints": wake_hints,
+        "cycle_quantum_s": cycle_quantum_s,
+        "half_life_s": half_life_s,
+        "preempt_grace_s": preempt_grace_s,
+        "restart_overhead_s": restart_overhead_s,
+        "share": share,
+        "runtime_estimate": runtime_estimate,
+        "queue_file": str(queue_file) if queue_file else None,
+        "max_time_s": max_time_s,
+    }
     out: dict[str, Any] = {"config": config, "results": results, "json": None, "png": None}
     if not quiet:
         console.print(comparison_table(results, f"{trace_name} on {spec.describe()}", wall))
@@ -192,14 +248,22 @@ def run_sim(trace: str | Path | Sequence[TraceJob] = "philly",
 
 def _progress(console: Console) -> Progress:
     """A replay's progress: jobs finished, simulated day, queue and cycles so far, wall time."""
-    return Progress(TextColumn("replaying under [bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("jobs done; {task.fields[sim]}"), TimeElapsedColumn(), console=console,
-                    transient=True)
+    return Progress(
+        TextColumn("replaying under [bold]{task.description}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs done; {task.fields[sim]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 # --------------------------------------------------------------------------------------------------- Typer
-app = typer.Typer(help="Trace-driven scheduling simulator: replay Philly, Gavel or Alibaba traces under policies.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Trace-driven scheduling simulator: replay Philly, Gavel or Alibaba traces under policies.",
+    no_args_is_help=True,
+)
 
 
 def _split_policies(values: list[str]) -> list[str]:
@@ -212,31 +276,31 @@ def _split_policies(values: list[str]) -> list[str]:
 @app.command("run")
 def run_cmd(
     trace: str = typer.Argument("philly", help="philly, gavel, alibaba, alibaba-gpushare40, or a path"),
-    policy: list[str] = typer.Option(["fifo"], "--policy", "-p",
-                                     help="policy to compare (repeat, or comma-separated)"),
-    traces_dir: Optional[Path] = typer.Option(None, help="where named traces are (default: Settings.traces_dir)"),
+    policy: list[str] = typer.Option(["fifo"], "--policy", "-p", help="policy to compare (repeat, or comma-separated)"),
+    traces_dir: Path | None = typer.Option(None, help="where named traces are (default: Settings.traces_dir)"),
     nodes: int = typer.Option(64, help="simulated nodes"),
     gpus_per_node: int = typer.Option(8, help="GPUs per node"),
     gpu_model: str = typer.Option("v100", help="GPU model of the nodes"),
     cpu_per_node: float = typer.Option(64.0, help="CPU cores per node"),
     memory_gib_per_node: float = typer.Option(512.0, help="memory per node (GiB)"),
-    cluster: Optional[str] = typer.Option(None, help='node groups, e.g. "32x8:v100,16x4:a100" (overrides --nodes)'),
-    nodes_csv: Optional[Path] = typer.Option(None, help="an Alibaba-style node list CSV to simulate"),
-    limit: Optional[int] = typer.Option(None, help="only the first N jobs"),
+    cluster: str | None = typer.Option(None, help='node groups, e.g. "32x8:v100,16x4:a100" (overrides --nodes)'),
+    nodes_csv: Path | None = typer.Option(None, help="an Alibaba-style node list CSV to simulate"),
+    limit: int | None = typer.Option(None, help="only the first N jobs"),
     time_scale: float = typer.Option(1.0, help="multiply all trace times (submissions and durations)"),
     arrival_scale: float = typer.Option(1.0, help="multiply submission times only (< 1 raises the load)"),
     tick: float = typer.Option(60.0, help="periodic cycle while jobs wait, simulated seconds (0: events only)"),
-    wake_hints: bool = typer.Option(True, "--wake-hints/--no-wake-hints",
-                                    help="skip periodic cycles the policy says cannot change anything"),
+    wake_hints: bool = typer.Option(
+        True, "--wake-hints/--no-wake-hints", help="skip periodic cycles the policy says cannot change anything"
+    ),
     cycle_quantum: float = typer.Option(0.0, help="> 0: schedule only on multiples of this many seconds"),
     half_life: float = typer.Option(DEFAULT_HALF_LIFE_S, help="fair-share usage half-life (s)"),
     preempt_grace: float = typer.Option(0.0, help="seconds a preempted job keeps its GPUs"),
     restart_overhead: float = typer.Option(0.0, help="seconds of work added when a preempted job resumes"),
     share: str = typer.Option("demand", help="generated queues' deserved GPU share: demand, equal or none"),
-    runtime_estimate: Optional[float] = typer.Option(None, help="jobs declare max_runtime_s = work x this (>= 1)"),
-    queue_file: Optional[Path] = typer.Option(None, help="JSON/YAML queue configs (QueueConfig list)"),
-    policy_options: Optional[str] = typer.Option(None, help='JSON: {"caldera": {"option": value}, ...}'),
-    max_time: Optional[float] = typer.Option(None, help="stop at this simulated time (s)"),
+    runtime_estimate: float | None = typer.Option(None, help="jobs declare max_runtime_s = work x this (>= 1)"),
+    queue_file: Path | None = typer.Option(None, help="JSON/YAML queue configs (QueueConfig list)"),
+    policy_options: str | None = typer.Option(None, help='JSON: {"caldera": {"option": value}, ...}'),
+    max_time: float | None = typer.Option(None, help="stop at this simulated time (s)"),
     strict: bool = typer.Option(False, help="fail on decisions that cannot be applied"),
     out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="directory for results.json and comparison.png"),
     no_plot: bool = typer.Option(False, "--no-plot", help="skip the PNG"),
@@ -246,19 +310,41 @@ def run_cmd(
     unknown = [p for p in names if p not in POLICIES]
     if unknown:
         raise typer.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(sorted(POLICIES))}")
-    run_sim(trace, names, traces_dir=traces_dir, nodes=nodes, gpus_per_node=gpus_per_node, gpu_model=gpu_model,
-            cpu_per_node=cpu_per_node, memory_gib_per_node=memory_gib_per_node, cluster=cluster,
-            nodes_csv=nodes_csv, limit=limit, time_scale=time_scale, arrival_scale=arrival_scale,
-            tick_s=tick or None, wake_hints=wake_hints, cycle_quantum_s=cycle_quantum, half_life_s=half_life,
-            preempt_grace_s=preempt_grace, restart_overhead_s=restart_overhead, share=share,
-            runtime_estimate=runtime_estimate, queue_file=queue_file, policy_options=json.loads(policy_options) if policy_options else None,
-            max_time_s=max_time, strict=strict, out_dir=out, plot=not no_plot)
+    run_sim(
+        trace,
+        names,
+        traces_dir=traces_dir,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        gpu_model=gpu_model,
+        cpu_per_node=cpu_per_node,
+        memory_gib_per_node=memory_gib_per_node,
+        cluster=cluster,
+        nodes_csv=nodes_csv,
+        limit=limit,
+        time_scale=time_scale,
+        arrival_scale=arrival_scale,
+        tick_s=tick or None,
+        wake_hints=wake_hints,
+        cycle_quantum_s=cycle_quantum,
+        half_life_s=half_life,
+        preempt_grace_s=preempt_grace,
+        restart_overhead_s=restart_overhead,
+        share=share,
+        runtime_estimate=runtime_estimate,
+        queue_file=queue_file,
+        policy_options=json.loads(policy_options) if policy_options else None,
+        max_time_s=max_time,
+        strict=strict,
+        out_dir=out,
+        plot=not no_plot,
+    )
 
 
 @app.command("info")
 def info_cmd(
     trace: str = typer.Argument("philly", help="philly, gavel, alibaba, alibaba-gpushare40, or a path"),
-    traces_dir: Optional[Path] = typer.Option(None, help="where named traces are (default: Settings.traces_dir)"),
+    traces_dir: Path | None = typer.Option(None, help="where named traces are (default: Settings.traces_dir)"),
     gpus_per_node: int = typer.Option(8, help="split gangs for nodes of this size"),
 ) -> None:
     """Load a trace and print what is in it."""

@@ -1,4 +1,5 @@
 """The simulated cluster: groups of identical nodes, turned into the scheduler's :class:`Node` list."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,14 +26,20 @@ class ClusterSpec:
     groups: list[NodeGroup] = field(default_factory=list)
 
     @classmethod
-    def uniform(cls, nodes: int, gpus_per_node: int = 8, gpu_model: str = "v100", cpu_per_node: float = 64.0,
-                memory_mib_per_node: int = 512 * 1024) -> "ClusterSpec":
+    def uniform(
+        cls,
+        nodes: int,
+        gpus_per_node: int = 8,
+        gpu_model: str = "v100",
+        cpu_per_node: float = 64.0,
+        memory_mib_per_node: int = 512 * 1024,
+    ) -> ClusterSpec:
         if nodes < 1 or gpus_per_node < 0:
             raise ValueError("need at least one node and a non-negative GPU count")
         return cls([NodeGroup(nodes, gpus_per_node, gpu_model.lower(), cpu_per_node, memory_mib_per_node)])
 
     @classmethod
-    def parse(cls, text: str, cpu_per_node: float = 64.0, memory_mib_per_node: int = 512 * 1024) -> "ClusterSpec":
+    def parse(cls, text: str, cpu_per_node: float = 64.0, memory_mib_per_node: int = 512 * 1024) -> ClusterSpec:
         """``"64x8:v100"`` or several groups ``"32x8:v100,16x4:a100"`` (nodes x GPUs per node : model)."""
         groups = []
         for part in text.split(","):
@@ -41,14 +48,22 @@ class ClusterSpec:
                 continue
             shape, _, model = part.partition(":")
             n, _, g = shape.lower().partition("x")
-            groups.append(NodeGroup(int(n), int(g or 0), (model or "v100").lower(), cpu_per_node,
-                                    memory_mib_per_node, prefix=f"{(model or 'v100').lower()}-g{len(groups)}"))
+            groups.append(
+                NodeGroup(
+                    int(n),
+                    int(g or 0),
+                    (model or "v100").lower(),
+                    cpu_per_node,
+                    memory_mib_per_node,
+                    prefix=f"{(model or 'v100').lower()}-g{len(groups)}",
+                )
+            )
         if not groups:
             raise ValueError(f"empty cluster spec {text!r}")
         return cls(groups)
 
     @classmethod
-    def from_alibaba_nodes(cls, path: str | Path, gpu_only: bool = True) -> "ClusterSpec":
+    def from_alibaba_nodes(cls, path: str | Path, gpu_only: bool = True) -> ClusterSpec:
         """The original openb cluster (1,213 GPU nodes, heterogeneous)."""
         from caldera.sim.traces import load_alibaba_nodes
 
@@ -58,8 +73,12 @@ class ClusterSpec:
                 continue
             key = (n.gpus, n.model, n.cpu, n.memory_mib)
             shapes[key] = shapes.get(key, 0) + 1
-        return cls([NodeGroup(c, g, m, cpu, mem, prefix=f"{m}-{g}g-{i}")
-                    for i, ((g, m, cpu, mem), c) in enumerate(sorted(shapes.items()))])
+        return cls(
+            [
+                NodeGroup(c, g, m, cpu, mem, prefix=f"{m}-{g}g-{i}")
+                for i, ((g, m, cpu, mem), c) in enumerate(sorted(shapes.items()))
+            ]
+        )
 
     def build(self) -> list[Node]:
         nodes: list[Node] = []
@@ -97,7 +116,7 @@ class ClusterSpec:
         for g in self.groups:
             if gpu_model and gpus and g.gpu_model != gpu_model:
                 continue
-            per_node = g.gpus // gpus if gpus else 10 ** 9
+            per_node = g.gpus // gpus if gpus else 10**9
             if cpu > 0:
                 per_node = min(per_node, int(g.cpu // cpu + 1e-9))
             if memory_mib > 0:
@@ -111,6 +130,11 @@ class ClusterSpec:
         return ", ".join(f"{g.count}x{g.gpus} {g.gpu_model}" for g in self.groups) + f" ({self.total_gpus} GPUs)"
 
     def to_dict(self) -> dict:
-        return {"groups": [{"count": g.count, "gpus": g.gpus, "gpu_model": g.gpu_model, "cpu": g.cpu,
-                            "memory_mib": g.memory_mib} for g in self.groups],
-                "nodes": self.num_nodes, "total_gpus": self.total_gpus}
+        return {
+            "groups": [
+                {"count": g.count, "gpus": g.gpus, "gpu_model": g.gpu_model, "cpu": g.cpu, "memory_mib": g.memory_mib}
+                for g in self.groups
+            ],
+            "nodes": self.num_nodes,
+            "total_gpus": self.total_gpus,
+        }

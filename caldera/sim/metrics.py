@@ -12,10 +12,12 @@
   all the slowdown. It is a measure of equal treatment (in slowdown), not of absolute speed: compare it together
   with the JCT figures.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,8 +60,9 @@ def time_weighted_mean(t: Sequence[float], v: Sequence[float], start: float, end
     return float(np.dot(dt, np.asarray(v, dtype=float)) / (end - start))
 
 
-def resample_steps(t: Sequence[float], v: Sequence[float], start: float, end: float,
-                   points: int = 500) -> tuple[list[float], list[float]]:
+def resample_steps(
+    t: Sequence[float], v: Sequence[float], start: float, end: float, points: int = 500
+) -> tuple[list[float], list[float]]:
     """The step function averaged over ``points`` equal bins of ``[start, end]``: bin start times and means."""
     if end <= start or not len(t):
         return [float(start)], [float(v[-1]) if len(v) else 0.0]
@@ -90,8 +93,9 @@ def job_arrays(result: SimResult) -> dict[str, np.ndarray]:
     }
 
 
-def compute_metrics(result: SimResult, series_points: int = 500, tau: float = BSLD_TAU_S,
-                    cdf_points: int = 200) -> dict[str, Any]:
+def compute_metrics(
+    result: SimResult, series_points: int = 500, tau: float = BSLD_TAU_S, cdf_points: int = 200
+) -> dict[str, Any]:
     """The JSON-able summary of one replay (see the module docstring for definitions)."""
     a = job_arrays(result)
     done = ~np.isnan(a["finish"])
@@ -111,8 +115,11 @@ def compute_metrics(result: SimResult, series_points: int = 500, tau: float = BS
         counts = np.bincount(inv)
         jsum = np.bincount(inv, weights=jct)
         for k, name in enumerate(names):
-            per_account[str(name)] = {"jobs": int(counts[k]), "mean_slowdown": float(sums[k] / counts[k]),
-                                      "mean_jct_s": float(jsum[k] / counts[k])}
+            per_account[str(name)] = {
+                "jobs": int(counts[k]),
+                "mean_slowdown": float(sums[k] / counts[k]),
+                "mean_jct_s": float(jsum[k] / counts[k]),
+            }
     fairness = jain_index([v["mean_slowdown"] for v in per_account.values()])
 
     total = max(result.total_gpus, 1)
@@ -141,15 +148,27 @@ def compute_metrics(result: SimResult, series_points: int = 500, tau: float = BS
             "t_s": series_t,
             "rate": series_v,
         },
-        "queue_length": {"mean": time_weighted_mean(result.queue_t, result.queue_len, first, end),
-                         "max": int(max(result.queue_len)) if result.queue_len else 0, "t_s": q_t, "jobs": q_v},
+        "queue_length": {
+            "mean": time_weighted_mean(result.queue_t, result.queue_len, first, end),
+            "max": int(max(result.queue_len)) if result.queue_len else 0,
+            "t_s": q_t,
+            "jobs": q_v,
+        },
         "fairness": {"jain_account_slowdown": fairness, "tau_s": tau, "per_account": per_account},
-        "preemptions": {"total": int(a["preemptions"].sum()), "jobs_preempted": preempted_jobs,
-                        "by_reason": dict(result.preemptions_by_reason)},
+        "preemptions": {
+            "total": int(a["preemptions"].sum()),
+            "jobs_preempted": preempted_jobs,
+            "by_reason": dict(result.preemptions_by_reason),
+        },
         "invalid_decisions": dict(result.invalid_decisions),
         "stopped": result.stopped,
-        "sim": {"cycles": result.cycles, "tick_cycles": result.tick_cycles, "policy_s": result.policy_s, "wall_s": result.wall_s,
-                "end_time_s": end},
+        "sim": {
+            "cycles": result.cycles,
+            "tick_cycles": result.tick_cycles,
+            "policy_s": result.policy_s,
+            "wall_s": result.wall_s,
+            "end_time_s": end,
+        },
     }
 
 

@@ -1,8 +1,10 @@
 """One PNG comparing policies: GPU allocation over time, queue length over time and the JCT CDF."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 def plot_comparison(metrics: Sequence[dict[str, Any]], path: str | Path, title: str | None = None) -> Path:
@@ -20,8 +22,13 @@ def plot_comparison(metrics: Sequence[dict[str, Any]], path: str | Path, title: 
     for m in metrics:
         name = m["policy"]
         al = m["gpu_allocation"]
-        ax_a.step([t / scale for t in al["t_s"]], [100 * r for r in al["rate"]], where="post",
-                  label=f"{name} (mean {100 * al['mean']:.1f}%)", linewidth=1)
+        ax_a.step(
+            [t / scale for t in al["t_s"]],
+            [100 * r for r in al["rate"]],
+            where="post",
+            label=f"{name} (mean {100 * al['mean']:.1f}%)",
+            linewidth=1,
+        )
         q = m["queue_length"]
         ax_q.step([t / scale for t in q["t_s"]], q["jobs"], where="post", label=name, linewidth=1)
         cdf = m["jct_cdf"]

@@ -22,6 +22,7 @@ the cluster is idle, no event is left and ``stuck_ticks`` cycles in a row start 
 queue below a job's size), or the policy says only an event could change that, the replay stops and the queued jobs
 are reported as unfinished.
 """
+
 from __future__ import annotations
 
 import gc
@@ -29,9 +30,10 @@ import heapq
 import logging
 import math
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from caldera.core.resources import GPU, Resources
 from caldera.core.tenancy import QueueConfig, Quota
@@ -75,8 +77,13 @@ def _decay_factor_function() -> Callable[[float, float | None], float]:
     return fn if callable(fn) else _local_decay_factor
 
 
-def advance_usage(usage: dict[str, float], gpus: dict[str, int], elapsed_s: float, half_life_s: float | None,
-                  factor: Callable[[float, float | None], float] = _local_decay_factor) -> dict[str, float]:
+def advance_usage(
+    usage: dict[str, float],
+    gpus: dict[str, int],
+    elapsed_s: float,
+    half_life_s: float | None,
+    factor: Callable[[float, float | None], float] = _local_decay_factor,
+) -> dict[str, float]:
     """Decay ``usage`` over ``elapsed_s`` and charge ``gpus[k]`` GPUs held throughout, integrating the decay exactly
     (``g * h/ln2 * (1 - 2**(-elapsed/h))``, about ``g * elapsed`` for short intervals), as
     ``fairshare.advance`` does, but from per-key GPU counts kept up to date by the simulator instead of a scan of the
@@ -89,7 +96,7 @@ def advance_usage(usage: dict[str, float], gpus: dict[str, int], elapsed_s: floa
         w = elapsed_s
     else:
         out = {k: v * f for k, v in usage.items()}
-        w = half_life_s / _LN2 * (1.0 - f)   # type: ignore[operator]
+        w = half_life_s / _LN2 * (1.0 - f)  # type: ignore[operator]
     for k, g in gpus.items():
         if g:
             out[k] = out.get(k, 0.0) + g * w
@@ -124,8 +131,7 @@ def default_queues(jobs: Iterable[TraceJob], total_gpus: int, share: str = "dema
         else:
             raise ValueError(f"share must be demand, equal or none, not {share!r}")
         weight = max(frac * n, 1e-6)
-        out[acct] = QueueConfig(name=acct, account=acct, weight=weight,
-                                quotas={GPU: Quota(deserved=total_gpus * frac)})
+        out[acct] = QueueConfig(name=acct, account=acct, weight=weight, quotas={GPU: Quota(deserved=total_gpus * frac)})
     return out
 
 
@@ -140,7 +146,7 @@ def load_queue_file(path: str | Path) -> list[QueueConfig]:
     data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     if isinstance(data, dict):
         data = data.get("queues", data)
-        if isinstance(data, dict):   # {name: {...}}
+        if isinstance(data, dict):  # {name: {...}}
             data = [{"name": k, **v} for k, v in data.items()]
     return [QueueConfig.model_validate(q) for q in data]
 
@@ -149,8 +155,19 @@ def load_queue_file(path: str | Path) -> list[QueueConfig]:
 class SimJob:
     """Simulator-side state of one job, wrapping the :class:`SchedJob` the policy sees."""
 
-    __slots__ = ("trace", "sj", "remaining_s", "first_start", "finish", "attempt", "preemptions", "run_start",
-                 "base_attained", "gpus", "preempt_at")
+    __slots__ = (
+        "trace",
+        "sj",
+        "remaining_s",
+        "first_start",
+        "finish",
+        "attempt",
+        "preemptions",
+        "run_start",
+        "base_attained",
+        "gpus",
+        "preempt_at",
+    )
 
     def __init__(self, trace: TraceJob, sj: SchedJob) -> None:
         self.trace = trace
@@ -168,21 +185,21 @@ class SimJob:
 
 @dataclass(slots=True)
 class SimOptions:
-    tick_s: float | None = 60.0             # periodic cycle while jobs wait; None/0: only on events
-    wake_hints: bool = True                 # skip the periodic cycles that Decisions.wake_at says change nothing
-    cycle_quantum_s: float = 0.0            # > 0: cycles only on multiples of this (events in between batch up)
+    tick_s: float | None = 60.0  # periodic cycle while jobs wait; None/0: only on events
+    wake_hints: bool = True  # skip the periodic cycles that Decisions.wake_at says change nothing
+    cycle_quantum_s: float = 0.0  # > 0: cycles only on multiples of this (events in between batch up)
     half_life_s: float = DEFAULT_HALF_LIFE_S
     preempt_grace_s: float = 0.0
     restart_overhead_s: float = 0.0
     share: str = "demand"
     queues: list[QueueConfig] | None = None
-    strict: bool = False                    # raise on decisions that cannot be applied (else count and skip)
-    max_time_s: float | None = None         # stop the replay at this simulated time
+    strict: bool = False  # raise on decisions that cannot be applied (else count and skip)
+    max_time_s: float | None = None  # stop the replay at this simulated time
     stuck_ticks: int = 3
-    runtime_estimate: float | None = None   # >= 1: queued jobs get max_runtime_s = remaining work x this (1 = an
-                                            # exact oracle, for backfill/reservations); None: unknown
-    cpu_per_gpu: float | None = None        # per-GPU CPU/memory of jobs whose trace has none; default: the
-    memory_mib_per_gpu: int | None = None   # cluster's scarcest ratio, so only GPUs constrain
+    runtime_estimate: float | None = None  # >= 1: queued jobs get max_runtime_s = remaining work x this (1 = an
+    # exact oracle, for backfill/reservations); None: unknown
+    cpu_per_gpu: float | None = None  # per-GPU CPU/memory of jobs whose trace has none; default: the
+    memory_mib_per_gpu: int | None = None  # cluster's scarcest ratio, so only GPUs constrain
 
 
 @dataclass(slots=True)
@@ -190,8 +207,8 @@ class SimResult:
     policy: str
     cluster: ClusterSpec
     jobs: list[SimJob]
-    dropped: list[TraceJob]                 # could never fit the cluster
-    not_arrived: int                        # arrivals after max_time_s
+    dropped: list[TraceJob]  # could never fit the cluster
+    not_arrived: int  # arrivals after max_time_s
     end_time: float
     alloc_t: list[float]
     alloc_gpus: list[int]
@@ -199,7 +216,7 @@ class SimResult:
     queue_len: list[int]
     total_gpus: int
     cycles: int = 0
-    tick_cycles: int = 0                    # of which periodic (no event)
+    tick_cycles: int = 0  # of which periodic (no event)
     policy_s: float = 0.0
     wall_s: float = 0.0
     preemptions_by_reason: dict[str, int] = field(default_factory=dict)
@@ -211,26 +228,31 @@ class SimResult:
 class SimProgress:
     """Where a replay is, for progress displays."""
 
-    now_s: float            # simulated time
-    last_arrival_s: float   # simulated time of the trace's last submission
-    finished: int           # jobs completed
-    total: int              # jobs that will be simulated
+    now_s: float  # simulated time
+    last_arrival_s: float  # simulated time of the trace's last submission
+    finished: int  # jobs completed
+    total: int  # jobs that will be simulated
     queued: int
     running: int
     cycles: int
     wall_s: float
 
 
-PROGRESS_EVERY_S = 0.5      # wall seconds between progress callbacks
+PROGRESS_EVERY_S = 0.5  # wall seconds between progress callbacks
 
 
 class Simulator:
     """Replays ``jobs`` on ``cluster`` under ``policy``. :meth:`run` returns a :class:`SimResult`; ``progress``,
     when given, is called about every ``PROGRESS_EVERY_S`` wall seconds and once at the end."""
 
-    def __init__(self, jobs: Iterable[TraceJob], cluster: ClusterSpec, policy: Policy,
-                 options: SimOptions | None = None,
-                 progress: Callable[[SimProgress], None] | None = None) -> None:
+    def __init__(
+        self,
+        jobs: Iterable[TraceJob],
+        cluster: ClusterSpec,
+        policy: Policy,
+        options: SimOptions | None = None,
+        progress: Callable[[SimProgress], None] | None = None,
+    ) -> None:
         self.opt = options or SimOptions()
         self.progress = progress
         if self.opt.runtime_estimate is not None and self.opt.runtime_estimate < 1.0:
@@ -254,7 +276,7 @@ class Simulator:
             self.queue_of.setdefault(_account(q.account), q.name)
         rest = [j for j in traces if _account(j.account) not in self.queue_of]
         for name, q in default_queues(rest, self.total_gpus, self.opt.share).items():
-            if name in self.queues:   # a file queue of that name serves another account: keep the file's
+            if name in self.queues:  # a file queue of that name serves another account: keep the file's
                 name = f"{name}-auto"
                 q = q.model_copy(update={"name": name})
             self.queues[name] = q
@@ -284,27 +306,35 @@ class Simulator:
         key = (cpu, mem, j.gpus_per_replica, j.gpu_model)
         r = self._res_cache.get(key)
         if r is None:
-            r = self._res_cache[key] = Resources(cpu=cpu, memory_mib=mem, gpu=j.gpus_per_replica,
-                                                 gpu_model=j.gpu_model)
+            r = self._res_cache[key] = Resources(cpu=cpu, memory_mib=mem, gpu=j.gpus_per_replica, gpu_model=j.gpu_model)
         return r
 
     def _make(self, j: TraceJob) -> SimJob:
         acct = _account(j.account)
         queue = self.queue_of.get(acct)
-        if queue is None:   # account unknown to a queue file: give it its own uncapped queue
+        if queue is None:  # account unknown to a queue file: give it its own uncapped queue
             queue = self.queue_of[acct] = acct
             self.queues[acct] = QueueConfig(name=acct, account=acct)
         est = self.opt.runtime_estimate
-        sj = SchedJob(id=j.id, user=j.user, account=acct, queue=queue, priority=j.priority,
-                      request=self._resources(j), replicas=j.replicas, submitted_at=j.submit_time_s,
-                      queued_since=j.submit_time_s, max_runtime_s=None if est is None else j.duration_s * est)
+        sj = SchedJob(
+            id=j.id,
+            user=j.user,
+            account=acct,
+            queue=queue,
+            priority=j.priority,
+            request=self._resources(j),
+            replicas=j.replicas,
+            submitted_at=j.submit_time_s,
+            queued_since=j.submit_time_s,
+            max_runtime_s=None if est is None else j.duration_s * est,
+        )
         return SimJob(j, sj)
 
     # ------------------------------------------------------------------------------------------------- run
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         gc_was_enabled = gc.isenabled()
-        gc.disable()     # see _GC_OBJECTS
+        gc.disable()  # see _GC_OBJECTS
         try:
             return self._run(wall0)
         finally:
@@ -320,8 +350,8 @@ class Simulator:
         strict = opt.strict
         policy = self.policy
 
-        capacity = ClusterIndex(self.nodes)       # free capacity, indexed, kept up to date for the policies
-        node_free: dict[str, list[Any]] = {}      # name -> [free gpu index set, cpu, memory, model by index]
+        capacity = ClusterIndex(self.nodes)  # free capacity, indexed, kept up to date for the policies
+        node_free: dict[str, list[Any]] = {}  # name -> [free gpu index set, cpu, memory, model by index]
         for n in self.nodes:
             node_free[n.name] = [{d.index for d in n.gpus}, n.cpu, n.memory_mib, {d.index: d.model for d in n.gpus}]
 
@@ -365,8 +395,11 @@ class Simulator:
         next_report = wall0 + PROGRESS_EVERY_S
 
         def report() -> None:
-            progress(SimProgress(now, last_arrival, finished, n_arr, len(queued), len(running), cycles,
-                                 time.perf_counter() - wall0))
+            progress(
+                SimProgress(
+                    now, last_arrival, finished, n_arr, len(queued), len(running), cycles, time.perf_counter() - wall0
+                )
+            )
 
         def bad(kind: str, msg: str) -> None:
             if strict:
@@ -509,7 +542,7 @@ class Simulator:
                     finished += 1
                     release(job)
                     job.attempt += 1
-                else:   # grace over: the victim is gone
+                else:  # grace over: the victim is gone
                     stop_and_requeue(job, t)
                 changed = True
             while ai < n_arr and arrivals[ai].submit_time_s <= t:
@@ -525,10 +558,17 @@ class Simulator:
                 # ---- one scheduling cycle
                 for sj, c, g in attained_of.values():
                     sj.attained_gpu_s = c + t * g
-                snap = Snapshot(now=t, nodes=self.nodes, queued=list(queued.values()),
-                                running=list(running_sj.values()), queues=self.queues,
-                                user_usage=dict(user_usage), queue_usage=dict(queue_usage),
-                                capacity=capacity, explain=False)
+                snap = Snapshot(
+                    now=t,
+                    nodes=self.nodes,
+                    queued=list(queued.values()),
+                    running=list(running_sj.values()),
+                    queues=self.queues,
+                    user_usage=dict(user_usage),
+                    queue_usage=dict(queue_usage),
+                    capacity=capacity,
+                    explain=False,
+                )
                 p0 = time.perf_counter()
                 decisions: Decisions = policy(snap)
                 policy_s += time.perf_counter() - p0
@@ -543,7 +583,7 @@ class Simulator:
                 for pre in decisions.preemptions:
                     job = running.get(pre.job_id)
                     if job is None or job.sj.terminating:
-                        if pre.job_id not in queued:   # preempting a queued job is a harmless no-op
+                        if pre.job_id not in queued:  # preempting a queued job is a harmless no-op
                             bad("preempt_not_running", f"preemption of {pre.job_id}, which is not running")
                         continue
                     job.preemptions += 1
@@ -586,7 +626,7 @@ class Simulator:
                     next_tick = inf
                 elif wake is None or wake <= t + tick:
                     next_tick = t + tick
-                else:       # the first periodic cycle at or after the policy's wake-up time
+                else:  # the first periodic cycle at or after the policy's wake-up time
                     next_tick = t + tick * math.ceil((wake - t) / tick - 1e-6)
                 if queued and not heap and ai >= n_arr and not acted:
                     idle_cycles += 1
@@ -599,16 +639,31 @@ class Simulator:
         end = now
         if progress is not None:
             report()
-        for job in running.values():   # only on max_time: account what they got so far
+        for job in running.values():  # only on max_time: account what they got so far
             job.sj.attained_gpu_s = job.base_attained + (end - job.run_start) * job.gpus
-        return SimResult(policy=self.policy_name, cluster=self.cluster, jobs=list(jobs.values()),
-                         dropped=self.dropped, not_arrived=n_arr - ai, end_time=end,
-                         alloc_t=alloc_t, alloc_gpus=alloc_g, queue_t=queue_t, queue_len=queue_n,
-                         total_gpus=self.total_gpus, cycles=cycles, tick_cycles=tick_cycles, policy_s=policy_s,
-                         wall_s=time.perf_counter() - wall0, preemptions_by_reason=by_reason,
-                         invalid_decisions=invalid, stopped=stopped)
+        return SimResult(
+            policy=self.policy_name,
+            cluster=self.cluster,
+            jobs=list(jobs.values()),
+            dropped=self.dropped,
+            not_arrived=n_arr - ai,
+            end_time=end,
+            alloc_t=alloc_t,
+            alloc_gpus=alloc_g,
+            queue_t=queue_t,
+            queue_len=queue_n,
+            total_gpus=self.total_gpus,
+            cycles=cycles,
+            tick_cycles=tick_cycles,
+            policy_s=policy_s,
+            wall_s=time.perf_counter() - wall0,
+            preemptions_by_reason=by_reason,
+            invalid_decisions=invalid,
+            stopped=stopped,
+        )
 
 
-def simulate(jobs: Iterable[TraceJob], cluster: ClusterSpec, policy: Policy,
-             options: SimOptions | None = None) -> SimResult:
+def simulate(
+    jobs: Iterable[TraceJob], cluster: ClusterSpec, policy: Policy, options: SimOptions | None = None
+) -> SimResult:
     return Simulator(jobs, cluster, policy, options).run()

@@ -9,23 +9,26 @@ Gangs: a job asking for more GPUs than one node holds is split into node-sized r
 is how a distributed job runs on the live system. Loaders split for ``gpus_per_node`` (8 unless told); the simulator
 re-splits for the cluster it actually simulates.
 """
+
 from __future__ import annotations
 
 import ast
 import csv
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
 
 from caldera.core.tenancy import PriorityClass
 
 PHILLY_FILE = "philly_jobs.csv"
 GAVEL_DIR = "gavel_msr_seed0"
-ALIBABA_PODS = {"default": "alibaba_v2023_openb_pod_list_default.csv",
-                "gpushare40": "alibaba_v2023_openb_pod_list_gpushare40.csv"}
+ALIBABA_PODS = {
+    "default": "alibaba_v2023_openb_pod_list_default.csv",
+    "gpushare40": "alibaba_v2023_openb_pod_list_gpushare40.csv",
+}
 ALIBABA_NODES = "alibaba_v2023_openb_node_list_gpu_node.csv"
 TRACE_NAMES = ("philly", "gavel", "alibaba", "alibaba-gpushare40")
 
@@ -60,7 +63,7 @@ class TraceJob:
     def gpu_seconds(self) -> float:
         return self.duration_s * self.num_gpus
 
-    def split(self, gpus_per_node: int) -> "TraceJob":
+    def split(self, gpus_per_node: int) -> TraceJob:
         """This job with its GPUs split into replicas of at most ``gpus_per_node`` (see :func:`split_gang`)."""
         r, g = split_gang(self.num_gpus, gpus_per_node)
         if (r, g) == (self.replicas, self.gpus_per_replica):
@@ -129,8 +132,16 @@ def load_philly(path: str | Path, *, gpus_per_node: int | None = 8, limit: int |
             if acct is None:
                 acct = cache[vc] = _account(vc)
             # naive wall-clock times, read as UTC so daylight-saving changes do not shift them
-            jobs.append(TraceJob(f"philly-{n}", (parse(row[i_ts]) - _EPOCH).total_seconds(), max(0.0, float(row[i_d])),
-                                 int(float(row[i_g])), acct, acct))
+            jobs.append(
+                TraceJob(
+                    f"philly-{n}",
+                    (parse(row[i_ts]) - _EPOCH).total_seconds(),
+                    max(0.0, float(row[i_d])),
+                    int(float(row[i_g])),
+                    acct,
+                    acct,
+                )
+            )
             n += 1
     return _finish(jobs, gpus_per_node, limit)
 
@@ -153,9 +164,16 @@ def load_gavel_throughputs(path: str | Path, gpu_type: str = "v100") -> dict[tup
     return out
 
 
-def load_gavel(path: str | Path, throughputs: str | Path, *, gpu_type: str = "v100",
-               gpus_per_node: int | None = 8, limit: int | None = None, missing: str = "scale",
-               stats: dict[str, int] | None = None) -> list[TraceJob]:
+def load_gavel(
+    path: str | Path,
+    throughputs: str | Path,
+    *,
+    gpu_type: str = "v100",
+    gpus_per_node: int | None = 8,
+    limit: int | None = None,
+    missing: str = "scale",
+    stats: dict[str, int] | None = None,
+) -> list[TraceJob]:
     """Gavel's Philly-derived traces: one tab-separated file per virtual cluster with ``job_type, command,
     num_steps_arg, needs_data_dir, total_steps, arrival_time_s, scale_factor``. ``path`` is one ``.trace`` file or a
     directory of them; account = user = the file stem. GPUs = ``scale_factor``; duration = ``total_steps`` / the solo
@@ -201,10 +219,17 @@ def load_gavel(path: str | Path, throughputs: str | Path, *, gpu_type: str = "v1
 _QOS_PRIORITY = {"be": PriorityClass.BEST_EFFORT}
 
 
-def load_alibaba(path: str | Path, *, gpus_per_node: int | None = 8, limit: int | None = None,
-                 include_cpu_only: bool = False, include_unscheduled: bool = False,
-                 qos_priority: bool = True, use_trace_cpu_memory: bool = True,
-                 stats: dict[str, int] | None = None) -> list[TraceJob]:
+def load_alibaba(
+    path: str | Path,
+    *,
+    gpus_per_node: int | None = 8,
+    limit: int | None = None,
+    include_cpu_only: bool = False,
+    include_unscheduled: bool = False,
+    qos_priority: bool = True,
+    use_trace_cpu_memory: bool = True,
+    stats: dict[str, int] | None = None,
+) -> list[TraceJob]:
     """Alibaba PAI ``openb`` pod list (``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,
     creation_time,deletion_time,scheduled_time``; times in seconds).
 
@@ -276,8 +301,16 @@ class TraceNode:
 def load_alibaba_nodes(path: str | Path) -> list[TraceNode]:
     """The openb GPU node list (``sn,cpu_milli,memory_mib,gpu,model``), for simulating the original cluster."""
     with Path(path).open(newline="") as f:
-        return [TraceNode(r["sn"], float(r["cpu_milli"]) / 1000.0, int(float(r["memory_mib"])), int(r["gpu"]),
-                          r["model"].strip().lower()) for r in csv.DictReader(f)]
+        return [
+            TraceNode(
+                r["sn"],
+                float(r["cpu_milli"]) / 1000.0,
+                int(float(r["memory_mib"])),
+                int(r["gpu"]),
+                r["model"].strip().lower(),
+            )
+            for r in csv.DictReader(f)
+        ]
 
 
 # --------------------------------------------------------------------------------------------------- by name
@@ -303,9 +336,16 @@ def trace_path(name: str, traces_dir: str | Path | None = None) -> Path:
     raise ValueError(f"unknown trace {name!r}; choose one of {', '.join(TRACE_NAMES)} or give a path")
 
 
-def load_trace(trace: str | Path, *, traces_dir: str | Path | None = None, gpus_per_node: int | None = 8,
-               limit: int | None = None, gpu_type: str = "v100", throughputs: str | Path | None = None,
-               **options) -> list[TraceJob]:
+def load_trace(
+    trace: str | Path,
+    *,
+    traces_dir: str | Path | None = None,
+    gpus_per_node: int | None = 8,
+    limit: int | None = None,
+    gpu_type: str = "v100",
+    throughputs: str | Path | None = None,
+    **options,
+) -> list[TraceJob]:
     """Load a trace by name (``philly``, ``gavel``, ``alibaba``, ``alibaba-gpushare40``) from ``traces_dir``, or
     by path (format guessed: a directory or ``.trace`` file is Gavel, a CSV with a ``cluster`` column is Philly, one
     with ``num_gpu`` is Alibaba). Extra ``options`` go to the format's loader."""
@@ -352,8 +392,11 @@ def summarize(jobs: Iterable[TraceJob]) -> dict[str, object]:
         "accounts": len(accounts),
         "jobs_per_account": dict(sorted(accounts.items(), key=lambda kv: -kv[1])),
         "submit_span_s": span,
-        "duration_s": {"min": min(j.duration_s for j in jobs), "max": max(j.duration_s for j in jobs),
-                       "mean": sum(j.duration_s for j in jobs) / len(jobs)},
+        "duration_s": {
+            "min": min(j.duration_s for j in jobs),
+            "max": max(j.duration_s for j in jobs),
+            "mean": sum(j.duration_s for j in jobs) / len(jobs),
+        },
         "gpus": {"min": min(j.num_gpus for j in jobs), "max": max(j.num_gpus for j in jobs)},
         "gpu_seconds": gpu_s,
         "mean_gpu_demand": gpu_s / span if span else None,

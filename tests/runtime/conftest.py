@@ -1,4 +1,5 @@
 """Fixtures for the local runtime: real processes, run dirs under tmp_path, everything killed afterwards."""
+
 from __future__ import annotations
 
 import time
@@ -34,13 +35,18 @@ def wait_terminal(rt: LocalRuntime, handle: Handle, timeout: float = 30.0) -> Ob
     def done() -> Observation | None:
         obs = rt.observe(handle)
         return obs if obs.phase in TERMINAL else None
+
     return wait_for(done, timeout, what=f"{handle.job_id} to end")
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path / "data", node_name="testnode", cancel_grace_s=5.0,
-                    fake_gpus=[FakeGpu(model="A100", memory_mib=40960), FakeGpu(model="a100", memory_mib=40960)])
+    return Settings(
+        data_dir=tmp_path / "data",
+        node_name="testnode",
+        cancel_grace_s=5.0,
+        fake_gpus=[FakeGpu(model="A100", memory_mib=40960), FakeGpu(model="a100", memory_mib=40960)],
+    )
 
 
 @pytest.fixture
@@ -54,15 +60,28 @@ def launch(runtime: LocalRuntime, tmp_path: Path) -> Iterator[Callable[..., Hand
     handles: list[Handle] = []
     counter = iter(range(1, 10_000))
 
-    def _launch(job_id: str | None = None, attempt: int = 1, gpus: tuple[tuple[int, ...], ...] = ((),),
-                req_env: dict[str, str] | None = None, base_url: str = "", rt: LocalRuntime | None = None,
-                **spec: Any) -> Handle:
-        job_id = job_id or f"job{next(counter)}-{uuid.uuid4().hex[:8]}"   # run tags must not collide across tests
+    def _launch(
+        job_id: str | None = None,
+        attempt: int = 1,
+        gpus: tuple[tuple[int, ...], ...] = ((),),
+        req_env: dict[str, str] | None = None,
+        base_url: str = "",
+        rt: LocalRuntime | None = None,
+        **spec: Any,
+    ) -> Handle:
+        job_id = job_id or f"job{next(counter)}-{uuid.uuid4().hex[:8]}"  # run tags must not collide across tests
         spec.setdefault("name", job_id)
         js = JobSpec.model_validate(spec)
         allocs = tuple(Allocation("testnode", g, 1.0, 256) for g in gpus)
-        req = LaunchRequest(job_id=job_id, attempt=attempt, spec=js, allocations=allocs,
-                            workdir=tmp_path / "work" / job_id, env=req_env or {}, base_url=base_url)
+        req = LaunchRequest(
+            job_id=job_id,
+            attempt=attempt,
+            spec=js,
+            allocations=allocs,
+            workdir=tmp_path / "work" / job_id,
+            env=req_env or {},
+            base_url=base_url,
+        )
         h = (rt or runtime).launch(req)
         handles.append(h)
         return h

@@ -1,4 +1,5 @@
 """Batch jobs: environment, exit codes, logs, all-or-nothing launch."""
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,13 @@ from caldera.runtime.local.runtime import LocalRuntime
 
 from .conftest import wait_for, wait_terminal
 
-PRINT_ENV = ("import json, os; keys = ['CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'CALDERA_JOB_ID', "
-             "'CALDERA_ATTEMPT', 'CALDERA_PREEMPT_NOTICE', 'CALDERA_ACCOUNT', 'USER_VAR', 'CALDERA_SECRET_KEY']; "
-             "env = {k: os.environ.get(k) for k in keys}; "
-             "env['notice_exists'] = os.path.exists(env['CALDERA_PREEMPT_NOTICE']); "
-             "print(json.dumps({'cwd': os.getcwd(), **env}))")
+PRINT_ENV = (
+    "import json, os; keys = ['CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'CALDERA_JOB_ID', "
+    "'CALDERA_ATTEMPT', 'CALDERA_PREEMPT_NOTICE', 'CALDERA_ACCOUNT', 'USER_VAR', 'CALDERA_SECRET_KEY']; "
+    "env = {k: os.environ.get(k) for k in keys}; "
+    "env['notice_exists'] = os.path.exists(env['CALDERA_PREEMPT_NOTICE']); "
+    "print(json.dumps({'cwd': os.getcwd(), **env}))"
+)
 
 
 def _log(rt: LocalRuntime, h: Handle, rank: int | None = None) -> bytes:
@@ -26,21 +29,33 @@ def _log(rt: LocalRuntime, h: Handle, rank: int | None = None) -> bytes:
 
 
 def test_batch_success_sees_its_environment(launch, runtime, settings, tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("CALDERA_SECRET_KEY", "server-only")   # the server's settings must not leak into jobs
-    h = launch(job_id="b1", attempt=2, gpus=((1, 0),), req_env={"CALDERA_ACCOUNT": "physics"},
-               command=[sys.executable, "-c", PRINT_ENV], env={"USER_VAR": "hello", "CALDERA_JOB_ID": "spoof"})
+    monkeypatch.setenv("CALDERA_SECRET_KEY", "server-only")  # the server's settings must not leak into jobs
+    h = launch(
+        job_id="b1",
+        attempt=2,
+        gpus=((1, 0),),
+        req_env={"CALDERA_ACCOUNT": "physics"},
+        command=[sys.executable, "-c", PRINT_ENV],
+        env={"USER_VAR": "hello", "CALDERA_JOB_ID": "spoof"},
+    )
     obs = wait_terminal(runtime, h)
     assert (obs.phase, obs.exit_code) == (Phase.SUCCEEDED, 0)
     seen = json.loads(_log(runtime, h))
     run_dir = settings.runs_dir / "b1" / "2"
     assert seen == {
-        "cwd": str(tmp_path / "work" / "b1"),          # created by launch
-        "CUDA_VISIBLE_DEVICES": "1,0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "CALDERA_JOB_ID": "b1", "CALDERA_ATTEMPT": "2",
-        "CALDERA_PREEMPT_NOTICE": str(settings.scratch_dir / "b1.2" / "preempt-notice"), "notice_exists": False,
-        "CALDERA_ACCOUNT": "physics", "USER_VAR": "hello", "CALDERA_SECRET_KEY": None}
+        "cwd": str(tmp_path / "work" / "b1"),  # created by launch
+        "CUDA_VISIBLE_DEVICES": "1,0",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CALDERA_JOB_ID": "b1",
+        "CALDERA_ATTEMPT": "2",
+        "CALDERA_PREEMPT_NOTICE": str(settings.scratch_dir / "b1.2" / "preempt-notice"),
+        "notice_exists": False,
+        "CALDERA_ACCOUNT": "physics",
+        "USER_VAR": "hello",
+        "CALDERA_SECRET_KEY": None,
+    }
     assert h.data["run_dir"] == str(run_dir) and h.data["kind"] == "batch"
-    json.dumps(h.data)   # persisted by the server as JSON
+    json.dumps(h.data)  # persisted by the server as JSON
     for name in ("meta.json", "rank-0.log", "rank-0.pid", "rank-0.exit"):
         assert (run_dir / name).is_file(), name
 
@@ -96,9 +111,9 @@ def test_all_or_nothing_when_a_rank_cannot_spawn(launch, runtime, settings, monk
     with pytest.raises(RuntimeError, match="fork failed"):
         launch(job_id="gang", kind="distributed", replicas=3, command=["sleep", "60"])
     assert len(spawned) == 2
-    assert not any(procs.is_alive(pid, st) for pid, st in spawned)   # the started ranks were killed
+    assert not any(procs.is_alive(pid, st) for pid, st in spawned)  # the started ranks were killed
     wait_for(lambda: not procs.job_processes(set(), tag_prefix="gang/1/"), timeout=10)
-    assert not (settings.runs_dir / "gang" / "1").exists()            # a retry of attempt 1 starts clean
+    assert not (settings.runs_dir / "gang" / "1").exists()  # a retry of attempt 1 starts clean
 
 
 def test_logs_follow_until_the_job_ends(launch, runtime) -> None:
@@ -113,7 +128,7 @@ def test_logs_and_observe_from_a_new_runtime_with_an_empty_handle(launch, runtim
     h = launch(job_id="later", command=["sh", "-c", "echo persisted; exit 4"])
     wait_terminal(runtime, h)
     fresh = LocalRuntime(settings)
-    bare = Handle("later", 1)             # e.g. the server lost handle.data: meta.json in the run dir has it
+    bare = Handle("later", 1)  # e.g. the server lost handle.data: meta.json in the run dir has it
     assert b"".join(fresh.logs(bare, follow=True)) == b"persisted\n"
     obs = fresh.observe(bare)
     assert (obs.phase, obs.exit_code) == (Phase.FAILED, 4)
@@ -144,7 +159,7 @@ def test_run_dir_files_are_atomic_json(launch, runtime, settings) -> None:
 def test_signals_to_the_own_group_spare_the_supervisor(launch, runtime) -> None:
     h = launch(command=["sh", "-c", "trap '' USR1 HUP; kill -USR1 0; kill -HUP 0; echo survived"])
     obs = wait_terminal(runtime, h)
-    assert (obs.phase, obs.exit_code) == (Phase.SUCCEEDED, 0)      # not LOST: the shim outlived the signals
+    assert (obs.phase, obs.exit_code) == (Phase.SUCCEEDED, 0)  # not LOST: the shim outlived the signals
     assert _log(runtime, h) == b"survived\n"
     # ... and the command still has default dispositions (SIGINT kills it), not ignored ones
     h = launch(command=["sh", "-c", "kill -INT $$; echo not reached"])

@@ -1,4 +1,5 @@
 """Distributed jobs: rank environment, gang failure, private network, a real torch.distributed all_reduce."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,9 +23,18 @@ def _log(rt, h, rank) -> str:
 
 
 def test_every_rank_gets_its_place_in_the_world(launch, runtime) -> None:
-    h = launch(kind="distributed", replicas=2, procs_per_replica=2, gpus=((0, 1), (2, 3)),
-               command=["sh", "-c", "echo $MASTER_ADDR $MASTER_PORT $WORLD_SIZE $RANK $LOCAL_RANK $NODE_RANK "
-                                    "$LOCAL_WORLD_SIZE $CUDA_VISIBLE_DEVICES"])
+    h = launch(
+        kind="distributed",
+        replicas=2,
+        procs_per_replica=2,
+        gpus=((0, 1), (2, 3)),
+        command=[
+            "sh",
+            "-c",
+            "echo $MASTER_ADDR $MASTER_PORT $WORLD_SIZE $RANK $LOCAL_RANK $NODE_RANK "
+            "$LOCAL_WORLD_SIZE $CUDA_VISIBLE_DEVICES",
+        ],
+    )
     obs = wait_terminal(runtime, h)
     assert (obs.phase, obs.exit_code) == (Phase.SUCCEEDED, 0)
     assert h.data["world_size"] == 4 and len(h.data["ranks"]) == 4
@@ -35,15 +45,19 @@ def test_every_rank_gets_its_place_in_the_world(launch, runtime) -> None:
         ["127.0.0.1", "4", "0", "0", "0", "2", "0,1"],
         ["127.0.0.1", "4", "1", "1", "0", "2", "0,1"],
         ["127.0.0.1", "4", "2", "0", "1", "2", "2,3"],
-        ["127.0.0.1", "4", "3", "1", "1", "2", "2,3"]]
+        ["127.0.0.1", "4", "3", "1", "1", "2", "2,3"],
+    ]
 
 
 def test_one_failing_rank_stops_the_others(launch, runtime) -> None:
     t0 = time.monotonic()
-    h = launch(kind="distributed", replicas=3,
-               command=["sh", "-c", 'if [ "$RANK" = 1 ]; then sleep 0.3; exit 9; fi; exec sleep 60'])
+    h = launch(
+        kind="distributed",
+        replicas=3,
+        command=["sh", "-c", 'if [ "$RANK" = 1 ]; then sleep 0.3; exit 9; fi; exec sleep 60'],
+    )
     obs = wait_terminal(runtime, h, timeout=30)
-    assert time.monotonic() - t0 < 25                       # not the 60 s the healthy ranks would sleep
+    assert time.monotonic() - t0 < 25  # not the 60 s the healthy ranks would sleep
     assert (obs.phase, obs.exit_code, obs.reason) == (Phase.FAILED, 9, "ExitCode")
     assert "rank 1" in obs.message
     # the shims exit just after their records; nothing of the job stays behind
@@ -54,19 +68,21 @@ def test_one_failing_rank_stops_the_others(launch, runtime) -> None:
 def test_ranks_share_a_private_network(launch, runtime, tmp_path) -> None:
     port = _free_port()
     work = tmp_path / "work" / "ns"
-    listen = ("import os, socket, time; s = socket.socket(); "
-              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
-              f"s.bind(('0.0.0.0', {port})) if os.environ['RANK'] == '0' else None; "
-              "s.listen() if os.environ['RANK'] == '0' else None; "
-              "print(os.readlink('/proc/self/ns/net'), os.environ['GLOO_SOCKET_IFNAME'], flush=True); "
-              "open(f'up{os.environ[\"RANK\"]}', 'w').close(); time.sleep(60)")
+    listen = (
+        "import os, socket, time; s = socket.socket(); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"s.bind(('0.0.0.0', {port})) if os.environ['RANK'] == '0' else None; "
+        "s.listen() if os.environ['RANK'] == '0' else None; "
+        "print(os.readlink('/proc/self/ns/net'), os.environ['GLOO_SOCKET_IFNAME'], flush=True); "
+        "open(f'up{os.environ[\"RANK\"]}', 'w').close(); time.sleep(60)"
+    )
     h = launch(job_id="ns", kind="distributed", replicas=2, command=[sys.executable, "-c", listen])
     assert h.data["netns"] is True
     wait_for(lambda: (work / "up0").exists() and (work / "up1").exists(), timeout=30)
     ns = {_log(runtime, h, r).split()[0] for r in range(2)}
-    assert len(ns) == 1 and ns != {os.readlink("/proc/self/ns/net")}   # one namespace, not the host's
-    assert _log(runtime, h, 0).split()[1] == "lo"                      # gloo must not look for the host's NIC
-    with pytest.raises(OSError):                                       # rank 0 listens on 0.0.0.0 ... in there
+    assert len(ns) == 1 and ns != {os.readlink("/proc/self/ns/net")}  # one namespace, not the host's
+    assert _log(runtime, h, 0).split()[1] == "lo"  # gloo must not look for the host's NIC
+    with pytest.raises(OSError):  # rank 0 listens on 0.0.0.0 ... in there
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     # no holder process outlives the launch: the ranks keep the namespace alive by themselves
     [netns_id] = ns
@@ -99,8 +115,13 @@ dist.destroy_process_group()
 @pytest.mark.torch
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_torch_gloo_all_reduce(launch, runtime) -> None:
-    h = launch(kind="distributed", replicas=1, procs_per_replica=2, command=[sys.executable, "-c", ALL_REDUCE],
-               env={"OMP_NUM_THREADS": "1"})
+    h = launch(
+        kind="distributed",
+        replicas=1,
+        procs_per_replica=2,
+        command=[sys.executable, "-c", ALL_REDUCE],
+        env={"OMP_NUM_THREADS": "1"},
+    )
     obs = wait_terminal(runtime, h, timeout=120)
     logs = [_log(runtime, h, r) for r in range(2)]
     assert (obs.phase, obs.exit_code) == (Phase.SUCCEEDED, 0), logs

@@ -1,4 +1,5 @@
 """Jupyter jobs: STARTING until Lab answers, a token only the proxy knows, a kernel that runs code."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -7,7 +8,7 @@ import os
 import signal
 import stat
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -19,9 +20,11 @@ from caldera.runtime.local.runtime import LocalRuntime
 
 from .conftest import wait_for, wait_terminal
 
-pytestmark = [pytest.mark.jupyter,
-              pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None, reason="jupyterlab not installed"),
-              pytest.mark.skipif(importlib.util.find_spec("websockets") is None, reason="websockets not installed")]
+pytestmark = [
+    pytest.mark.jupyter,
+    pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None, reason="jupyterlab not installed"),
+    pytest.mark.skipif(importlib.util.find_spec("websockets") is None, reason="websockets not installed"),
+]
 
 BASE = "/jobs/lab1/lab/"
 
@@ -32,14 +35,32 @@ def _execute(ep, path: str, code: str, timeout: float = 60.0) -> str:
 
     session = uuid.uuid4().hex
     msg_id = uuid.uuid4().hex
-    request = {"header": {"msg_id": msg_id, "username": "test", "session": session, "msg_type": "execute_request",
-                          "version": "5.3", "date": datetime.now(timezone.utc).isoformat()},
-               "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-               "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
-                           "allow_stdin": False, "stop_on_error": True}}
+    request = {
+        "header": {
+            "msg_id": msg_id,
+            "username": "test",
+            "session": session,
+            "msg_type": "execute_request",
+            "version": "5.3",
+            "date": datetime.now(UTC).isoformat(),
+        },
+        "parent_header": {},
+        "metadata": {},
+        "channel": "shell",
+        "buffers": [],
+        "content": {
+            "code": code,
+            "silent": False,
+            "store_history": False,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        },
+    }
     out = []
-    with unix_connect(ep.socket, f"ws://localhost{path}", additional_headers=ep.headers, open_timeout=timeout,
-                      max_size=None) as ws:
+    with unix_connect(
+        ep.socket, f"ws://localhost{path}", additional_headers=ep.headers, open_timeout=timeout, max_size=None
+    ) as ws:
         ws.send(json.dumps(request))
         while True:
             msg = json.loads(ws.recv(timeout=timeout))
@@ -61,8 +82,11 @@ def _new_kernel(http: httpx.Client, ep) -> str:
     """What the Lab page does: fetch a page (Jupyter sets its _xsrf cookie), then POST with the XSRF header."""
     http.get(ep.base_url + "lab", headers=ep.headers)
     xsrf = http.cookies["_xsrf"]
-    r = http.post(ep.base_url + "api/kernels", json={"name": "python3"},
-                  headers={"Cookie": f"{ep.headers['Cookie']}; _xsrf={xsrf}", "X-XSRFToken": xsrf})
+    r = http.post(
+        ep.base_url + "api/kernels",
+        json={"name": "python3"},
+        headers={"Cookie": f"{ep.headers['Cookie']}; _xsrf={xsrf}", "X-XSRFToken": xsrf},
+    )
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
@@ -73,7 +97,7 @@ def _wait_running(runtime, h) -> None:
 
 def test_lab_listens_only_on_a_private_socket(launch, runtime, settings, monkeypatch) -> None:
     h = launch(job_id="lab1", kind="jupyter", base_url=BASE)
-    with monkeypatch.context() as m:   # as long as Lab does not answer, the job is starting and has no endpoint
+    with monkeypatch.context() as m:  # as long as Lab does not answer, the job is starting and has no endpoint
         m.setattr(jupyter, "login", lambda *a, **k: None)
         assert runtime.observe(h).phase is Phase.STARTING
         assert runtime.endpoints(h) == []
@@ -85,20 +109,24 @@ def test_lab_listens_only_on_a_private_socket(launch, runtime, settings, monkeyp
     assert stat.S_ISSOCK(os.stat(ep.socket).st_mode) and stat.S_IMODE(os.stat(ep.socket).st_mode) == 0o600
     assert stat.S_IMODE(scratch.stat().st_mode) == 0o700
     lab_pid = json.loads((Path(h.data["run_dir"]) / "rank-0.pid").read_text())["child_pid"]
-    assert listening_tcp(lab_pid) == []   # no TCP port at all
+    assert listening_tcp(lab_pid) == []  # no TCP port at all
     token = (Path(h.data["run_dir"]) / "jupyter.token").read_text().strip()
     assert len(token) >= 32
     assert stat.S_IMODE((Path(h.data["run_dir"]) / "jupyter.token").stat().st_mode) == 0o600
     # once Lab read them, the token and the cookie secret are gone from what the job can read
     assert not (scratch / "lab-token").exists() and not (scratch / "runtime" / "jupyter_cookie_secret").exists()
-    for leak in (json.dumps(h.data), (Path(h.data["run_dir"]) / "meta.json").read_text(), ep.headers["Cookie"],
-                 Path(f"/proc/{lab_pid}/environ").read_bytes().decode(errors="replace"),
-                 Path(f"/proc/{lab_pid}/cmdline").read_bytes().decode(errors="replace")):
+    for leak in (
+        json.dumps(h.data),
+        (Path(h.data["run_dir"]) / "meta.json").read_text(),
+        ep.headers["Cookie"],
+        Path(f"/proc/{lab_pid}/environ").read_bytes().decode(errors="replace"),
+        Path(f"/proc/{lab_pid}/cmdline").read_bytes().decode(errors="replace"),
+    ):
         assert token not in leak
-    assert LocalRuntime(settings).endpoints(h)[0].socket == ep.socket   # a restarted server finds it, logs in again
+    assert LocalRuntime(settings).endpoints(h)[0].socket == ep.socket  # a restarted server finds it, logs in again
 
     with _http(ep) as http:
-        assert http.get(BASE + "api/status").status_code in (401, 403)            # no login, no entry
+        assert http.get(BASE + "api/status").status_code in (401, 403)  # no login, no entry
         assert http.get(BASE + "api/status", headers=ep.headers).status_code == 200
         # DNS-rebinding protection stays on: the proxy must send Host localhost
         assert http.get(BASE + "api/status", headers={**ep.headers, "Host": "caldera.example"}).status_code == 403
@@ -134,7 +162,7 @@ def listening_tcp(pid: int) -> list[str]:
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             cols = line.split()
-            if cols[3] == "0A" and cols[9] in inodes:   # 0A: LISTEN
+            if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
                 listening.append(cols[1])
     return listening
 
@@ -149,7 +177,7 @@ def test_kernels_die_with_a_killed_lab(launch, runtime) -> None:
         kernel = _new_kernel(http, ep)
     kernel_pid = int(_execute(ep, f"{ep.base_url}api/kernels/{kernel}/channels", "import os; print(os.getpid())"))
     kernel_start = procs.start_time(kernel_pid)
-    assert procs.stat(kernel_pid).pgrp != h.data["ranks"][0]["pid"]   # outside the shim's process group
+    assert procs.stat(kernel_pid).pgrp != h.data["ranks"][0]["pid"]  # outside the shim's process group
     lab = json.loads((Path(h.data["run_dir"]) / "rank-0.pid").read_text())
     os.kill(lab["child_pid"], signal.SIGKILL)
     obs = wait_terminal(runtime, h)

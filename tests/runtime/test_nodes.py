@@ -1,4 +1,5 @@
 """GPU discovery and the node this host offers."""
+
 from __future__ import annotations
 
 import os
@@ -14,28 +15,31 @@ from caldera.runtime.local.runtime import LocalRuntime
 from caldera.scheduler.snapshot import Device
 
 
-@pytest.mark.parametrize("name, key", [
-    ("NVIDIA A100-SXM4-80GB", "a100"),
-    ("NVIDIA A100-PCIE-40GB", "a100"),
-    ("NVIDIA A100 80GB PCIe", "a100"),
-    ("NVIDIA H100 80GB HBM3", "h100"),
-    ("NVIDIA H100 PCIe", "h100"),
-    ("NVIDIA H100 NVL", "h100"),
-    ("NVIDIA H200", "h200"),
-    ("NVIDIA GH200 480GB", "gh200"),
-    ("Tesla V100-SXM2-32GB", "v100"),
-    ("Tesla V100-PCIE-16GB", "v100"),
-    ("Tesla T4", "t4"),
-    ("NVIDIA A10G", "a10g"),
-    ("NVIDIA L40S", "l40s"),
-    ("NVIDIA GeForce RTX 4090", "rtx4090"),
-    ("NVIDIA GeForce RTX 3090 Ti", "rtx3090ti"),
-    ("NVIDIA GeForce GTX 1080 Ti", "gtx1080ti"),
-    ("NVIDIA RTX A6000", "a6000"),
-    ("NVIDIA RTX 6000 Ada Generation", "rtx6000ada"),
-    ("Quadro RTX 8000", "rtx8000"),
-    (b"NVIDIA B200", "b200"),   # older pynvml returns bytes
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+        ("NVIDIA A100-PCIE-40GB", "a100"),
+        ("NVIDIA A100 80GB PCIe", "a100"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H100 PCIe", "h100"),
+        ("NVIDIA H100 NVL", "h100"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA GH200 480GB", "gh200"),
+        ("Tesla V100-SXM2-32GB", "v100"),
+        ("Tesla V100-PCIE-16GB", "v100"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA A10G", "a10g"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+        ("NVIDIA GeForce RTX 3090 Ti", "rtx3090ti"),
+        ("NVIDIA GeForce GTX 1080 Ti", "gtx1080ti"),
+        ("NVIDIA RTX A6000", "a6000"),
+        ("NVIDIA RTX 6000 Ada Generation", "rtx6000ada"),
+        ("Quadro RTX 8000", "rtx8000"),
+        (b"NVIDIA B200", "b200"),  # older pynvml returns bytes
+    ],
+)
 def test_model_names_are_normalised(name: str | bytes, key: str) -> None:
     assert normalise_model(name) == key
 
@@ -79,7 +83,8 @@ def _fake_pynvml(names: list[str], fail_at: int | None = None) -> SimpleNamespac
         nvmlDeviceGetCount=lambda: len(names),
         nvmlDeviceGetHandleByIndex=handle,
         nvmlDeviceGetName=lambda h: names[h],
-        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=(80 + h) * 1024 ** 3))
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=(80 + h) * 1024**3),
+    )
 
 
 def test_nvml_devices_are_used_when_found(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
@@ -100,7 +105,7 @@ def test_nvml_failing_mid_query_falls_back(monkeypatch: pytest.MonkeyPatch, sett
 
 
 def test_real_nvml_if_present() -> None:
-    found = gpus.nvml_devices()   # must never raise, GPU or not
+    found = gpus.nvml_devices()  # must never raise, GPU or not
     if not found:
         pytest.skip("NVML finds no GPU on this host")
     assert [d.index for d in found] == list(range(len(found)))
@@ -119,8 +124,7 @@ def test_node_defaults_come_from_the_host(monkeypatch: pytest.MonkeyPatch, tmp_p
 
 def test_node_settings_override_the_host(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setattr(gpus, "_nvml", _no_nvml)
-    s = Settings(data_dir=tmp_path, node_name="gpu-07", node_cpu=12.5, node_memory_mib=65536,
-                 fake_gpus=[FakeGpu()])
+    s = Settings(data_dir=tmp_path, node_name="gpu-07", node_cpu=12.5, node_memory_mib=65536, fake_gpus=[FakeGpu()])
     [node] = LocalRuntime(s).nodes()
     assert (node.name, node.cpu, node.memory_mib) == ("gpu-07", 12.5, 65536)
     assert node.gpus == (Device(0, "fake", 16384),)

@@ -1,4 +1,5 @@
 """Re-attach after a server restart, and telling a lost job from a finished one."""
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,12 @@ def test_a_new_runtime_reattaches_to_a_running_job(launch, settings, tmp_path) -
     work = tmp_path / "work" / "long"
     h = launch(job_id="long", rt=a, command=["sh", "-c", "touch up; while [ ! -e go ]; do sleep 0.05; done; exit 0"])
     wait_for(lambda: (work / "up").exists())
-    data = json.loads(json.dumps(h.data))   # what the server stored
-    del a                                    # the server is gone
+    data = json.loads(json.dumps(h.data))  # what the server stored
+    del a  # the server is gone
     b = LocalRuntime(settings)
     handle = Handle("long", 1, data)
     assert b.observe(handle).phase is Phase.RUNNING
-    assert b.observe(Handle("long", 1)).phase is Phase.RUNNING   # even without handle.data
+    assert b.observe(Handle("long", 1)).phase is Phase.RUNNING  # even without handle.data
     (work / "go").touch()
     obs = wait_terminal(b, handle)
     assert (obs.phase, obs.exit_code) == (Phase.SUCCEEDED, 0)
@@ -77,7 +78,7 @@ def test_a_killed_supervisor_means_lost(launch, runtime, settings, tmp_path) -> 
     wait_for(lambda: (work / "up").exists())
     gc = int((work / "gc.pid").read_text())
     gc_start = procs.start_time(gc)
-    os.killpg(h.data["ranks"][0]["pid"], signal.SIGKILL)   # shim, command and grandchild: no exit record
+    os.killpg(h.data["ranks"][0]["pid"], signal.SIGKILL)  # shim, command and grandchild: no exit record
     b = LocalRuntime(settings)
     obs = wait_terminal(b, h)
     assert (obs.phase, obs.reason) == (Phase.LOST, "ProcessGone")
@@ -102,11 +103,16 @@ def test_pid_reuse_is_not_mistaken_for_the_job(runtime, tmp_path) -> None:
     run_dir = tmp_path / "fake-run"
     run_dir.mkdir()
     me = os.getpid()
-    data = {"run_dir": str(run_dir), "kind": "batch", "world_size": 1,
-            "ranks": [{"rank": 0, "pid": me, "start": procs.start_time(me) - 1}], "netns": False}
+    data = {
+        "run_dir": str(run_dir),
+        "kind": "batch",
+        "world_size": 1,
+        "ranks": [{"rank": 0, "pid": me, "start": procs.start_time(me) - 1}],
+        "netns": False,
+    }
     obs = runtime.observe(Handle("reused", 1, data))
     assert (obs.phase, obs.reason) == (Phase.LOST, "ProcessGone")
-    assert procs.is_alive(me, procs.start_time(me))   # and nothing was killed by mistake
+    assert procs.is_alive(me, procs.start_time(me))  # and nothing was killed by mistake
 
 
 def test_observe_is_cheap(launch, runtime, tmp_path) -> None:
@@ -119,7 +125,7 @@ def test_observe_is_cheap(launch, runtime, tmp_path) -> None:
     for _ in range(200):
         assert fresh.observe(h).phase is Phase.RUNNING
     per_call = (time.perf_counter() - t0) / 200
-    assert per_call < 0.005, per_call   # ~a few /proc reads per rank; far below the 1 s observe period
+    assert per_call < 0.005, per_call  # ~a few /proc reads per rank; far below the 1 s observe period
 
 
 def _orphan_rank(tag: str) -> subprocess.Popen:
@@ -146,7 +152,7 @@ def test_relaunching_after_an_interrupted_launch_starts_clean(launch, runtime, s
     try:
         h = launch(job_id="again", command=["true"])
         assert orphan.wait(timeout=10) == -signal.SIGKILL
-        assert wait_terminal(runtime, h).phase is Phase.SUCCEEDED   # not the stale exit record
+        assert wait_terminal(runtime, h).phase is Phase.SUCCEEDED  # not the stale exit record
         assert [p.name for p in stale.parent.iterdir() if p.name.startswith("1.stale-")]
     finally:
         orphan.kill()
@@ -156,8 +162,7 @@ def test_a_relative_data_dir_still_reattaches(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     settings = Settings(data_dir=Path("rel-data"))
     rt = LocalRuntime(settings)
-    h = rt.launch(LaunchRequest("rel", 1, JobSpec(name="rel", command=["sh", "-c", "echo here"]), (),
-                                Path("rel-work")))
+    h = rt.launch(LaunchRequest("rel", 1, JobSpec(name="rel", command=["sh", "-c", "echo here"]), (), Path("rel-work")))
     assert Path(h.data["run_dir"]).is_absolute()
     monkeypatch.chdir("/")
     b = LocalRuntime(settings.model_copy(update={"data_dir": tmp_path / "rel-data"}))

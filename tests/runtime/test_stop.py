@@ -1,8 +1,9 @@
 """stop(): preemption notice, SIGTERM to the whole process group, SIGKILL after the grace."""
+
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from caldera.runtime.base import Phase
 from caldera.runtime.local import procs
@@ -20,16 +21,15 @@ def _started(path):
 
 def test_sigterm_reaches_a_trapping_command(launch, runtime, tmp_path) -> None:
     work = tmp_path / "work" / "trap"
-    h = launch(job_id="trap", command=["sh", "-c", f"trap 'echo got-term > term.txt; exit 0' TERM; "
-                                                   f"touch up; {LOOP}"])
+    h = launch(job_id="trap", command=["sh", "-c", f"trap 'echo got-term > term.txt; exit 0' TERM; touch up; {LOOP}"])
     wait_for(_started(work / "up"), what="the command to start")
     t0 = time.monotonic()
     runtime.stop(h, grace_s=30)
-    assert time.monotonic() - t0 < 1.0                      # returns at once
+    assert time.monotonic() - t0 < 1.0  # returns at once
     obs = wait_terminal(runtime, h)
     assert (work / "term.txt").read_text() == "got-term\n"
-    assert (obs.phase, obs.exit_code) == (Phase.SUCCEEDED, 0)   # it handled SIGTERM and exited cleanly
-    assert time.monotonic() - t0 < 20                       # nowhere near the 30 s grace
+    assert (obs.phase, obs.exit_code) == (Phase.SUCCEEDED, 0)  # it handled SIGTERM and exited cleanly
+    assert time.monotonic() - t0 < 20  # nowhere near the 30 s grace
 
 
 def test_a_command_ignoring_sigterm_is_killed_after_the_grace(launch, runtime, tmp_path) -> None:
@@ -40,7 +40,7 @@ def test_a_command_ignoring_sigterm_is_killed_after_the_grace(launch, runtime, t
     runtime.stop(h, grace_s=1.5)
     assert time.monotonic() - t0 < 1.0
     time.sleep(0.5)
-    assert runtime.observe(h).phase is Phase.RUNNING        # still inside its grace
+    assert runtime.observe(h).phase is Phase.RUNNING  # still inside its grace
     obs = wait_terminal(runtime, h)
     elapsed = time.monotonic() - t0
     assert 1.4 <= elapsed < 15
@@ -63,8 +63,10 @@ def test_the_shim_itself_sigkills_at_the_deadline(launch, runtime, tmp_path, mon
 def test_grandchildren_die_with_the_job(launch, runtime, tmp_path) -> None:
     work = tmp_path / "work" / "tree"
     # one grandchild dies of SIGTERM, the other ignores it and must be SIGKILLed once the command is gone
-    h = launch(job_id="tree", command=["sh", "-c", "sleep 100 & echo $! > gc1.pid; "
-                                                   "(trap '' TERM; exec sleep 100) & echo $! > gc2.pid; wait"])
+    h = launch(
+        job_id="tree",
+        command=["sh", "-c", "sleep 100 & echo $! > gc1.pid; (trap '' TERM; exec sleep 100) & echo $! > gc2.pid; wait"],
+    )
     files = [work / "gc1.pid", work / "gc2.pid"]
     wait_for(lambda: all(f.exists() and f.read_text().strip() for f in files), what="grandchildren")
     pids = [int(f.read_text()) for f in files]
@@ -85,16 +87,22 @@ def test_background_leftovers_are_killed_when_the_command_exits(launch, runtime,
 
 def test_preemption_notice_is_written_before_sigterm(launch, runtime, settings, tmp_path) -> None:
     work = tmp_path / "work" / "pre"
-    h = launch(job_id="pre", command=[
-        "sh", "-c", f'trap \'cat "$CALDERA_PREEMPT_NOTICE" > seen.txt; exit 0\' TERM; '
-                    f'[ -e "$CALDERA_PREEMPT_NOTICE" ] && echo early > early.txt; touch up; {LOOP}'])
+    h = launch(
+        job_id="pre",
+        command=[
+            "sh",
+            "-c",
+            f"trap 'cat \"$CALDERA_PREEMPT_NOTICE\" > seen.txt; exit 0' TERM; "
+            f'[ -e "$CALDERA_PREEMPT_NOTICE" ] && echo early > early.txt; touch up; {LOOP}',
+        ],
+    )
     wait_for(_started(work / "up"))
     notice_file = settings.scratch_dir / "pre.1" / "preempt-notice"
     assert not notice_file.exists() and not (work / "early.txt").exists()
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     runtime.stop(h, grace_s=20, notice="preempted: a high-priority job needs this GPU")
     assert wait_terminal(runtime, h).phase is Phase.SUCCEEDED
-    seen = (work / "seen.txt").read_text()                   # what the SIGTERM handler found
+    seen = (work / "seen.txt").read_text()  # what the SIGTERM handler found
     assert seen.startswith("preempted: a high-priority job needs this GPU\n")
     line = next(x for x in seen.splitlines() if x.startswith("deadline: "))
     deadline = datetime.fromisoformat(line.removeprefix("deadline: "))

@@ -1,4 +1,5 @@
 """Usage decay and charging, and fair-share ordering within a priority class."""
+
 from __future__ import annotations
 
 import math
@@ -8,7 +9,7 @@ import pytest
 from caldera.core.tenancy import QueueConfig
 from caldera.scheduler import fairshare
 from caldera.scheduler.caldera_policy import CalderaPolicy
-from caldera.scheduler.testing import NOW, job, nodes, running, snapshot
+from tests.builders import NOW, job, nodes, running, snapshot
 
 
 def test_decay_halves_usage_every_half_life():
@@ -17,13 +18,15 @@ def test_decay_halves_usage_every_half_life():
     assert fairshare.decay(u, 7200, 3600) == {"alice": 25.0, "bob": 2.0}
     assert fairshare.decay(u, 0, 3600) == u
     assert fairshare.decay(u, 100, None) == u and fairshare.decay(u, 100, math.inf) == u
-    assert fairshare.decay({"tiny": 1e-300}, 1e6, 1.0) == {"tiny": 0.0}     # keys are kept
+    assert fairshare.decay({"tiny": 1e-300}, 1e6, 1.0) == {"tiny": 0.0}  # keys are kept
 
 
 def test_charge_adds_gpu_seconds_by_user_or_queue():
-    run = [running("a", {"n0": [0, 1]}, user="alice", queue="q1"),
-           running("b", {"n0": [2]}, user="bob", queue="q1"),
-           running("c", {"n0": [3]}, user="alice", queue="q2", terminating=True)]
+    run = [
+        running("a", {"n0": [0, 1]}, user="alice", queue="q1"),
+        running("b", {"n0": [2]}, user="bob", queue="q1"),
+        running("c", {"n0": [3]}, user="alice", queue="q2", terminating=True),
+    ]
     assert fairshare.charge({"alice": 1.0}, run, 10) == {"alice": 31.0, "bob": 10.0}
     assert fairshare.charge({}, run, 10, by="queue") == {"q1": 30.0, "q2": 10.0}
     with pytest.raises(ValueError):
@@ -46,8 +49,10 @@ def _one_free_gpu():
 
 def test_user_with_less_recent_usage_goes_first():
     ns, run = _one_free_gpu()
-    q = [job("heavy-job", 1, user="heavy", queued_since=NOW - 50), job("light-job", 1, user="light",
-                                                                          queued_since=NOW - 10)]
+    q = [
+        job("heavy-job", 1, user="heavy", queued_since=NOW - 50),
+        job("light-job", 1, user="light", queued_since=NOW - 10),
+    ]
     d = CalderaPolicy()(snapshot(ns, q, run, user_usage={"heavy": 1e6, "light": 10.0}))
     assert [s.job_id for s in d.starts] == ["light-job"]
     assert d.pending["heavy-job"][-1].details["position"] == 1
@@ -55,8 +60,10 @@ def test_user_with_less_recent_usage_goes_first():
 
 def test_decay_lets_a_former_heavy_user_back_in():
     ns, run = _one_free_gpu()
-    q = [job("heavy-job", 1, user="heavy", queued_since=NOW - 50), job("light-job", 1, user="light",
-                                                                          queued_since=NOW - 10)]
+    q = [
+        job("heavy-job", 1, user="heavy", queued_since=NOW - 50),
+        job("light-job", 1, user="light", queued_since=NOW - 10),
+    ]
     usage = {"heavy": 1e6, "light": 1e5}
     d = CalderaPolicy()(snapshot(ns, q, run, user_usage=usage))
     assert [s.job_id for s in d.starts] == ["light-job"]
@@ -77,8 +84,10 @@ def test_ties_go_by_queued_since():
 def test_queue_usage_relative_to_weight():
     ns, run = _one_free_gpu()
     queues = [QueueConfig(name="big", account="a", weight=3.0), QueueConfig(name="small", account="b", weight=1.0)]
-    q = [job("s", 1, queue="small", user="u1", queued_since=NOW - 50),
-         job("b", 1, queue="big", user="u2", queued_since=NOW - 10)]
+    q = [
+        job("s", 1, queue="small", user="u1", queued_since=NOW - 50),
+        job("b", 1, queue="big", user="u2", queued_since=NOW - 10),
+    ]
     # big used 30 with 3/4 of the weight (ratio 0.8); small used 20 with 1/4 (ratio 1.6): big goes first
     d = CalderaPolicy()(snapshot(ns, q, run, queues, queue_usage={"big": 30.0, "small": 20.0}))
     assert [s.job_id for s in d.starts] == ["b"]
@@ -89,15 +98,19 @@ def test_queue_usage_relative_to_weight():
 
 def test_priority_class_comes_before_fair_share():
     ns, run = _one_free_gpu()
-    q = [job("light-normal", 1, user="light", queued_since=NOW - 50),
-         job("heavy-high", 1, user="heavy", priority="high", queued_since=NOW - 10)]
+    q = [
+        job("light-normal", 1, user="light", queued_since=NOW - 50),
+        job("heavy-high", 1, user="heavy", priority="high", queued_since=NOW - 10),
+    ]
     d = CalderaPolicy()(snapshot(ns, q, run, user_usage={"heavy": 1e9}))
     assert [s.job_id for s in d.starts] == ["heavy-high"]
 
 
 def test_fair_share_can_be_turned_off():
     ns, run = _one_free_gpu()
-    q = [job("heavy-job", 1, user="heavy", queued_since=NOW - 50), job("light-job", 1, user="light",
-                                                                          queued_since=NOW - 10)]
+    q = [
+        job("heavy-job", 1, user="heavy", queued_since=NOW - 50),
+        job("light-job", 1, user="light", queued_since=NOW - 10),
+    ]
     d = CalderaPolicy(fair_share=False)(snapshot(ns, q, run, user_usage={"heavy": 1e6}))
     assert [s.job_id for s in d.starts] == ["heavy-job"]

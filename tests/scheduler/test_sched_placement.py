@@ -1,11 +1,12 @@
 """Gang placement: all or nothing, packing, best fit, GPU models, and the index under the policies."""
+
 from __future__ import annotations
 
 from caldera.core.resources import Resources
 from caldera.scheduler.caldera_policy import CalderaPolicy
 from caldera.scheduler.placement import ClusterIndex, free_capacity, place_gang
 from caldera.scheduler.snapshot import Allocation, Device, Node
-from caldera.scheduler.testing import NOW, check_decisions, job, node, nodes, running, snapshot
+from tests.builders import NOW, check_decisions, job, node, nodes, running, snapshot
 
 
 def _gpus_on(d, job_id):
@@ -17,10 +18,12 @@ def test_gang_is_all_or_nothing_with_partial_free_capacity():
     # 3 free GPUs on each of two nodes: a 2 x 4 gang cannot start, and nothing is held for it
     ns = nodes(2)
     run = [running("r0", {"n0": range(5)}), running("r1", {"n1": range(5)})]
-    snap = snapshot(ns, [job("gang", 4, replicas=2, queued_since=NOW - 20), job("small", 3, queued_since=NOW - 10)], run)
+    snap = snapshot(
+        ns, [job("gang", 4, replicas=2, queued_since=NOW - 20), job("small", 3, queued_since=NOW - 10)], run
+    )
     d = CalderaPolicy(priority_preemption=False, starvation_threshold_s=None)(snap)
     check_decisions(snap, d)
-    assert [s.job_id for s in d.starts] == ["small"]          # the free GPUs were not kept for the gang
+    assert [s.job_id for s in d.starts] == ["small"]  # the free GPUs were not kept for the gang
     r = d.pending["gang"][0]
     assert r.code == "GangNoFit"
     assert r.message == "gang needs 2 x 4 GPUs on one node each and the largest free block is 3"
@@ -49,7 +52,7 @@ def test_one_gpu_job_goes_onto_the_most_used_node():
 
 def test_four_gpu_job_takes_the_tightest_node_that_holds_it():
     ns = nodes(3)
-    run = [running("r0", {"n0": range(4)}), running("r2", {"n2": range(2)})]     # free: 4, 8, 6
+    run = [running("r0", {"n0": range(4)}), running("r2", {"n2": range(2)})]  # free: 4, 8, 6
     snap = snapshot(ns, [job("four", 4)], run)
     d = CalderaPolicy()(snap)
     assert {n for n, _ in _gpus_on(d, "four")} == {"n0"}
@@ -70,7 +73,7 @@ def test_four_replica_job_is_packed_onto_one_node_not_spread():
 
 def test_big_gang_uses_as_few_nodes_as_possible():
     ns = nodes(4)
-    run = [running("r0", {"n0": range(4)}), running("r1", {"n1": range(4)})]     # free: 4, 4, 8, 8
+    run = [running("r0", {"n0": range(4)}), running("r1", {"n1": range(4)})]  # free: 4, 4, 8, 8
     snap = snapshot(ns, [job("g", 4, replicas=4)], run)
     d = CalderaPolicy()(snap)
     assert sorted(a.node for a in d.starts[0].allocations) == ["n2", "n2", "n3", "n3"]
@@ -79,14 +82,17 @@ def test_big_gang_uses_as_few_nodes_as_possible():
 def test_gpu_model_is_respected_and_a_gang_uses_one_model():
     ns = [node("a", 4, "a100"), node("v", 4, "v100")]
     run = [running("r", {"a": [0, 1]})]
-    snap = snapshot(ns, [job("want-v", 2, model="v100", queued_since=NOW - 20), job("any", 2, replicas=2, queued_since=NOW - 10)],
-                    run)
+    snap = snapshot(
+        ns,
+        [job("want-v", 2, model="v100", queued_since=NOW - 20), job("any", 2, replicas=2, queued_since=NOW - 10)],
+        run,
+    )
     d = CalderaPolicy(priority_preemption=False)(snap)
     check_decisions(snap, d)
     assert {n for n, _ in _gpus_on(d, "want-v")} == {"v"}
-    assert d.pending["any"][0].code == "GangNoFit"      # 2 + 2 free GPUs, but of two models
+    assert d.pending["any"][0].code == "GangNoFit"  # 2 + 2 free GPUs, but of two models
     snap = snapshot(ns, [job("big", 2, replicas=3)])
-    assert CalderaPolicy()(snap).pending["big"][0].code == "NeverFits"   # 6 > 4 GPUs of any one model
+    assert CalderaPolicy()(snap).pending["big"][0].code == "NeverFits"  # 6 > 4 GPUs of any one model
 
 
 def test_cpu_and_memory_limit_replicas_per_node():
@@ -131,4 +137,4 @@ def test_simple_api_packs_too():
     allocs = place_gang(free, Resources(gpu=1), 4)
     assert {a.node for a in allocs} == {"n1"}
     assert place_gang(free, Resources(gpu=8), 2) is None
-    assert len(free["n2"].free_gpus) == 8            # a failed gang changed nothing
+    assert len(free["n2"].free_gpus) == 8  # a failed gang changed nothing

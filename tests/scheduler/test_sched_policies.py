@@ -1,4 +1,5 @@
 """The registry, fifo, tiresias, and decisions that stay consistent on random snapshots for all policies."""
+
 from __future__ import annotations
 
 import random
@@ -7,8 +8,8 @@ import pytest
 
 from caldera.core.tenancy import QueueConfig, Quota, UserCaps
 from caldera.scheduler.registry import POLICIES, get_policy
-from caldera.scheduler.testing import NOW, check_decisions, job, node, nodes, running, snapshot
 from caldera.scheduler.tiresias import TiresiasPolicy
+from tests.builders import NOW, check_decisions, job, node, nodes, running, snapshot
 
 
 def test_registry():
@@ -26,8 +27,11 @@ def test_registry():
 
 def test_fifo_blocks_the_head_of_the_line():
     run = [running("r", {"n0": range(6)})]
-    q = [job("big", 4, queued_since=NOW - 30), job("small", 1, queued_since=NOW - 20),
-         job("smaller", 1, queued_since=NOW - 10)]
+    q = [
+        job("big", 4, queued_since=NOW - 30),
+        job("small", 1, queued_since=NOW - 20),
+        job("smaller", 1, queued_since=NOW - 10),
+    ]
     d = get_policy("fifo")(snapshot(nodes(1), q, run))
     assert not d.starts
     assert d.pending["big"][0].code == "GangNoFit"
@@ -46,10 +50,12 @@ def test_fifo_skips_jobs_that_can_never_fit():
 
 def test_tiresias_orders_by_attained_service_then_fifo():
     run = [running("r", {"n0": range(7)})]
-    q = [job("old-hog", 1, queued_since=NOW - 90, attained_gpu_s=50_000),
-         job("mid", 1, queued_since=NOW - 80, attained_gpu_s=5_000),
-         job("new-late", 1, queued_since=NOW - 10),
-         job("new-early", 1, queued_since=NOW - 20)]
+    q = [
+        job("old-hog", 1, queued_since=NOW - 90, attained_gpu_s=50_000),
+        job("mid", 1, queued_since=NOW - 80, attained_gpu_s=5_000),
+        job("new-late", 1, queued_since=NOW - 10),
+        job("new-early", 1, queued_since=NOW - 20),
+    ]
     d = TiresiasPolicy(preemptive=False)(snapshot(nodes(1), q, run))
     assert [s.job_id for s in d.starts] == ["new-early"]
     pos = {k: v[-1].details["position"] for k, v in d.pending.items()}
@@ -58,8 +64,10 @@ def test_tiresias_orders_by_attained_service_then_fifo():
 
 
 def test_tiresias_preempts_jobs_with_more_attained_service_only():
-    run = [running("hog", {"n0": range(8)}, attained_gpu_s=50_000, started_at=NOW - 10),
-           running("young", {"n1": range(8)}, attained_gpu_s=100, started_at=NOW - 5)]
+    run = [
+        running("hog", {"n0": range(8)}, attained_gpu_s=50_000, started_at=NOW - 10),
+        running("young", {"n1": range(8)}, attained_gpu_s=100, started_at=NOW - 5),
+    ]
     d = TiresiasPolicy()(snapshot(nodes(2), [job("new", 8)], run))
     assert [(p.job_id, p.by_job_id, p.reason) for p in d.preemptions] == [("hog", "new", "LeastAttainedService")]
     assert d.pending["new"][0].code == "WaitingForPreemption"
@@ -73,8 +81,10 @@ def test_tiresias_preempts_jobs_with_more_attained_service_only():
 
 
 def _random_snapshot(rnd: random.Random):
-    ns = [node(f"n{i}", rnd.choice([4, 8]), rnd.choice(["a100", "a100", "v100"]), cpu=rnd.choice([16, 64]))
-          for i in range(rnd.randint(1, 6))]
+    ns = [
+        node(f"n{i}", rnd.choice([4, 8]), rnd.choice(["a100", "a100", "v100"]), cpu=rnd.choice([16, 64]))
+        for i in range(rnd.randint(1, 6))
+    ]
     free = {n.name: list(range(len(n.gpus))) for n in ns}
     prios = ["high", "normal", "low", "best-effort"]
     qnames = ["qa", "qb", "qc"]
@@ -86,23 +96,56 @@ def _random_snapshot(rnd: random.Random):
             continue
         devs = [free[n.name].pop() for _ in range(g)]
         term = rnd.random() < 0.15
-        run.append(running(f"r{i}", {n.name: devs}, queue=rnd.choice(qnames), user=rnd.choice("xyz"),
-                           priority=rnd.choice(prios), started_at=NOW - rnd.uniform(0, 5000),
-                           max_runtime_s=rnd.choice([None, 1000.0]), terminating=term,
-                           preempted_by=(f"j{rnd.randint(0, 20)}" if term and rnd.random() < 0.5 else None),
-                           attained_gpu_s=rnd.uniform(0, 50_000), cpu=rnd.choice([1.0, 4.0])))
-    q = [job(f"j{i}", rnd.choice([0, 1, 1, 2, 4, 8]), replicas=rnd.choice([1, 1, 1, 2, 3]),
-             queue=rnd.choice(qnames + ["unknown"]), user=rnd.choice("xyzw"), priority=rnd.choice(prios),
-             model=rnd.choice([None, None, "a100", "v100"]), cpu=rnd.choice([1.0, 4.0, 12.0]),
-             queued_since=NOW - rnd.uniform(0, 1000), max_runtime_s=rnd.choice([None, 300.0, 5000.0]),
-             interactive=rnd.random() < 0.1, attained_gpu_s=rnd.choice([0.0, 5000.0, 50_000.0]))
-         for i in range(rnd.randint(0, 30))]
-    queues = [QueueConfig(name="qa", account="a", quotas={"gpu": Quota(guarantee=4, deserved=6, capability=12)},
-                          user_caps=UserCaps(max_gpus=6, max_running_jobs=3, max_interactive_jobs=1)),
-              QueueConfig(name="qb", account="b", weight=2, quotas={"gpu/a100": Quota(guarantee=2, capability=8)}),
-              QueueConfig(name="qc", account="c", quotas={"gpu": Quota(deserved=2)})]
-    return snapshot(ns, q, run, queues, user_usage={u: rnd.uniform(0, 1e5) for u in "xyzw"},
-                    queue_usage={x: rnd.uniform(0, 1e5) for x in qnames})
+        run.append(
+            running(
+                f"r{i}",
+                {n.name: devs},
+                queue=rnd.choice(qnames),
+                user=rnd.choice("xyz"),
+                priority=rnd.choice(prios),
+                started_at=NOW - rnd.uniform(0, 5000),
+                max_runtime_s=rnd.choice([None, 1000.0]),
+                terminating=term,
+                preempted_by=(f"j{rnd.randint(0, 20)}" if term and rnd.random() < 0.5 else None),
+                attained_gpu_s=rnd.uniform(0, 50_000),
+                cpu=rnd.choice([1.0, 4.0]),
+            )
+        )
+    q = [
+        job(
+            f"j{i}",
+            rnd.choice([0, 1, 1, 2, 4, 8]),
+            replicas=rnd.choice([1, 1, 1, 2, 3]),
+            queue=rnd.choice(qnames + ["unknown"]),
+            user=rnd.choice("xyzw"),
+            priority=rnd.choice(prios),
+            model=rnd.choice([None, None, "a100", "v100"]),
+            cpu=rnd.choice([1.0, 4.0, 12.0]),
+            queued_since=NOW - rnd.uniform(0, 1000),
+            max_runtime_s=rnd.choice([None, 300.0, 5000.0]),
+            interactive=rnd.random() < 0.1,
+            attained_gpu_s=rnd.choice([0.0, 5000.0, 50_000.0]),
+        )
+        for i in range(rnd.randint(0, 30))
+    ]
+    queues = [
+        QueueConfig(
+            name="qa",
+            account="a",
+            quotas={"gpu": Quota(guarantee=4, deserved=6, capability=12)},
+            user_caps=UserCaps(max_gpus=6, max_running_jobs=3, max_interactive_jobs=1),
+        ),
+        QueueConfig(name="qb", account="b", weight=2, quotas={"gpu/a100": Quota(guarantee=2, capability=8)}),
+        QueueConfig(name="qc", account="c", quotas={"gpu": Quota(deserved=2)}),
+    ]
+    return snapshot(
+        ns,
+        q,
+        run,
+        queues,
+        user_usage={u: rnd.uniform(0, 1e5) for u in "xyzw"},
+        queue_usage={x: rnd.uniform(0, 1e5) for x in qnames},
+    )
 
 
 @pytest.mark.parametrize("name", ["fifo", "tiresias", "caldera"])
@@ -145,13 +188,15 @@ def test_random_snapshots_respect_caldera_limits():
             c[2] += j.interactive
             started_users.add(j.user)
         if any(queued[s.job_id].queue == "qa" and queued[s.job_id].gpus for s in d.starts):
-            assert qa_gpus <= 12                                      # capability
+            assert qa_gpus <= 12  # capability
         for u in started_users:
             g, njobs, inter = users[u]
-            assert njobs <= 3 and inter <= 1                          # max_running_jobs, max_interactive_jobs
-            if any(queued[s.job_id].queue == "qa" and queued[s.job_id].user == u and queued[s.job_id].gpus
-                   for s in d.starts):
-                assert g <= 6                                         # max_gpus
+            assert njobs <= 3 and inter <= 1  # max_running_jobs, max_interactive_jobs
+            if any(
+                queued[s.job_id].queue == "qa" and queued[s.job_id].user == u and queued[s.job_id].gpus
+                for s in d.starts
+            ):
+                assert g <= 6  # max_gpus
         for p in d.preemptions:
             assert p.by_job_id in queued and queued[p.by_job_id].priority != "best-effort"
             if p.reason == "BestEffort":
@@ -161,19 +206,31 @@ def test_random_snapshots_respect_caldera_limits():
                 assert run[p.job_id].priority.rank < queued[p.by_job_id].priority.rank
             if p.reason == "Reclaim":
                 assert run[p.job_id].queue != queued[p.by_job_id].queue
-                assert queued[p.by_job_id].queue in ("qa", "qb")     # only they have guarantees
+                assert queued[p.by_job_id].queue in ("qa", "qb")  # only they have guarantees
 
 
 @pytest.mark.parametrize("name", ["fifo", "tiresias", "caldera"])
 def test_long_queues_stay_consistent(name):
     rnd = random.Random(3)
     ns = nodes(6, 8, "a100") + nodes(2, 4, "v100", prefix="v")
-    run = [running("be", {"v0": range(4)}, priority="best-effort"),        # useless to a100 jobs
-           running("lo", {"n0": range(8)}, priority="low", queue="qa")]
-    q = [job(f"j{i:05d}", rnd.choice([1, 2, 8]), replicas=rnd.choice([1, 1, 2]), model=rnd.choice(["a100", None]),
-             user=rnd.choice("abcdef"), queue=rnd.choice(["qa", "qb"]), priority=rnd.choice(["normal", "low"]),
-             queued_since=NOW - 3000 + i * 0.5, max_runtime_s=rnd.choice([None, 100.0]))
-         for i in range(4000)]
+    run = [
+        running("be", {"v0": range(4)}, priority="best-effort"),  # useless to a100 jobs
+        running("lo", {"n0": range(8)}, priority="low", queue="qa"),
+    ]
+    q = [
+        job(
+            f"j{i:05d}",
+            rnd.choice([1, 2, 8]),
+            replicas=rnd.choice([1, 1, 2]),
+            model=rnd.choice(["a100", None]),
+            user=rnd.choice("abcdef"),
+            queue=rnd.choice(["qa", "qb"]),
+            priority=rnd.choice(["normal", "low"]),
+            queued_since=NOW - 3000 + i * 0.5,
+            max_runtime_s=rnd.choice([None, 100.0]),
+        )
+        for i in range(4000)
+    ]
     snap = snapshot(ns, q, run)
     d = get_policy(name)(snap)
     check_decisions(snap, d)

@@ -1,14 +1,16 @@
 """Preemption: guarantee reclaim, best-effort, priority within a queue, soon-free capacity, holds, the cap."""
+
 from __future__ import annotations
 
 from caldera.core.tenancy import QueueConfig, Quota
 from caldera.scheduler.caldera_policy import CalderaPolicy
-from caldera.scheduler.testing import NOW, check_decisions, job, nodes, running, snapshot
+from tests.builders import NOW, check_decisions, job, nodes, running, snapshot
 
 
 def Q(name, guarantee=0.0, deserved=None, capability=None):
-    return QueueConfig(name=name, account=name,
-                       quotas={"gpu": Quota(guarantee=guarantee, deserved=deserved, capability=capability)})
+    return QueueConfig(
+        name=name, account=name, quotas={"gpu": Quota(guarantee=guarantee, deserved=deserved, capability=capability)}
+    )
 
 
 def policy(**kw):
@@ -18,10 +20,12 @@ def policy(**kw):
 
 def _b_fills_cluster():
     # queue b holds all 16 GPUs; by priority and age: low-young, low-old, normal-young, normal-old
-    return [running("b-low-old", {"n0": range(4)}, queue="b", priority="low", started_at=NOW - 2000),
-            running("b-normal-young", {"n0": range(4, 8)}, queue="b", started_at=NOW - 10),
-            running("b-low-young", {"n1": range(4)}, queue="b", priority="low", started_at=NOW - 100),
-            running("b-normal-old", {"n1": range(4, 8)}, queue="b", started_at=NOW - 1000)]
+    return [
+        running("b-low-old", {"n0": range(4)}, queue="b", priority="low", started_at=NOW - 2000),
+        running("b-normal-young", {"n0": range(4, 8)}, queue="b", started_at=NOW - 10),
+        running("b-low-young", {"n1": range(4)}, queue="b", priority="low", started_at=NOW - 100),
+        running("b-normal-old", {"n1": range(4, 8)}, queue="b", started_at=NOW - 1000),
+    ]
 
 
 def test_guarantee_reclaim_preempts_lowest_priority_youngest_and_names_it():
@@ -40,20 +44,24 @@ def test_guarantee_reclaim_preempts_lowest_priority_youngest_and_names_it():
 
 def test_reclaim_never_takes_a_queue_below_its_own_guarantee():
     queues = [Q("a", guarantee=8), Q("b", guarantee=12, deserved=12)]
-    snap = snapshot(nodes(2), [job("a1", 4, queue="a", queued_since=NOW - 20),
-                               job("a2", 4, queue="a", queued_since=NOW - 10)], _b_fills_cluster(), queues)
+    snap = snapshot(
+        nodes(2),
+        [job("a1", 4, queue="a", queued_since=NOW - 20), job("a2", 4, queue="a", queued_since=NOW - 10)],
+        _b_fills_cluster(),
+        queues,
+    )
     d = policy()(snap)
-    assert [p.job_id for p in d.preemptions] == ["b-low-young"]       # 16 -> 12 = b's guarantee
+    assert [p.job_id for p in d.preemptions] == ["b-low-young"]  # 16 -> 12 = b's guarantee
     assert d.pending["a2"][0].code == "GangNoFit"
 
 
 def test_no_reclaim_beyond_the_claimers_guarantee_or_from_a_queue_within_its_share():
     queues = [Q("a", guarantee=2), Q("b", deserved=4)]
     snap = snapshot(nodes(2), [job("a1", 4, queue="a")], _b_fills_cluster(), queues)
-    assert not policy()(snap).preemptions                # a would go above its guarantee of 2
+    assert not policy()(snap).preemptions  # a would go above its guarantee of 2
     queues = [Q("a", guarantee=8), Q("b", deserved=16)]
     snap = snapshot(nodes(2), [job("a1", 4, queue="a")], _b_fills_cluster(), queues)
-    assert not policy()(snap).preemptions                # b is within its deserved share
+    assert not policy()(snap).preemptions  # b is within its deserved share
 
 
 def test_best_effort_goes_first_even_when_reclaim_is_possible():
@@ -84,8 +92,10 @@ def test_anyone_preempts_best_effort_across_queues():
 
 
 def test_higher_priority_preempts_lower_in_the_same_queue_only():
-    run = [running("mine-low", {"n0": range(8)}, queue="q", priority="low"),
-           running("other-low", {"n1": range(8)}, queue="other", priority="low", started_at=NOW - 1)]
+    run = [
+        running("mine-low", {"n0": range(8)}, queue="q", priority="low"),
+        running("other-low", {"n1": range(8)}, queue="other", priority="low", started_at=NOW - 1),
+    ]
     snap = snapshot(nodes(2), [job("hi", 8, queue="q", priority="high")], run)
     d = policy()(snap)
     assert [(p.job_id, p.reason) for p in d.preemptions] == [("mine-low", "Priority")]
@@ -94,8 +104,10 @@ def test_higher_priority_preempts_lower_in_the_same_queue_only():
 
 
 def test_terminating_victims_count_as_soon_free_and_nothing_more_is_preempted():
-    run = [running("victim", {"n0": range(4)}, priority="low", terminating=True, preempted_by="hi"),
-           running("low2", {"n0": range(4, 8)}, priority="low")]
+    run = [
+        running("victim", {"n0": range(4)}, priority="low", terminating=True, preempted_by="hi"),
+        running("low2", {"n0": range(4, 8)}, priority="low"),
+    ]
     snap = snapshot(nodes(1), [job("hi", 4, priority="high")], run)
     d = policy()(snap)
     check_decisions(snap, d)
@@ -106,10 +118,15 @@ def test_terminating_victims_count_as_soon_free_and_nothing_more_is_preempted():
 
 
 def test_soon_free_for_one_job_is_not_taken_by_another():
-    run = [running("victim", {"n0": range(4)}, priority="low", terminating=True, preempted_by="hi"),
-           running("low2", {"n0": range(4, 8)}, priority="low")]
-    snap = snapshot(nodes(1), [job("hi", 4, priority="high", queued_since=NOW - 5),
-                               job("other", 4, priority="high", queued_since=NOW - 50)], run)
+    run = [
+        running("victim", {"n0": range(4)}, priority="low", terminating=True, preempted_by="hi"),
+        running("low2", {"n0": range(4, 8)}, priority="low"),
+    ]
+    snap = snapshot(
+        nodes(1),
+        [job("hi", 4, priority="high", queued_since=NOW - 5), job("other", 4, priority="high", queued_since=NOW - 50)],
+        run,
+    )
     d = policy(priority_preemption=False)(snap)
     assert d.pending["hi"][0].code == "WaitingForPreemption"
     assert d.pending["other"][0].code == "GangNoFit"
@@ -121,7 +138,7 @@ def test_cancelled_job_resources_wait_for_the_first_job_that_needs_them():
     d = policy()(snap)
     assert not d.preemptions
     assert d.pending["j1"][0].code == "WaitingForPreemption"
-    assert d.pending["j2"][0].code == "WaitingForPreemption"     # the other half of the node
+    assert d.pending["j2"][0].code == "WaitingForPreemption"  # the other half of the node
     snap = snapshot(nodes(1), [job("j1", 8, queued_since=NOW - 20), job("j2", 4, queued_since=NOW - 10)], run)
     d = policy()(snap)
     assert d.pending["j1"][0].code == "WaitingForPreemption" and d.pending["j2"][0].code == "GangNoFit"
@@ -130,9 +147,11 @@ def test_cancelled_job_resources_wait_for_the_first_job_that_needs_them():
 def test_waiting_job_holds_the_free_part_of_its_placement():
     # n0: 2 free + a best-effort job on 2; n1 full. The 4-GPU job preempts and keeps the 2 free GPUs, so the small
     # job behind it does not take them.
-    run = [running("be", {"n0": [0, 1]}, priority="best-effort"),
-           running("keep", {"n0": [2, 3, 4, 5]}, priority="high"),
-           running("full", {"n1": range(8)}, priority="high")]
+    run = [
+        running("be", {"n0": [0, 1]}, priority="best-effort"),
+        running("keep", {"n0": [2, 3, 4, 5]}, priority="high"),
+        running("full", {"n1": range(8)}, priority="high"),
+    ]
     # n0 has GPUs 6, 7 free
     snap = snapshot(nodes(2), [job("big", 4, queued_since=NOW - 20), job("small", 1, queued_since=NOW - 10)], run)
     d = policy()(snap)
@@ -154,9 +173,11 @@ def test_preemption_cap_per_cycle():
 def test_victims_spare_what_is_not_needed():
     # a 4-GPU job on a node with two low jobs of 2 and one of 4: the youngest-first walk would take the two small
     # ones first; only enough victims on one node are taken.
-    run = [running("lo-a", {"n0": [0, 1]}, priority="low", started_at=NOW - 10),
-           running("lo-b", {"n0": [2, 3]}, priority="low", started_at=NOW - 20),
-           running("lo-c", {"n0": [4, 5, 6, 7]}, priority="low", started_at=NOW - 30)]
+    run = [
+        running("lo-a", {"n0": [0, 1]}, priority="low", started_at=NOW - 10),
+        running("lo-b", {"n0": [2, 3]}, priority="low", started_at=NOW - 20),
+        running("lo-c", {"n0": [4, 5, 6, 7]}, priority="low", started_at=NOW - 30),
+    ]
     snap = snapshot(nodes(1), [job("hi", 4, priority="high")], run)
     d = policy()(snap)
     assert sorted(p.job_id for p in d.preemptions) == ["lo-a", "lo-b"]

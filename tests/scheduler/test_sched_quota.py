@@ -1,36 +1,42 @@
 """Queue quotas (validation, capability) and per-user caps."""
+
 from __future__ import annotations
 
 from caldera.core.resources import Resources
 from caldera.core.tenancy import QueueConfig, Quota, UserCaps
 from caldera.scheduler.caldera_policy import CalderaPolicy
 from caldera.scheduler.quota import never_fits, validate_queues
-from caldera.scheduler.testing import NOW, check_decisions, job, node, nodes, running, snapshot
+from tests.builders import NOW, check_decisions, job, node, nodes, running, snapshot
 
 
 def Q(name, quotas=None, caps=None, weight=1.0):
     return QueueConfig(name=name, account=name, weight=weight, quotas=quotas or {}, user_caps=caps or UserCaps())
 
 
-CLUSTER = nodes(2, 8, "a100") + nodes(1, 4, "v100", prefix="v")      # 16 a100 + 4 v100, 192 CPUs
+CLUSTER = nodes(2, 8, "a100") + nodes(1, 4, "v100", prefix="v")  # 16 a100 + 4 v100, 192 CPUs
 
 
 def test_valid_queues_give_no_errors():
-    qs = [Q("a", {"gpu": Quota(guarantee=8, deserved=10, capability=16), "gpu/a100": Quota(guarantee=8)}),
-          Q("b", {"gpu": Quota(guarantee=8), "gpu/v100": Quota(capability=4)})]
+    qs = [
+        Q("a", {"gpu": Quota(guarantee=8, deserved=10, capability=16), "gpu/a100": Quota(guarantee=8)}),
+        Q("b", {"gpu": Quota(guarantee=8), "gpu/v100": Quota(capability=4)}),
+    ]
     assert validate_queues(qs, CLUSTER) == []
 
 
 def test_guarantees_above_cluster_capacity():
-    errs = validate_queues([Q("a", {"gpu/a100": Quota(guarantee=10)}), Q("b", {"gpu/a100": Quota(guarantee=8)})],
-                           CLUSTER)
+    errs = validate_queues(
+        [Q("a", {"gpu/a100": Quota(guarantee=10)}), Q("b", {"gpu/a100": Quota(guarantee=8)})], CLUSTER
+    )
     assert len(errs) == 1
     assert "gpu/a100" in errs[0] and "18" in errs[0] and "16" in errs[0] and "a=10" in errs[0]
 
 
 def test_capability_below_guarantee_and_deserved_above_capability():
-    errs = validate_queues([Q("a", {"gpu": Quota(guarantee=4, capability=2)}),
-                            Q("b", {"cpu": Quota(deserved=100, capability=50)})], CLUSTER)
+    errs = validate_queues(
+        [Q("a", {"gpu": Quota(guarantee=4, capability=2)}), Q("b", {"cpu": Quota(deserved=100, capability=50)})],
+        CLUSTER,
+    )
     assert any("queue a" in e and "capability for gpu (2) is below its guarantee (4)" in e for e in errs)
     assert any("queue b" in e and "deserved share for cpu (100) is above its capability (50)" in e for e in errs)
 
@@ -43,8 +49,9 @@ def test_unknown_gpu_model_and_duplicates():
 
 def test_memory_guarantees_checked_in_mib():
     cluster = [node("n", 8, memory_mib=1000)]
-    errs = validate_queues([Q("a", {"memory": Quota(guarantee=800)}), Q("b", {"memory": Quota(guarantee=400)})],
-                           cluster)
+    errs = validate_queues(
+        [Q("a", {"memory": Quota(guarantee=800)}), Q("b", {"memory": Quota(guarantee=400)})], cluster
+    )
     assert len(errs) == 1 and "memory" in errs[0] and "MiB" in errs[0]
 
 
@@ -54,9 +61,9 @@ def test_never_fits():
     assert "no node has GPU model h100" in never_fits(Resources(gpu=1, gpu_model="h100"), 1, CLUSTER)
     assert "needs 24" in never_fits(Resources(gpu=8, gpu_model="a100"), 3, CLUSTER)
     assert "needs 8 v100 GPUs" in never_fits(Resources(gpu=8, gpu_model="v100"), 1, CLUSTER)
-    assert "needs 20" in never_fits(Resources(gpu=4), 5, CLUSTER)      # no single model has 20
+    assert "needs 20" in never_fits(Resources(gpu=4), 5, CLUSTER)  # no single model has 20
     assert "CPUs" in never_fits(Resources(gpu=1, cpu=500), 1, CLUSTER)
-    assert "at most 2 fit" in never_fits(Resources(gpu=5), 3, CLUSTER)   # 5-GPU blocks: one per 8-GPU node
+    assert "at most 2 fit" in never_fits(Resources(gpu=5), 3, CLUSTER)  # 5-GPU blocks: one per 8-GPU node
     assert never_fits(Resources(gpu=0, cpu=8), 10, CLUSTER) is None
 
 
@@ -113,9 +120,16 @@ def test_user_gpu_cap_counts_this_cycle_and_partial_fit():
 def test_user_interactive_and_running_caps():
     queues = [Q("q", caps=UserCaps(max_interactive_jobs=1, max_running_jobs=2))]
     run = [running("lab", {"n0": [0]}, user="alice", interactive=True)]
-    snap = snapshot(CLUSTER, [job("nb", 1, user="alice", interactive=True, queued_since=NOW - 30),
-                              job("b1", 1, user="alice", queued_since=NOW - 20),
-                              job("b2", 1, user="alice", queued_since=NOW - 10)], run, queues)
+    snap = snapshot(
+        CLUSTER,
+        [
+            job("nb", 1, user="alice", interactive=True, queued_since=NOW - 30),
+            job("b1", 1, user="alice", queued_since=NOW - 20),
+            job("b2", 1, user="alice", queued_since=NOW - 10),
+        ],
+        run,
+        queues,
+    )
     d = CalderaPolicy()(snap)
     check_decisions(snap, d)
     assert [s.job_id for s in d.starts] == ["b1"]
@@ -124,8 +138,13 @@ def test_user_interactive_and_running_caps():
     assert d.pending["nb"][0].details["cap"] == "max_interactive_jobs"
     assert d.pending["b2"][0].code == "UserCap"
     assert d.pending["b2"][0].message == "user cap of 2 running jobs reached"
-    assert d.pending["b2"][0].details == {"cap": "max_running_jobs", "limit": 2, "used": 2, "queue": "q",
-                                          "user": "alice"}
+    assert d.pending["b2"][0].details == {
+        "cap": "max_running_jobs",
+        "limit": 2,
+        "used": 2,
+        "queue": "q",
+        "user": "alice",
+    }
 
 
 def test_queue_missing_from_snapshot_is_unlimited():

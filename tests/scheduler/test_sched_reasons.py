@@ -1,4 +1,5 @@
 """Why pending: every waiting job has reasons; QueuePosition positions and estimates; the lazy reason objects."""
+
 from __future__ import annotations
 
 import copy
@@ -13,12 +14,21 @@ from caldera.scheduler import reasons
 from caldera.scheduler.caldera_policy import CalderaPolicy
 from caldera.scheduler.fifo import FifoPolicy
 from caldera.scheduler.snapshot import Reason
-from caldera.scheduler.testing import NOW, check_decisions, job, nodes, running, snapshot
+from tests.builders import NOW, check_decisions, job, nodes, running, snapshot
 
 
 def test_codes_are_the_documented_strings():
-    assert reasons.CODES == ("QueueCapability", "UserCap", "GangNoFit", "QueuePosition", "Reserved",
-                             "BackfillBlocked", "WaitingForPreemption", "BestEffortNoIdle", "NeverFits")
+    assert reasons.CODES == (
+        "QueueCapability",
+        "UserCap",
+        "GangNoFit",
+        "QueuePosition",
+        "Reserved",
+        "BackfillBlocked",
+        "WaitingForPreemption",
+        "BestEffortNoIdle",
+        "NeverFits",
+    )
 
 
 def test_queue_position_and_estimated_start():
@@ -31,7 +41,10 @@ def test_queue_position_and_estimated_start():
         assert r.code == "QueuePosition"
         t = NOW + 600 + 1000 * i
         assert r.details == {"position": i + 1, "estimated_start": t}
-        assert r.message == f"position {i + 1} in the queue, estimated start at {time.strftime('%H:%M', time.localtime(t))}"
+        assert (
+            r.message
+            == f"position {i + 1} in the queue, estimated start at {time.strftime('%H:%M', time.localtime(t))}"
+        )
 
 
 def test_estimate_is_none_when_the_job_is_larger_than_the_cluster():
@@ -53,7 +66,7 @@ def test_every_queued_job_gets_reasons_and_positions_follow_the_order():
 
 
 def test_large_queues_use_lazy_reasons_that_behave_like_reasons():
-    n = 3000                                          # above the size where reasons are built lazily
+    n = 3000  # above the size where reasons are built lazily
     q = [job(f"j{i:05d}", 8, queued_since=NOW - n + i) for i in range(n)]
     snap = snapshot(nodes(1), q, [running("r", {"n0": range(8)}, max_runtime_s=3600, started_at=NOW)])
     d = FifoPolicy()(snap)
@@ -74,29 +87,34 @@ def test_large_queues_use_lazy_reasons_that_behave_like_reasons():
 
 
 def test_pending_is_a_mapping_made_as_it_is_read():
-    q = [job(f"j{i:04d}", 1 + i % 8, queued_since=NOW - 400 + i, user=f"u{i % 7}", max_runtime_s=600 * (i % 3))
-         for i in range(300)]
-    run = [running("r", {"n0": range(8)}, started_at=NOW, max_runtime_s=600),
-           running("be", {"n1": range(4)}, priority="best-effort")]
+    q = [
+        job(f"j{i:04d}", 1 + i % 8, queued_since=NOW - 400 + i, user=f"u{i % 7}", max_runtime_s=600 * (i % 3))
+        for i in range(300)
+    ]
+    run = [
+        running("r", {"n0": range(8)}, started_at=NOW, max_runtime_s=600),
+        running("be", {"n1": range(4)}, priority="best-effort"),
+    ]
     snap = snapshot(nodes(4), q, run)
     d = CalderaPolicy()(snap)
     started = {s.job_id for s in d.starts}
     assert started and len(d.pending) == 300 - len(started)
-    assert list(d.pending) == [j.id for j in q if j.id not in started]        # the snapshot's order
+    assert list(d.pending) == [j.id for j in q if j.id not in started]  # the snapshot's order
     assert all(jid not in d.pending for jid in started) and "nope" not in d.pending
     with pytest.raises(KeyError):
         d.pending[next(iter(started))]
     first = d.pending["j0299"]
-    assert d.pending["j0299"] is first                                       # made once
+    assert d.pending["j0299"] is first  # made once
     plain = {k: list(v) for k, v in d.pending.items()}
     assert d.pending == plain and dict(d.pending) == plain
     positions = sorted(v[-1].details["position"] for v in plain.values())
-    assert positions == list(range(1, len(plain) + 1))                        # every position once
+    assert positions == list(range(1, len(plain) + 1))  # every position once
     assert all(v[-1].code == "QueuePosition" for v in plain.values())
     # a second cycle over the same snapshot decides the same and explains the same
     again = CalderaPolicy()(snap)
-    assert {k: [(r.code, r.message, r.details) for r in v] for k, v in again.pending.items()} == \
-        {k: [(r.code, r.message, r.details) for r in v] for k, v in plain.items()}
+    assert {k: [(r.code, r.message, r.details) for r in v] for k, v in again.pending.items()} == {
+        k: [(r.code, r.message, r.details) for r in v] for k, v in plain.items()
+    }
 
 
 def test_reasons_for_jobs_deep_in_a_long_queue_are_cheap_but_present():
@@ -104,5 +122,5 @@ def test_reasons_for_jobs_deep_in_a_long_queue_are_cheap_but_present():
     q = [job(f"j{i:05d}", 8, queued_since=NOW - 100 + i / n) for i in range(n)]
     d = CalderaPolicy()(snapshot(nodes(1), q, [running("r", {"n0": range(8)}, priority="high")]))
     assert len(d.pending) == n
-    assert d.pending["j00000"][0].code == "GangNoFit"              # near the head: explained
+    assert d.pending["j00000"][0].code == "GangNoFit"  # near the head: explained
     assert [r.code for r in d.pending["j04999"]] == ["QueuePosition"]

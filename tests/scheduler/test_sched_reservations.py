@@ -1,16 +1,19 @@
 """No starvation of large jobs: reservations, and backfill only with a runtime limit that ends before them."""
+
 from __future__ import annotations
 
 from caldera.scheduler.caldera_policy import CalderaPolicy
-from caldera.scheduler.testing import NOW, check_decisions, job, node, nodes, running, snapshot
+from tests.builders import NOW, check_decisions, job, node, nodes, running, snapshot
 
-OLD = NOW - 1000          # past the 300 s starvation threshold
+OLD = NOW - 1000  # past the 300 s starvation threshold
 
 
 def _cluster():
     # n0: 4 free, the other 4 held until NOW + 1000; n1: full until NOW + 5000
-    run = [running("r0", {"n0": range(4)}, started_at=NOW - 100, max_runtime_s=1100),
-           running("r1", {"n1": range(8)}, started_at=NOW - 100, max_runtime_s=5100)]
+    run = [
+        running("r0", {"n0": range(4)}, started_at=NOW - 100, max_runtime_s=1100),
+        running("r1", {"n1": range(8)}, started_at=NOW - 100, max_runtime_s=5100),
+    ]
     return nodes(2), run
 
 
@@ -25,10 +28,12 @@ def test_starving_large_job_gets_a_reservation_at_the_earliest_release():
 
 def test_backfill_only_with_a_runtime_limit_that_ends_before_the_reservation():
     ns, run = _cluster()
-    q = [job("big", 8, queued_since=OLD),
-         job("no-limit", 4, queued_since=NOW - 30),
-         job("too-long", 4, queued_since=NOW - 20, max_runtime_s=2000),
-         job("short", 4, queued_since=NOW - 10, max_runtime_s=500)]
+    q = [
+        job("big", 8, queued_since=OLD),
+        job("no-limit", 4, queued_since=NOW - 30),
+        job("too-long", 4, queued_since=NOW - 20, max_runtime_s=2000),
+        job("short", 4, queued_since=NOW - 10, max_runtime_s=500),
+    ]
     snap = snapshot(ns, q, run)
     d = CalderaPolicy(priority_preemption=False)(snap)
     check_decisions(snap, d)
@@ -56,8 +61,9 @@ def test_without_starvation_small_jobs_simply_go_ahead():
     d = CalderaPolicy(priority_preemption=False)(snapshot(ns, q, run))
     assert [s.job_id for s in d.starts] == ["no-limit"]
     assert d.pending["big"][0].code == "GangNoFit"
-    d = CalderaPolicy(priority_preemption=False, starvation_threshold_s=None)(snapshot(ns, [
-        job("big", 8, queued_since=OLD), job("no-limit", 4, queued_since=NOW - 30)], run))
+    d = CalderaPolicy(priority_preemption=False, starvation_threshold_s=None)(
+        snapshot(ns, [job("big", 8, queued_since=OLD), job("no-limit", 4, queued_since=NOW - 30)], run)
+    )
     assert [s.job_id for s in d.starts] == ["no-limit"]
 
 
@@ -70,15 +76,17 @@ def test_starving_jobs_go_first_within_their_class():
 
 
 def test_default_runtime_estimate_for_jobs_without_a_limit():
-    run = [running("r0", {"n0": range(8)}, started_at=NOW - 100)]          # no max_runtime_s
+    run = [running("r0", {"n0": range(8)}, started_at=NOW - 100)]  # no max_runtime_s
     snap = snapshot(nodes(1), [job("big", 8, queued_since=OLD)], run)
     d = CalderaPolicy(priority_preemption=False, default_runtime_estimate_s=600)(snap)
     assert d.pending["big"][0].details["reserved_start"] == NOW + 500
 
 
 def test_at_most_max_reservations():
-    run = [running("r0", {"n0": range(8)}, started_at=NOW, max_runtime_s=100),
-           running("r1", {"n1": range(8)}, started_at=NOW, max_runtime_s=200)]
+    run = [
+        running("r0", {"n0": range(8)}, started_at=NOW, max_runtime_s=100),
+        running("r1", {"n1": range(8)}, started_at=NOW, max_runtime_s=200),
+    ]
     q = [job(f"big{i}", 8, queued_since=OLD + i) for i in range(3)]
     d = CalderaPolicy(priority_preemption=False, max_reservations=1)(snapshot(nodes(2), q, run))
     assert [d.pending[f"big{i}"][0].code for i in range(3)] == ["Reserved", "GangNoFit", "GangNoFit"]

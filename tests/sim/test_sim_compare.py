@@ -1,4 +1,5 @@
 """run_sim: outputs and a multi-policy comparison on a slice of Philly."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,11 @@ def _quiet() -> Console:
 
 
 def test_json_and_png_are_written(tmp_path) -> None:
-    jobs = [TraceJob("a", 0, 100, 1, "p", "p"), TraceJob("b", 10, 50, 1, "q", "q"),
-            TraceJob("c", 300, 100, 1, "p", "p")]
+    jobs = [
+        TraceJob("a", 0, 100, 1, "p", "p"),
+        TraceJob("b", 10, 50, 1, "q", "q"),
+        TraceJob("c", 300, 100, 1, "p", "p"),
+    ]
     out = run_sim(jobs, ["fifo"], nodes=1, gpus_per_node=1, out_dir=tmp_path / "o", console=_quiet())
     data = json.loads((tmp_path / "o" / "results.json").read_text())
     assert out["json"] == str(tmp_path / "o" / "results.json")
@@ -37,10 +41,19 @@ def test_json_and_png_are_written(tmp_path) -> None:
 def test_compare_policies_on_philly_slice(tmp_path, traces_dir) -> None:
     policies = [p for p in WANTED if p in POLICIES]
     assert "fifo" in policies
-    if len(policies) == 1:      # until the other policies are registered, compare FIFO with itself
+    if len(policies) == 1:  # until the other policies are registered, compare FIFO with itself
         policies = ["fifo", "fifo"]
-    out = run_sim("philly", policies, traces_dir=traces_dir, limit=400, nodes=4, gpus_per_node=8,
-                  time_scale=0.05, out_dir=tmp_path, console=_quiet())
+    out = run_sim(
+        "philly",
+        policies,
+        traces_dir=traces_dir,
+        limit=400,
+        nodes=4,
+        gpus_per_node=8,
+        time_scale=0.05,
+        out_dir=tmp_path,
+        console=_quiet(),
+    )
     res = out["results"]
     assert [r["policy"] for r in res] == policies
     for r in res:
@@ -59,8 +72,26 @@ def test_compare_policies_on_philly_slice(tmp_path, traces_dir) -> None:
 
 def test_cli(tmp_path, traces_dir) -> None:
     runner = CliRunner()
-    r = runner.invoke(app, ["run", "philly", "--traces-dir", str(traces_dir), "--limit", "50", "--nodes", "2",
-                            "-p", "fifo", "--time-scale", "0.1", "--out", str(tmp_path), "--no-plot"])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "philly",
+            "--traces-dir",
+            str(traces_dir),
+            "--limit",
+            "50",
+            "--nodes",
+            "2",
+            "-p",
+            "fifo",
+            "--time-scale",
+            "0.1",
+            "--out",
+            str(tmp_path),
+            "--no-plot",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "fifo" in r.output and (tmp_path / "results.json").exists()
     assert not (tmp_path / "comparison.png").exists()

@@ -1,4 +1,5 @@
 """The simulator on hand-made traces whose metrics are worked out by hand."""
+
 from __future__ import annotations
 
 import math
@@ -11,7 +12,13 @@ from caldera.scheduler.snapshot import Allocation, Decisions, Preempt, Snapshot,
 from caldera.sim.cluster import ClusterSpec
 from caldera.sim.metrics import compute_metrics, jain_index, resample_steps, time_weighted_mean
 from caldera.sim.simulator import (
-    SimOptions, SimulationError, Simulator, advance_usage, default_queues, load_queue_file, simulate,
+    SimOptions,
+    SimulationError,
+    Simulator,
+    advance_usage,
+    default_queues,
+    load_queue_file,
+    simulate,
 )
 from caldera.sim.traces import TraceJob
 
@@ -44,10 +51,10 @@ def test_fifo_two_jobs_one_gpu_by_hand() -> None:
     assert m["queueing_delay_s"]["max"] == 90
     assert m["makespan_s"] == 400
     assert m["gpu_allocation"]["mean"] == pytest.approx(250 / 400)
-    assert m["queue_length"]["mean"] == pytest.approx(90 / 400)   # b waits 10..100
+    assert m["queue_length"]["mean"] == pytest.approx(90 / 400)  # b waits 10..100
     assert m["jobs"] == {"submitted": 3, "simulated": 3, "completed": 3, "unfinished": 0, "dropped_never_fit": 0}
     assert m["preemptions"]["total"] == 0
-    assert m["fairness"]["jain_account_slowdown"] == 1.0          # one account
+    assert m["fairness"]["jain_account_slowdown"] == 1.0  # one account
     # slowdowns: a 1, b 140/50, c 1
     assert m["fairness"]["per_account"]["a"]["mean_slowdown"] == pytest.approx((1 + 2.8 + 1) / 3)
     assert res.stopped == "done"
@@ -63,7 +70,7 @@ def test_fifo_two_jobs_one_gpu_by_hand() -> None:
 def test_simultaneous_events_are_one_cycle() -> None:
     jobs = [tj(f"j{i}", 0, 10) for i in range(4)]
     res = simulate(jobs, ClusterSpec.uniform(1, 4), FifoPolicy(), SimOptions(tick_s=None))
-    assert res.cycles == 2            # all four arrive at 0, all four finish at 10
+    assert res.cycles == 2  # all four arrive at 0, all four finish at 10
     assert compute_metrics(res)["gpu_allocation"]["mean"] == 1.0
 
 
@@ -73,7 +80,7 @@ def test_gangs_and_dropped() -> None:
     res = simulate(jobs, ClusterSpec.uniform(2, 8), FifoPolicy())
     j = by_id(res)
     assert j["big"].sj.replicas == 2 and j["big"].sj.request.gpu == 8
-    assert j["big"].finish == 100 and j["small"].first_start == 100   # FIFO: small waits behind big (same t)
+    assert j["big"].finish == 100 and j["small"].first_start == 100  # FIFO: small waits behind big (same t)
     m = compute_metrics(res)
     assert m["jobs"]["dropped_never_fit"] == 1 and m["jobs"]["submitted"] == 3
     assert [d.id for d in res.dropped] == ["huge"]
@@ -85,7 +92,7 @@ def test_time_series_resampling() -> None:
     assert v == [1, 0, 2, 2]
     assert time_weighted_mean([0, 10, 20], [1, 0, 2], 0, 40) == pytest.approx((10 + 0 + 40) / 40)
     _, v = resample_steps([0, 15], [0, 4], 0, 20, points=2)
-    assert v == [0, 2]   # [0, 10): 0; [10, 20): half 0, half 4
+    assert v == [0, 2]  # [0, 10): 0; [10, 20): half 0, half 4
 
 
 # ------------------------------------------------------------------------------------------------ Jain
@@ -125,12 +132,14 @@ class HighPreempts:
         head = queued[0]
         if not busy:
             out.starts.append(Start(head.id, (Allocation(node, (0,), head.request.cpu, head.request.memory_mib),)))
-        elif head.priority is PriorityClass.HIGH and all(not j.terminating for j in busy) \
-                and busy[0].priority is not PriorityClass.HIGH:
+        elif (
+            head.priority is PriorityClass.HIGH
+            and all(not j.terminating for j in busy)
+            and busy[0].priority is not PriorityClass.HIGH
+        ):
             out.preemptions.append(Preempt(busy[0].id, head.id, "Priority", "high job"))
             if self.immediate:
-                out.starts.append(Start(head.id, (Allocation(node, (0,), head.request.cpu,
-                                                             head.request.memory_mib),)))
+                out.starts.append(Start(head.id, (Allocation(node, (0,), head.request.cpu, head.request.memory_mib),)))
         return out
 
     def __init__(self, immediate: bool = True) -> None:
@@ -145,12 +154,12 @@ def test_preemption_requeue_preserves_remaining_work() -> None:
     assert (j["b"].first_start, j["b"].finish) == (30, 50)
     assert j["a"].first_start == 0 and j["a"].finish == 120
     assert j["a"].preemptions == 1 and j["b"].preemptions == 0
-    assert j["a"].sj.attained_gpu_s == pytest.approx(100)      # 30 + 70: nothing lost, nothing counted twice
-    assert j["a"].sj.queued_since == 30                         # re-queued at the preemption
+    assert j["a"].sj.attained_gpu_s == pytest.approx(100)  # 30 + 70: nothing lost, nothing counted twice
+    assert j["a"].sj.queued_since == 30  # re-queued at the preemption
     m = compute_metrics(res)
     assert m["preemptions"] == {"total": 1, "jobs_preempted": 1, "by_reason": {"Priority": 1}}
     assert m["jct_s"]["mean"] == pytest.approx((120 + 20) / 2)
-    assert m["queueing_delay_s"]["mean"] == 0                   # first start - submit, both 0
+    assert m["queueing_delay_s"]["mean"] == 0  # first start - submit, both 0
     assert m["gpu_allocation"]["mean"] == 1.0
 
 
@@ -178,7 +187,7 @@ def test_running_attained_service_is_current_in_snapshots() -> None:
             return super().__call__(snap)
 
     simulate([tj("a", 0, 100, 2), tj("b", 10, 5, 2)], ClusterSpec.uniform(1, 2), Spy(), SimOptions(wake_hints=False))
-    assert (10.0, 20.0) in seen and (70.0, 140.0) in seen    # 2 GPUs x 10 s; the tick at 70: 2 x 70
+    assert (10.0, 20.0) in seen and (70.0, 140.0) in seen  # 2 GPUs x 10 s; the tick at 70: 2 x 70
 
 
 # ------------------------------------------------------------------------------------------------ bad decisions
@@ -194,7 +203,7 @@ def test_invalid_decisions_are_counted_or_raise() -> None:
     jobs = [tj("a", 0, 10), tj("b", 0, 10)]
     res = simulate(jobs, ClusterSpec.uniform(1, 2), DoubleBooker())
     assert res.invalid_decisions.get("start_busy", 0) >= 1
-    assert all(j.finish is not None for j in res.jobs)   # b starts once a has gone
+    assert all(j.finish is not None for j in res.jobs)  # b starts once a has gone
     with pytest.raises(SimulationError):
         simulate(jobs, ClusterSpec.uniform(1, 2), DoubleBooker(), SimOptions(strict=True))
 
@@ -228,6 +237,7 @@ def test_usage_decay_matches_fairshare() -> None:
         return
     from caldera.core.resources import Resources
     from caldera.scheduler.snapshot import SchedJob
+
     run = [SchedJob("j", "u", "a", "q", PriorityClass.NORMAL, Resources(gpu=2))]
     uu, qu = fairshare.advance({"u": 10.0}, {"q": 5.0}, run, 1234.0, 7200.0)
     assert advance_usage({"u": 10.0}, {"u": 2}, 1234.0, 7200.0, fairshare.decay_factor)["u"] == pytest.approx(uu["u"])
@@ -242,8 +252,12 @@ def test_usage_reaches_the_policy() -> None:
             seen.append(snap)
             return super().__call__(snap)
 
-    simulate([tj("a", 0, 100, account="p"), tj("b", 50, 10, account="q")], one_gpu(), Spy(),
-             SimOptions(half_life_s=float("inf")))
+    simulate(
+        [tj("a", 0, 100, account="p"), tj("b", 50, 10, account="q")],
+        one_gpu(),
+        Spy(),
+        SimOptions(half_life_s=float("inf")),
+    )
     at = {round(s.now): s for s in seen}
     assert at[50].user_usage == {"p": 50.0} and at[50].queue_usage == {"p": 50.0}
     assert at[100].queue_usage == {"p": 100.0}

@@ -1,6 +1,7 @@
 """The simulator's shortcuts change how fast a replay runs, never what it decides: skipping the periodic cycles that
 ``Decisions.wake_at`` says are empty, handing policies an up-to-date capacity index, and not asking for pending
 reasons. Each test replays the same jobs with and without a shortcut and compares every job's schedule."""
+
 from __future__ import annotations
 
 import random
@@ -10,11 +11,11 @@ import pytest
 from caldera.core.tenancy import PriorityClass, QueueConfig, Quota, UserCaps
 from caldera.scheduler.placement import ClusterIndex
 from caldera.scheduler.registry import get_policy
-from caldera.scheduler.testing import check_decisions, job, nodes, running, snapshot
 from caldera.sim import simulator as simmod
 from caldera.sim.cluster import ClusterSpec
 from caldera.sim.simulator import SimOptions, SimProgress, Simulator
 from caldera.sim.traces import TraceJob, load_trace
+from tests.builders import check_decisions, job, nodes, running, snapshot
 
 POLICIES = ("fifo", "tiresias", "caldera")
 
@@ -36,38 +37,58 @@ def mixed_jobs(n: int = 400, seed: int = 7) -> list[TraceJob]:
     """Jobs of three accounts in all four priority classes, 1 to 16 GPUs, arriving faster than 24 GPUs serve
     them: reclaim, priority and best-effort preemption, reservations and gangs all happen."""
     rnd = random.Random(seed)
-    prios = [PriorityClass.HIGH, PriorityClass.NORMAL, PriorityClass.NORMAL, PriorityClass.LOW,
-             PriorityClass.BEST_EFFORT]
+    prios = [
+        PriorityClass.HIGH,
+        PriorityClass.NORMAL,
+        PriorityClass.NORMAL,
+        PriorityClass.LOW,
+        PriorityClass.BEST_EFFORT,
+    ]
     out, t = [], 0.0
     for i in range(n):
         t += rnd.expovariate(1 / 120)
         g = rnd.choice([1, 1, 1, 2, 4, 8, 16])
         acct = rnd.choice(["vision", "nlp", "robotics"])
-        out.append(TraceJob(f"j{i}", round(t), rnd.choice([60, 600, 1800, 7200, 20000]), g, acct,
-                            f"{acct}-u{rnd.randint(0, 2)}", rnd.choice(prios)))
+        out.append(
+            TraceJob(
+                f"j{i}",
+                round(t),
+                rnd.choice([60, 600, 1800, 7200, 20000]),
+                g,
+                acct,
+                f"{acct}-u{rnd.randint(0, 2)}",
+                rnd.choice(prios),
+            )
+        )
     return out
 
 
 def mixed_queues() -> list[QueueConfig]:
-    return [QueueConfig(name="vision", account="vision", quotas={"gpu": Quota(guarantee=8, deserved=10)}),
-            QueueConfig(name="nlp", account="nlp", quotas={"gpu": Quota(guarantee=4, deserved=8, capability=20)},
-                        user_caps=UserCaps(max_gpus=12)),
-            QueueConfig(name="robotics", account="robotics", quotas={"gpu": Quota(deserved=6)})]
+    return [
+        QueueConfig(name="vision", account="vision", quotas={"gpu": Quota(guarantee=8, deserved=10)}),
+        QueueConfig(
+            name="nlp",
+            account="nlp",
+            quotas={"gpu": Quota(guarantee=4, deserved=8, capability=20)},
+            user_caps=UserCaps(max_gpus=12),
+        ),
+        QueueConfig(name="robotics", account="robotics", quotas={"gpu": Quota(deserved=6)}),
+    ]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_wake_hints_skip_only_empty_cycles_on_philly(philly, policy) -> None:
-    cluster = ClusterSpec.uniform(12, 8, "v100")      # small enough for queues to build up
+    cluster = ClusterSpec.uniform(12, 8, "v100")  # small enough for queues to build up
     hinted = replay(philly, cluster, policy)
     ticked = replay(philly, cluster, policy, wake_hints=False)
     assert schedule(hinted) == schedule(ticked)
     assert hinted.tick_cycles < ticked.tick_cycles
-    assert hinted.cycles - hinted.tick_cycles == ticked.cycles - ticked.tick_cycles   # every event still has one
+    assert hinted.cycles - hinted.tick_cycles == ticked.cycles - ticked.tick_cycles  # every event still has one
 
 
 @pytest.mark.parametrize("grace", [0.0, 30.0])
 @pytest.mark.parametrize("policy", ("tiresias", "caldera"))
-@pytest.mark.parametrize("n,seed", [(400, 7), (300, 10)])     # seeds that caught missed time dependencies once
+@pytest.mark.parametrize("n,seed", [(400, 7), (300, 10)])  # seeds that caught missed time dependencies once
 def test_wake_hints_with_preemption_quotas_and_reservations(policy, grace, n, seed) -> None:
     jobs = mixed_jobs(n, seed)
     cluster = ClusterSpec.uniform(3, 8, "a100")
@@ -75,7 +96,7 @@ def test_wake_hints_with_preemption_quotas_and_reservations(policy, grace, n, se
     hinted = replay(jobs, cluster, policy, **opts)
     ticked = replay(jobs, cluster, policy, wake_hints=False, **opts)
     assert schedule(hinted) == schedule(ticked)
-    assert sum(hinted.preemptions_by_reason.values()) > 0      # the scenario does exercise preemption
+    assert sum(hinted.preemptions_by_reason.values()) > 0  # the scenario does exercise preemption
     assert hinted.cycles < ticked.cycles
 
 
@@ -108,29 +129,39 @@ def test_no_shortcut_changes_a_decision_on_mixed_gpu_models(monkeypatch, policy)
 def test_index_copy_is_the_index_built_from_running_jobs() -> None:
     ns = nodes(3, 8, "a100") + nodes(2, 4, "v100", prefix="v")
     kept = ClusterIndex(ns)
-    jobs = [running("r0", {"n0": [0, 1, 2]}), running("r1", {"n1": range(8)}), running("r2", {"v0": [1, 3]}),
-            running("r3", [("n2", [4, 5]), ("v1", [0, 1])])]
+    jobs = [
+        running("r0", {"n0": [0, 1, 2]}),
+        running("r1", {"n1": range(8)}),
+        running("r2", {"v0": [1, 3]}),
+        running("r3", [("n2", [4, 5]), ("v1", [0, 1])]),
+    ]
     for j in jobs:
         kept.occupy(j.allocations)
-    kept.release(jobs[1].allocations)        # r1 ended
+    kept.release(jobs[1].allocations)  # r1 ended
     live = [j for j in jobs if j.id != "r1"]
 
     def state(idx: ClusterIndex):
-        return (idx.free, idx.cpu, idx.mem,
-                {m: ([list(b) for b in p.buckets], p.maxf, p.total, p.size) for m, p in idx.pools.items()})
+        return (
+            idx.free,
+            idx.cpu,
+            idx.mem,
+            {m: ([list(b) for b in p.buckets], p.maxf, p.total, p.size) for m, p in idx.pools.items()},
+        )
 
     copy, fresh = kept.copy(), ClusterIndex(ns, live)
     assert state(copy) == state(fresh)
     for shape in [(1, None, 1.0, 1024, 1), (4, "a100", 4.0, 4096, 2), (2, "v100", 1.0, 1024, 1), (8, None, 1, 1, 2)]:
         assert copy.place(*shape) == fresh.place(*shape)
     copy.commit(copy.place(8, None, 1.0, 1024, 1), 8, 1.0, 1024)
-    assert state(kept.copy()) == state(fresh)           # using a copy leaves the kept index alone
+    assert state(kept.copy()) == state(fresh)  # using a copy leaves the kept index alone
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_no_reasons_same_decisions(policy) -> None:
-    queued = [job(f"q{i}", g, user=f"u{i % 3}", queued_since=1_000_000.0 - 1000 + i) for i, g in
-              enumerate([8, 1, 2, 4, 8, 1, 1, 16, 2])]
+    queued = [
+        job(f"q{i}", g, user=f"u{i % 3}", queued_since=1_000_000.0 - 1000 + i)
+        for i, g in enumerate([8, 1, 2, 4, 8, 1, 1, 16, 2])
+    ]
     queued[7].replicas, queued[7].request = 2, queued[7].request.model_copy(update={"gpu": 8})
     run = [running("r0", {"n0": range(6)}, started_at=999_000.0), running("r1", {"n1": [0, 1]}, attained_gpu_s=9e4)]
     snap = snapshot(nodes(3), queued, run)
@@ -175,6 +206,7 @@ def test_progress_reports_and_stuck_detection(traces_dir, monkeypatch) -> None:
     assert all(a.now_s <= b.now_s for a, b in zip(reports, reports[1:]))
     # a queue capped below a job's size: FIFO says nothing but an event could help, and no event is left
     capped = [QueueConfig(name="a", account="a", quotas={"gpu": Quota(capability=1)})]
-    res = Simulator([TraceJob("x", 0, 10, 2, "a", "a")], ClusterSpec.uniform(1, 4), get_policy("caldera"),
-                    SimOptions(queues=capped)).run()
+    res = Simulator(
+        [TraceJob("x", 0, 10, 2, "a", "a")], ClusterSpec.uniform(1, 4), get_policy("caldera"), SimOptions(queues=capped)
+    ).run()
     assert res.stopped == "stuck" and res.cycles == 1

@@ -1,4 +1,5 @@
 """Loaders on the real trace files."""
+
 from __future__ import annotations
 
 import time
@@ -8,7 +9,15 @@ import pytest
 from caldera.core.tenancy import PriorityClass
 from caldera.sim.cluster import ClusterSpec
 from caldera.sim.traces import (
-    TraceJob, load_alibaba, load_alibaba_nodes, load_gavel, load_philly, load_trace, split_gang, summarize, trace_path,
+    TraceJob,
+    load_alibaba,
+    load_alibaba_nodes,
+    load_gavel,
+    load_philly,
+    load_trace,
+    split_gang,
+    summarize,
+    trace_path,
 )
 
 
@@ -29,7 +38,7 @@ def test_split_gang() -> None:
     assert split_gang(12, 8) == (2, 6)
     assert split_gang(24, 8) == (3, 8)
     assert split_gang(128, 8) == (16, 8)
-    assert split_gang(7, 4) == (7, 1)       # prime: only single-GPU replicas add up to 7
+    assert split_gang(7, 4) == (7, 1)  # prime: only single-GPU replicas add up to 7
     assert split_gang(0, 8) == (1, 0)
 
 
@@ -79,6 +88,7 @@ def test_gavel(traces_dir) -> None:
     assert {j.num_gpus for j in jobs} <= {1, 2, 4, 8, 16, 32}
     # the first job of 0e4a51: Transformer (batch size 128), 95121 steps on one V100
     import json
+
     solo = json.loads(tput.read_text())["v100"]["('Transformer (batch size 128)', 1)"]["null"]
     first = next(j for j in jobs if j.id == "0e4a51-0")
     assert first.duration_s == pytest.approx(95121 / solo)
@@ -98,7 +108,7 @@ def test_alibaba(traces_dir) -> None:
     assert len(jobs) == 8152 - 1088 - 861
     _sorted_from_zero(jobs)
     assert {j.account for j in jobs} == {"ls", "be", "burstable", "guaranteed"}
-    assert all(j.num_gpus >= 1 for j in jobs)   # fractional GPU pods count as one whole GPU
+    assert all(j.num_gpus >= 1 for j in jobs)  # fractional GPU pods count as one whole GPU
     assert {j.priority for j in jobs if j.account == "be"} == {PriorityClass.BEST_EFFORT}
     assert all(j.cpu is not None and j.memory_mib is not None for j in jobs)
     everything = load_alibaba(path, include_cpu_only=True, include_unscheduled=True, qos_priority=False)

@@ -1,5 +1,6 @@
 """Local runtime: jobs as processes on this host. ``LocalRuntime`` is imported lazily so that the per-rank
 supervisor shim (``python -m caldera.runtime.local.shim``) starts without loading pydantic and friends."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """GPU discovery: NVML when it works, else the GPUs the admin declared (``settings.fake_gpus``)."""
+
 from __future__ import annotations
 
 import logging
@@ -33,7 +34,7 @@ def normalise_model(name: str | bytes) -> str:
 
 
 def _nvml() -> Any:
-    import pynvml   # from nvidia-ml-py; imported lazily so a host without it still starts
+    import pynvml  # from nvidia-ml-py; imported lazily so a host without it still starts
 
     return pynvml
 
@@ -67,5 +68,6 @@ def discover_gpus(settings: Settings) -> tuple[Device, ...]:
     found = nvml_devices()
     if found:
         return found
-    return tuple(Device(index=i, model=g.model.lower(), memory_mib=g.memory_mib)
-                 for i, g in enumerate(settings.fake_gpus))
+    return tuple(
+        Device(index=i, model=g.model.lower(), memory_mib=g.memory_mib) for i, g in enumerate(settings.fake_gpus)
+    )

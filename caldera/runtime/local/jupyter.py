@@ -15,6 +15,7 @@ The proxy must send the Endpoint's Cookie, set Host to ``localhost`` (Jupyter re
 protection), pass Jupyter's own ``_xsrf`` cookie and header through, and check Origin itself (see
 caldera/server/lab_proxy.py).
 """
+
 from __future__ import annotations
 
 import http.client
@@ -32,12 +33,19 @@ def normalise_base_url(base_url: str) -> str:
 
 
 def lab_argv(sock: Path, base_url: str, root_dir: Path, as_root: bool) -> list[str]:
-    argv = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.sock={sock}",
-            "--ServerApp.sock_mode=0600",
-            f"--ServerApp.base_url={base_url}", f"--ServerApp.root_dir={root_dir}",
-            # no calls to the internet from a lab host
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            "--LabApp.news_url=None"]
+    argv = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        f"--ServerApp.sock={sock}",
+        "--ServerApp.sock_mode=0600",
+        f"--ServerApp.base_url={base_url}",
+        f"--ServerApp.root_dir={root_dir}",
+        # no calls to the internet from a lab host
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.news_url=None",
+    ]
     if as_root:
         argv.append("--allow-root")
     return argv

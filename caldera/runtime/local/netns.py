@@ -9,6 +9,7 @@ A holder process (``unshare --net``) creates the namespace and brings lo up; eac
 ranks themselves keep the namespace alive, so the holder is removed as soon as the launch is over: nothing is left
 to clean up when the job ends, is stopped, or the server dies, and re-attaching needs nothing from it.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,12 @@ def start_holder(timeout_s: float = 15.0) -> Holder:
     """Create the namespace; raises RuntimeError if it cannot (we never fall back to the host network silently)."""
     proc = subprocess.Popen(
         [shutil.which("unshare") or "unshare", "--net", "sh", "-c", "ip link set lo up && exec sleep infinity"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-        env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+    )
     holder = Holder(proc, procs.start_time(proc.pid))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -59,7 +64,7 @@ def start_holder(timeout_s: float = 15.0) -> Holder:
             raise RuntimeError(f"cannot create a network namespace: {err or f'exit {proc.returncode}'}")
         try:
             with open(f"/proc/{proc.pid}/comm") as f:
-                if f.read().strip() == "sleep":   # sh exec'd sleep: lo is up
+                if f.read().strip() == "sleep":  # sh exec'd sleep: lo is up
                     if proc.stderr:
                         proc.stderr.close()
                     return holder

@@ -11,6 +11,7 @@ Layout (``data_dir`` is 0711: traversable, not listable, by job uids):
     scratch/<job_id>.<attempt>/      0700, the owner's uid: preemption notice, the lab's socket and runtime files
     runs/                            0700 root: logs, supervisor state, the platform's copy of the lab token
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,7 @@ def owned_dir(path: Path, run_as: RunAs | None, *, fresh: bool = False) -> Path:
         if os.path.islink(path) or not os.path.isdir(path):
             os.unlink(path)
         else:
-            shutil.rmtree(path)   # fd-based on Linux: never follows a symlink out of the tree
+            shutil.rmtree(path)  # fd-based on Linux: never follows a symlink out of the tree
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -51,7 +52,7 @@ def write_owned(path: Path, text: str, run_as: RunAs | None, mode: int = 0o600) 
     """Atomically put ``text`` at ``path`` inside a directory the job owns, owned by the job."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        os.unlink(tmp)   # a leftover, or a symlink planted under this name: unlink never follows
+        os.unlink(tmp)  # a leftover, or a symlink planted under this name: unlink never follows
     except FileNotFoundError:
         pass
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
@@ -66,8 +67,11 @@ def write_owned(path: Path, text: str, run_as: RunAs | None, mode: int = 0o600) 
 
 def untraversable(path: Path) -> list[Path]:
     """The directories above ``path`` that an unprivileged uid cannot traverse, outermost first."""
-    return [parent for parent in reversed(Path(path).resolve().parents)
-            if parent.exists() and not os.stat(parent).st_mode & stat.S_IXOTH]
+    return [
+        parent
+        for parent in reversed(Path(path).resolve().parents)
+        if parent.exists() and not os.stat(parent).st_mode & stat.S_IXOTH
+    ]
 
 
 def reachable_by_others(path: Path) -> Path | None:
@@ -76,7 +80,7 @@ def reachable_by_others(path: Path) -> Path | None:
     return blocked[0] if blocked else None
 
 
-if __name__ == "__main__":   # for the set-up scripts: `python3 -m caldera.runtime.local.owner PATH`
+if __name__ == "__main__":  # for the set-up scripts: `python3 -m caldera.runtime.local.owner PATH`
     import sys
 
     print("\n".join(str(p) for p in untraversable(Path(sys.argv[1]))))

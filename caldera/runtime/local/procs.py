@@ -5,13 +5,14 @@ Standard library only: the supervisor shim imports this and must start fast.
 A pid alone does not identify a process (pids are reused), so everywhere we keep (pid, start time) where the start
 time is field 22 of /proc/<pid>/stat (clock ticks since boot; fixed for the life of the process, unchanged by exec).
 """
+
 from __future__ import annotations
 
 import os
 import signal
 from dataclasses import dataclass
 
-TAG_VAR = "CALDERA_RUN_TAG"   # "<job_id>/<attempt>/<rank>", set on every process of a job (inherited by children)
+TAG_VAR = "CALDERA_RUN_TAG"  # "<job_id>/<attempt>/<rank>", set on every process of a job (inherited by children)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,7 @@ def stat(pid: int) -> ProcStat | None:
     except OSError:
         return None
     # comm (field 2) may hold spaces and parentheses: split after the last ')'
-    fields = data[data.rindex(b")") + 2:].split()
+    fields = data[data.rindex(b")") + 2 :].split()
     return ProcStat(state=fields[0].decode(), pgrp=int(fields[2]), start=int(fields[19]))
 
 
@@ -49,7 +50,7 @@ def signal_verified(pid: int | None, start: int | None, sig: int) -> bool:
     if not is_alive(pid, start):
         return False
     try:
-        os.kill(pid, sig)   # type: ignore[arg-type]
+        os.kill(pid, sig)  # type: ignore[arg-type]
         return True
     except ProcessLookupError:
         return False
@@ -68,7 +69,7 @@ def _tag_of(pid: int) -> str | None:
     key = TAG_VAR.encode() + b"="
     for item in env.split(b"\0"):
         if item.startswith(key):
-            return item[len(key):].decode(errors="replace")
+            return item[len(key) :].decode(errors="replace")
     return None
 
 

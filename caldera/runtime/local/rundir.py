@@ -15,6 +15,7 @@ The job itself never sees this directory (it is root's, 0700): what it may read 
 
 Standard library only (imported by the shim).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,7 @@ def write_json_atomic(path: Path, obj: Any, mode: int = 0o644) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(obj, f)
         f.flush()
-        os.fsync(f.fileno())   # an exit record must survive a host crash as well as a server crash
+        os.fsync(f.fileno())  # an exit record must survive a host crash as well as a server crash
     os.replace(tmp, path)
 
 
@@ -93,6 +94,9 @@ class RunDir:
 
     def kill_deadline(self) -> float | None:
         """The earliest SIGKILL time anyone asked for, or None."""
-        times = [rec["kill_at"] for rec in (read_json(self.stop), read_json(self.gang_failure))
-                 if rec and rec.get("kill_at") is not None]
+        times = [
+            rec["kill_at"]
+            for rec in (read_json(self.stop), read_json(self.gang_failure))
+            if rec and rec.get("kill_at") is not None
+        ]
         return min(times) if times else None

@@ -14,6 +14,7 @@ was SIGKILLed and restarted -- re-attaches to running jobs by reading their run 
 
 A handle with empty ``data`` works too: it is read back from <run_dir>/meta.json.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,10 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import caldera
 from caldera.config import Settings
@@ -41,17 +43,40 @@ from caldera.scheduler.snapshot import Device, Node
 # the shim runs as ``python -m caldera.runtime.local.shim`` from here, so it imports this very checkout of caldera
 # (``-m`` puts the working directory first on sys.path) without adding PYTHONPATH to the job's environment
 _PKG_ROOT = Path(caldera.__file__).resolve().parents[1]
-_START_TIMEOUT_S = 60.0   # generous: on a loaded host, python + nsenter start-up can take seconds per rank
-_KILL_MARGIN_S = 1.0      # the shims SIGKILL at the deadline themselves; the runtime's backstop comes this late
+_START_TIMEOUT_S = 60.0  # generous: on a loaded host, python + nsenter start-up can take seconds per rank
+_KILL_MARGIN_S = 1.0  # the shims SIGKILL at the deadline themselves; the runtime's backstop comes this late
 _LOG_CHUNK = 64 * 1024
 _MAX_FINAL = 10_000
 _Key = tuple[str, int]
 # what a job inherits from the server's environment: how to find programs, locale, and how this host reaches
 # package indexes. Nothing else: the server's environment may hold credentials
-_PASS_ENV = {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
-             "CURL_CA_BUNDLE", "PIP_CERT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS",
-             "PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PYENV_ROOT", "PYENV_VERSION", "CUDA_HOME",
-             "LD_LIBRARY_PATH", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"}
+_PASS_ENV = {
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_DEFAULT_TIMEOUT",
+    "PIP_DISABLE_PIP_VERSION_CHECK",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "CUDA_HOME",
+    "LD_LIBRARY_PATH",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+}
 _PASS_PREFIXES = ("LC_", "OPENBLAS_", "OMP_", "MKL_", "NVIDIA_")
 
 
@@ -85,21 +110,27 @@ class LocalRuntime:
         self._gpus: tuple[Device, ...] | None = None
         self._lock = threading.Lock()
         self._meta: dict[_Key, dict[str, Any]] = {}
-        self._exits: dict[_Key, dict[int, dict[str, Any]]] = {}   # exit records never change once written
-        self._final: dict[_Key, Observation] = {}                  # all that is kept of a job once it ended
-        self._ready: set[_Key] = set()                             # jupyter answered once
+        self._exits: dict[_Key, dict[int, dict[str, Any]]] = {}  # exit records never change once written
+        self._final: dict[_Key, Observation] = {}  # all that is kept of a job once it ended
+        self._ready: set[_Key] = set()  # jupyter answered once
         self._tokens: dict[_Key, str] = {}
-        self._lab_logins: dict[_Key, str] = {}                     # Lab's login cookie, for the proxy
-        self._children: dict[_Key, list[subprocess.Popen[bytes]]] = {}   # our shims, reaped so no zombies pile up
+        self._lab_logins: dict[_Key, str] = {}  # Lab's login cookie, for the proxy
+        self._children: dict[_Key, list[subprocess.Popen[bytes]]] = {}  # our shims, reaped so no zombies pile up
         self._launching: set[_Key] = set()
 
     # -- nodes -----------------------------------------------------------------------------------------------
     def nodes(self) -> list[Node]:
-        if self._gpus is None:   # hardware does not change under a running server; NVML init is not free
+        if self._gpus is None:  # hardware does not change under a running server; NVML init is not free
             self._gpus = discover_gpus(self.settings)
         s = self.settings
-        return [Node(name=s.node_name or socket.gethostname(), cpu=float(s.node_cpu or os.cpu_count() or 1),
-                     memory_mib=int(s.node_memory_mib or _meminfo_mib()), gpus=self._gpus)]
+        return [
+            Node(
+                name=s.node_name or socket.gethostname(),
+                cpu=float(s.node_cpu or os.cpu_count() or 1),
+                memory_mib=int(s.node_memory_mib or _meminfo_mib()),
+                gpus=self._gpus,
+            )
+        ]
 
     # -- launch ----------------------------------------------------------------------------------------------
     def launch(self, req: LaunchRequest) -> Handle:
@@ -121,7 +152,7 @@ class LocalRuntime:
                 if isinstance(exc, RuntimeError):
                     raise
                 raise RuntimeError(f"cannot start job: {exc}") from exc
-            write_json_atomic(rd.meta, data)   # from here on, any runtime instance can re-attach
+            write_json_atomic(rd.meta, data)  # from here on, any runtime instance can re-attach
             with self._lock:
                 self._meta[key] = data
                 self._children[key] = [p for _, p, _ in started]
@@ -138,31 +169,36 @@ class LocalRuntime:
         self._lab_logins.pop(key, None)
         self._exits.pop(key, None)
 
-    def _start(self, req: LaunchRequest, rd: RunDir,
-               started: list[tuple[int, subprocess.Popen[bytes], int | None]]) -> dict[str, Any]:
+    def _start(
+        self, req: LaunchRequest, rd: RunDir, started: list[tuple[int, subprocess.Popen[bytes], int | None]]
+    ) -> dict[str, Any]:
         """Start every rank, appending to ``started`` as it goes (so a failure can kill exactly those)."""
         spec = req.spec
         workdir = self._workdir(req)
         scratch = self._prepare_scratch(req)
         world = spec.world_size if spec.kind is JobKind.DISTRIBUTED else 1
-        data: dict[str, Any] = {"run_dir": str(rd.path), "kind": spec.kind.value, "world_size": world,
-                                "scratch": str(scratch),
-                                "run_as": [req.run_as.uid, req.run_as.gid] if req.run_as else None}
+        data: dict[str, Any] = {
+            "run_dir": str(rd.path),
+            "kind": spec.kind.value,
+            "world_size": world,
+            "scratch": str(scratch),
+            "run_as": [req.run_as.uid, req.run_as.gid] if req.run_as else None,
+        }
         base_env = self._base_env(req, scratch)
 
         if spec.kind is JobKind.JUPYTER:
             base_url = jupyter.normalise_base_url(req.base_url or "/")
             token = secrets.token_hex(24)
             write_text_atomic(rd.token, token, mode=0o600)
-            owner.write_owned(scratch / "lab-token", token, req.run_as)   # deleted once Lab read it
+            owner.write_owned(scratch / "lab-token", token, req.run_as)  # deleted once Lab read it
             # connection files (kernel HMAC keys), jpserver-*.json, the cookie secret: the job's alone
             runtime_dir = owner.owned_dir(scratch / "runtime", req.run_as)
-            base_env.pop("JUPYTER_TOKEN", None)   # would take precedence over our token file
+            base_env.pop("JUPYTER_TOKEN", None)  # would take precedence over our token file
             base_env.update(JUPYTER_TOKEN_FILE=str(scratch / "lab-token"), JUPYTER_RUNTIME_DIR=str(runtime_dir))
             sock = scratch / "lab.sock"
             as_root = req.run_as is None and os.geteuid() == 0
-            argv = jupyter.lab_argv(sock, base_url, workdir, as_root)   # spec.command is never used: it could
-            data.update(socket=str(sock), base_url=base_url)            # listen elsewhere
+            argv = jupyter.lab_argv(sock, base_url, workdir, as_root)  # spec.command is never used: it could
+            data.update(socket=str(sock), base_url=base_url)  # listen elsewhere
         else:
             argv = list(spec.command or [])
         self._check_command(argv, base_env.get("PATH", ""), workdir)
@@ -177,9 +213,16 @@ class LocalRuntime:
                 replica = r // spec.procs_per_replica
                 env.update(self._rank_env(req, r, replica))
                 if spec.kind is JobKind.DISTRIBUTED:
-                    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port), WORLD_SIZE=str(world),
-                               RANK=str(r), LOCAL_RANK=str(r % spec.procs_per_replica), NODE_RANK=str(replica),
-                               GROUP_RANK=str(replica), LOCAL_WORLD_SIZE=str(spec.procs_per_replica))
+                    env.update(
+                        MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(master_port),
+                        WORLD_SIZE=str(world),
+                        RANK=str(r),
+                        LOCAL_RANK=str(r % spec.procs_per_replica),
+                        NODE_RANK=str(replica),
+                        GROUP_RANK=str(replica),
+                        LOCAL_WORLD_SIZE=str(spec.procs_per_replica),
+                    )
                 if holder:
                     # only lo exists in there; gloo/NCCL would otherwise pick the interface of the host name
                     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
@@ -190,7 +233,7 @@ class LocalRuntime:
                 started.append((r, proc, procs.start_time(proc.pid)))
             self._await_started(rd, started, argv[0])
         finally:
-            if holder:   # every rank is inside the namespace now (or dead): they keep it alive themselves
+            if holder:  # every rank is inside the namespace now (or dead): they keep it alive themselves
                 holder.release()
         data["ranks"] = [{"rank": r, "pid": p.pid, "start": st} for r, p, st in started]
         data["netns"] = holder is not None
@@ -211,7 +254,7 @@ class LocalRuntime:
             # keep the leftover for diagnosis, out of the way
             path.rename(path.with_name(f"{path.name}.stale-{time.time_ns()}"))
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.mkdir(mode=0o700)   # logs may hold secrets of the job
+        path.mkdir(mode=0o700)  # logs may hold secrets of the job
         return RunDir(path)
 
     def _workdir(self, req: LaunchRequest) -> Path:
@@ -236,23 +279,28 @@ class LocalRuntime:
 
     def _base_env(self, req: LaunchRequest, scratch: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in _PASS_ENV or k.startswith(_PASS_PREFIXES)}
-        env.setdefault("PYTHONUNBUFFERED", "1")   # logs appear as they are written, not when a buffer fills
+        env.setdefault("PYTHONUNBUFFERED", "1")  # logs appear as they are written, not when a buffer fills
         if req.home is not None:
             env["HOME"] = str(req.home)
         if req.run_as is not None:
             env.update(USER=req.run_as.name, LOGNAME=req.run_as.name)
         env.update(req.spec.env)
-        env.update(req.env)    # the platform's variables win over the user's
-        env.update(CALDERA_JOB_ID=req.job_id, CALDERA_ATTEMPT=str(req.attempt),
-                   CALDERA_PREEMPT_NOTICE=str(_notice(scratch)),
-                   CUDA_DEVICE_ORDER="PCI_BUS_ID")   # CUDA numbers GPUs like NVML, so indices mean the same GPU
+        env.update(req.env)  # the platform's variables win over the user's
+        env.update(
+            CALDERA_JOB_ID=req.job_id,
+            CALDERA_ATTEMPT=str(req.attempt),
+            CALDERA_PREEMPT_NOTICE=str(_notice(scratch)),
+            CUDA_DEVICE_ORDER="PCI_BUS_ID",
+        )  # CUDA numbers GPUs like NVML, so indices mean the same GPU
         return env
 
     @staticmethod
     def _rank_env(req: LaunchRequest, rank: int, replica: int) -> dict[str, str]:
         alloc = req.allocations[replica] if replica < len(req.allocations) else None
-        return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in alloc.gpus) if alloc else "",
-                procs.TAG_VAR: f"{req.job_id}/{req.attempt}/{rank}"}
+        return {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in alloc.gpus) if alloc else "",
+            procs.TAG_VAR: f"{req.job_id}/{req.attempt}/{rank}",
+        }
 
     @staticmethod
     def _check_command(argv: list[str], path: str, workdir: Path) -> None:
@@ -269,21 +317,53 @@ class LocalRuntime:
         if not ok:
             raise RuntimeError(f"command not found: {exe}")
 
-    def _spawn(self, rd: RunDir, rank: int, world: int, prefix: list[str], argv: list[str], workdir: Path,
-               env: dict[str, str], run_as: RunAs | None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self,
+        rd: RunDir,
+        rank: int,
+        world: int,
+        prefix: list[str],
+        argv: list[str],
+        workdir: Path,
+        env: dict[str, str],
+        run_as: RunAs | None,
+    ) -> subprocess.Popen[bytes]:
         who = ["--uid", str(run_as.uid), "--gid", str(run_as.gid)] if run_as else []
-        cmd = [*prefix, sys.executable, "-m", "caldera.runtime.local.shim", "--run-dir", str(rd.path),
-               "--rank", str(rank), "--workdir", str(workdir), "--world-size", str(world),
-               "--gang-grace", str(self.settings.cancel_grace_s), *who, "--", *argv]
+        cmd = [
+            *prefix,
+            sys.executable,
+            "-m",
+            "caldera.runtime.local.shim",
+            "--run-dir",
+            str(rd.path),
+            "--rank",
+            str(rank),
+            "--workdir",
+            str(workdir),
+            "--world-size",
+            str(world),
+            "--gang-grace",
+            str(self.settings.cancel_grace_s),
+            *who,
+            "--",
+            *argv,
+        ]
         with open(rd.log(rank), "ab") as log:
             # own session: the shim leads a process group with everything the command starts, and a signal to
             # the server (or its death) does not reach it
-            return subprocess.Popen(cmd, cwd=_PKG_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+            return subprocess.Popen(
+                cmd,
+                cwd=_PKG_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
 
     @staticmethod
-    def _await_started(rd: RunDir, started: list[tuple[int, subprocess.Popen[bytes], int | None]],
-                       exe: str) -> None:
+    def _await_started(rd: RunDir, started: list[tuple[int, subprocess.Popen[bytes], int | None]], exe: str) -> None:
         """Every shim started its command (or that command already ended): all ranks exist, or none will."""
         pending = {r: p for r, p, _ in started}
         deadline = time.monotonic() + _START_TIMEOUT_S
@@ -298,18 +378,20 @@ class LocalRuntime:
                     del pending[r]
                 elif p.poll() is not None:
                     tail = rd.log(r).read_bytes()[-500:].decode(errors="replace").strip()
-                    raise RuntimeError(f"rank {r}: supervisor exited with {p.returncode} before starting the "
-                                       f"command: {tail}")
+                    raise RuntimeError(
+                        f"rank {r}: supervisor exited with {p.returncode} before starting the command: {tail}"
+                    )
             if pending and time.monotonic() > deadline:
                 raise RuntimeError(f"ranks {sorted(pending)} did not start within {_START_TIMEOUT_S:.0f}s")
             if pending:
                 time.sleep(0.02)
 
-    def _abort(self, rd: RunDir, req: LaunchRequest,
-               started: list[tuple[int, subprocess.Popen[bytes], int | None]]) -> None:
+    def _abort(
+        self, rd: RunDir, req: LaunchRequest, started: list[tuple[int, subprocess.Popen[bytes], int | None]]
+    ) -> None:
         for _, p, _ in started:
             try:
-                os.killpg(p.pid, signal.SIGKILL)   # not reaped yet, so the pid (= pgid) is still ours
+                os.killpg(p.pid, signal.SIGKILL)  # not reaped yet, so the pid (= pgid) is still ours
             except ProcessLookupError:
                 pass
         procs.kill_all(procs.job_processes(set(), tag_prefix=f"{req.job_id}/{req.attempt}/"))
@@ -375,7 +457,7 @@ class LocalRuntime:
             if rec is None and procs.is_alive(rk["pid"], rk["start"]):
                 running.append(r)
                 continue
-            if rec is None:   # the shim writes its record just before it exits: look once more
+            if rec is None:  # the shim writes its record just before it exits: look once more
                 rec = self._rank_exit(key, rd, r)
             if rec is not None:
                 exits[r] = rec
@@ -386,11 +468,16 @@ class LocalRuntime:
                 gone.append(r)
 
         if gone:
-            self._kill_job(meta, key)   # the rest of a job we lost track of must not hold its GPUs
+            self._kill_job(meta, key)  # the rest of a job we lost track of must not hold its GPUs
             who = f"rank {gone[0]}'s" if meta["world_size"] > 1 else "the"
-            return self._finish(key, Observation(
-                Phase.LOST, reason="ProcessGone",
-                message=f"{who} supervisor disappeared without recording an exit status"))
+            return self._finish(
+                key,
+                Observation(
+                    Phase.LOST,
+                    reason="ProcessGone",
+                    message=f"{who} supervisor disappeared without recording an exit status",
+                ),
+            )
 
         if running:
             failure = read_json(rd.gang_failure)
@@ -427,9 +514,9 @@ class LocalRuntime:
 
     def _finish(self, key: _Key, obs: Observation) -> Observation:
         with self._lock:
-            self._forget(key)   # a long-running server must not accumulate every job it ever ran
+            self._forget(key)  # a long-running server must not accumulate every job it ever ran
             self._final[key] = obs
-            while len(self._final) > _MAX_FINAL:   # oldest first; a dropped one is re-read from its run dir
+            while len(self._final) > _MAX_FINAL:  # oldest first; a dropped one is re-read from its run dir
                 del self._final[next(iter(self._final))]
             self._children.pop(key, None)
         return obs
@@ -479,31 +566,33 @@ class LocalRuntime:
         tag_prefix = f"{handle.job_id}/{handle.attempt}/"
         pending = [rk for rk in meta["ranks"] if self._rank_exit(key, rd, rk["rank"]) is None]
         if not pending:
-            return   # it ended by itself; a stop record now would rewrite how it ended
+            return  # it ended by itself; a stop record now would rewrite how it ended
         live = [rk for rk in pending if procs.is_alive(rk["pid"], rk["start"])]
-        if not live:   # a lost job: no supervisor is left to ask, only strays to kill
+        if not live:  # a lost job: no supervisor is left to ask, only strays to kill
             procs.kill_all(procs.job_processes(set(), tag_prefix=tag_prefix))
             return
         now = time.time()
         kill_at = now + max(0.0, grace_s)
         prev = read_json(rd.stop)
         if prev and prev.get("kill_at") is not None:
-            kill_at = min(kill_at, prev["kill_at"])   # a second stop may shorten the grace, never extend it
+            kill_at = min(kill_at, prev["kill_at"])  # a second stop may shorten the grace, never extend it
         if notice is not None:
-            deadline = datetime.fromtimestamp(kill_at, timezone.utc).isoformat()
+            deadline = datetime.fromtimestamp(kill_at, UTC).isoformat()
             text = notice if notice.endswith("\n") else notice + "\n"
             if "deadline" not in notice:
                 text += f"deadline: {deadline}\n"
             # before any SIGTERM: a handler may look for it
             owner.write_owned(_notice(Path(meta["scratch"])), text, _run_as(meta), mode=0o644)
-        write_json_atomic(rd.stop, {"requested_at": now, "grace_s": grace_s, "kill_at": kill_at,
-                                    "preempt": notice is not None})
+        write_json_atomic(
+            rd.stop, {"requested_at": now, "grace_s": grace_s, "kill_at": kill_at, "preempt": notice is not None}
+        )
         for rk in live:
             # the shim forwards SIGTERM to its whole group once: signalling the group ourselves would hand the
             # command a second SIGTERM through the shim
             procs.signal_verified(rk["pid"], rk["start"], signal.SIGTERM)
-        threading.Thread(target=self._backstop, args=(meta, key, kill_at), daemon=True,
-                         name=f"caldera-kill-{handle.job_id}").start()
+        threading.Thread(
+            target=self._backstop, args=(meta, key, kill_at), daemon=True, name=f"caldera-kill-{handle.job_id}"
+        ).start()
 
     def _backstop(self, meta: dict[str, Any], key: _Key, kill_at: float) -> None:
         time.sleep(max(0.0, kill_at + _KILL_MARGIN_S - time.time()))
@@ -524,8 +613,7 @@ class LocalRuntime:
         self._reap(key)
 
     # -- logs ------------------------------------------------------------------------------------------------
-    def logs(self, handle: Handle, rank: int | None = None, follow: bool = False,
-             offset: int = 0) -> Iterator[bytes]:
+    def logs(self, handle: Handle, rank: int | None = None, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
         meta = self._get_meta(handle)
         if meta is None:
             return iter(())
@@ -534,10 +622,9 @@ class LocalRuntime:
             raise ValueError(f"rank {r} does not exist (world size {meta['world_size']})")
         return self._follow(handle, meta, RunDir(meta["run_dir"]).log(r), follow, max(0, offset))
 
-    def _follow(self, handle: Handle, meta: dict[str, Any], path: Path, follow: bool,
-                offset: int) -> Iterator[bytes]:
+    def _follow(self, handle: Handle, meta: dict[str, Any], path: Path, follow: bool, offset: int) -> Iterator[bytes]:
         try:
-            f = open(path, "rb")
+            f = open(path, "rb")  # noqa: SIM115 - the file outlives this try; closed by the with below
         except OSError:
             return
         with f:
@@ -561,8 +648,10 @@ class LocalRuntime:
         if key in self._final:
             return True
         rd = RunDir(meta["run_dir"])
-        return all(self._rank_exit(key, rd, rk["rank"]) is not None or not procs.is_alive(rk["pid"], rk["start"])
-                   for rk in meta["ranks"])
+        return all(
+            self._rank_exit(key, rd, rk["rank"]) is not None or not procs.is_alive(rk["pid"], rk["start"])
+            for rk in meta["ranks"]
+        )
 
     # -- endpoints -------------------------------------------------------------------------------------------
     def endpoints(self, handle: Handle) -> list[Endpoint]:
@@ -578,8 +667,17 @@ class LocalRuntime:
         cookie, token = self._lab_login(key, meta, rd), self._token(key, rd)
         if not cookie or not token:
             return []
-        return [Endpoint("lab", jupyter.HOST, 0, meta["base_url"], headers={"Cookie": cookie},
-                         socket=meta["socket"], secrets=(token,))]
+        return [
+            Endpoint(
+                "lab",
+                jupyter.HOST,
+                0,
+                meta["base_url"],
+                headers={"Cookie": cookie},
+                socket=meta["socket"],
+                secrets=(token,),
+            )
+        ]
 
 
 def _notice(scratch: Path) -> Path:

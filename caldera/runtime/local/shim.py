@@ -15,6 +15,7 @@ everything the command starts, and it outlives the server. It
 
 Standard library only, and nothing heavy imported: one of these starts per rank.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,17 @@ def _lock_down(workdir: str) -> None:
 
 
 class Supervisor:
-    def __init__(self, run_dir: RunDir, rank: int, workdir: str, argv: list[str], world_size: int,
-                 gang_grace_s: float, uid: int | None = None, gid: int | None = None):
+    def __init__(
+        self,
+        run_dir: RunDir,
+        rank: int,
+        workdir: str,
+        argv: list[str],
+        world_size: int,
+        gang_grace_s: float,
+        uid: int | None = None,
+        gid: int | None = None,
+    ):
         self.rd = run_dir
         self.uid, self.gid = uid, gid
         self.rank = rank
@@ -111,9 +121,15 @@ class Supervisor:
             print(f"caldera: cannot start {self.argv[0]!r}: {exc}", file=sys.stderr, flush=True)
             self._record(127, reason="SpawnError", spawn_error=str(exc))
             return 0
-        write_json_atomic(self.rd.pidfile(self.rank), {
-            "shim_pid": self.pid, "shim_start": self.start,
-            "child_pid": self.child.pid, "child_start": procs.start_time(self.child.pid)})
+        write_json_atomic(
+            self.rd.pidfile(self.rank),
+            {
+                "shim_pid": self.pid,
+                "shim_start": self.start,
+                "child_pid": self.child.pid,
+                "child_start": procs.start_time(self.child.pid),
+            },
+        )
         if self.term_requested and not self.forwarded:
             self._forward_term()
         rc = self.child.wait()
@@ -129,27 +145,38 @@ class Supervisor:
             return subprocess.Popen(self.argv, cwd=self.workdir, stdin=subprocess.DEVNULL)
         # the shim stays root (it must signal and record the job); the command becomes the owner with no
         # supplementary groups, and a setuid-from-root drops every capability
-        return subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, user=self.uid, group=self.gid,
-                                extra_groups=[], umask=0o022, preexec_fn=lambda: _lock_down(self.workdir))
+        return subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            user=self.uid,
+            group=self.gid,
+            extra_groups=[],
+            umask=0o022,
+            preexec_fn=lambda: _lock_down(self.workdir),
+        )
 
     def _record(self, returncode: int, reason: str = "", spawn_error: str | None = None) -> None:
-        rec = {"returncode": returncode,
-               "exit_code": returncode if returncode >= 0 else 128 - returncode,
-               "signal": signal.Signals(-returncode).name if returncode < 0 else None,
-               "ended_at": time.time(), "reason": reason}
+        rec = {
+            "returncode": returncode,
+            "exit_code": returncode if returncode >= 0 else 128 - returncode,
+            "signal": signal.Signals(-returncode).name if returncode < 0 else None,
+            "ended_at": time.time(),
+            "reason": reason,
+        }
         if spawn_error is not None:
             rec["spawn_error"] = spawn_error
         write_json_atomic(self.rd.exitfile(self.rank), rec)
 
     def _gang_stop(self, returncode: int) -> None:
         if self.rd.stop.exists():
-            return   # the runtime is stopping the job: our failure is a consequence, not the cause
+            return  # the runtime is stopping the job: our failure is a consequence, not the cause
         exit_code = returncode if returncode >= 0 else 128 - returncode
-        first = create_json_exclusive(self.rd.gang_failure, {
-            "rank": self.rank, "exit_code": exit_code, "at": time.time(),
-            "kill_at": time.time() + self.gang_grace_s})
+        first = create_json_exclusive(
+            self.rd.gang_failure,
+            {"rank": self.rank, "exit_code": exit_code, "at": time.time(), "kill_at": time.time() + self.gang_grace_s},
+        )
         if not first:
-            return   # an earlier failing rank is already stopping everyone
+            return  # an earlier failing rank is already stopping everyone
         for r in range(self.world_size):
             if r == self.rank or self.rd.exitfile(r).exists():
                 continue
@@ -171,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         ap.error("no command")
-    sup = Supervisor(RunDir(args.run_dir), args.rank, args.workdir, command, args.world_size, args.gang_grace,
-                     args.uid, args.gid)
+    sup = Supervisor(
+        RunDir(args.run_dir), args.rank, args.workdir, command, args.world_size, args.gang_grace, args.uid, args.gid
+    )
     return sup.run()
 
 
