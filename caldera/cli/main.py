@@ -447,9 +447,10 @@ def queue_set(
     user_max_gpus: int | None = typer.Option(None),
     user_max_interactive: int | None = typer.Option(None),
     user_max_running: int | None = typer.Option(None),
+    max_priority: str | None = typer.Option(None, help="highest class anyone may submit (kept when omitted)"),
 ) -> None:
-    """Create or replace a queue's quotas and per-user caps."""
-    body = {
+    """Create or replace a queue's quotas and per-user caps (priority grants are kept)."""
+    body: dict[str, Any] = {
         "account": account,
         "weight": weight,
         "quotas": _parse_quota(quota or []),
@@ -459,8 +460,23 @@ def queue_set(
             "max_running_jobs": user_max_running,
         },
     }
+    if max_priority:
+        body["max_priority"] = max_priority
     _call(_client().put, f"/queues/{name}", body)
     console.print(f"queue {name} set")
+
+
+@queue_app.command("grant")
+def queue_grant(queue: str, username: str, priority: str = typer.Argument(..., help="high, normal, low")) -> None:
+    """Let a user submit jobs up to a priority class in a queue."""
+    _call(_client().put, f"/queues/{queue}/grants/{username}", {"max_priority": priority})
+    console.print(f"{username} may submit up to {priority} in {queue}")
+
+
+@queue_app.command("revoke-grant")
+def queue_revoke_grant(queue: str, username: str) -> None:
+    _call(_client().delete, f"/queues/{queue}/grants/{username}")
+    console.print(f"{username} is back to the queue's own limit in {queue}")
 
 
 @queue_app.command("ls")

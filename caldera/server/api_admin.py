@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from caldera.core.spec import spec_errors
 from caldera.core.states import JobState
-from caldera.core.tenancy import QueueConfig, Role
+from caldera.core.tenancy import PriorityClass, QueueConfig, Role
 from caldera.db.models import Account, Job, Usage, User
 from caldera.scheduler.quota import validate_queues
 from caldera.server import tenancy
@@ -138,17 +138,48 @@ def put_queue(
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ) -> dict:
-    """Create or replace a queue. Refused when the whole set of queues could not hold on this cluster."""
+    """Create or replace a queue. Refused when the whole set of queues could not hold on this cluster. Priority
+    grants (``max_priority``, ``priority_grants``) are kept when the body leaves them out."""
+    queues = tenancy.all_queue_configs(db)
+    kept = queues[name].model_dump(mode="json", include={"max_priority", "priority_grants"}) if name in queues else {}
     try:
-        cfg = QueueConfig.model_validate({**body, "name": name})
+        cfg = QueueConfig.model_validate({**kept, **body, "name": name})
     except ValidationError as exc:
         raise InvalidFields(spec_errors(exc)) from None
     tenancy.get_account(db, cfg.account)
-    queues = tenancy.all_queue_configs(db)
     queues[name] = cfg
     problems = validate_queues(list(queues.values()), p.nodes())
     if problems:
         raise InvalidFields([{"field": "quotas", "reason": m} for m in problems])
+    tenancy.put_queue(db, cfg)
+    db.commit()
+    return cfg.model_dump(mode="json")
+
+
+class GrantIn(BaseModel):
+    max_priority: PriorityClass = Field(..., description="the highest class this user may submit in this queue")
+
+
+@router.put("/queues/{name}/grants/{username}")
+def grant_priority(
+    name: str, username: str, body: GrantIn, _: User = Depends(admin_user), db: Session = Depends(db_session)
+) -> dict:
+    """Let one user submit classes up to ``max_priority`` in this queue."""
+    user = tenancy.get_user(db, username)
+    q, account = tenancy.get_queue(db, name)
+    cfg = tenancy.queue_config(q, account)
+    cfg.priority_grants[user.username] = body.max_priority
+    tenancy.put_queue(db, cfg)
+    db.commit()
+    return cfg.model_dump(mode="json")
+
+
+@router.delete("/queues/{name}/grants/{username}")
+def revoke_priority(name: str, username: str, _: User = Depends(admin_user), db: Session = Depends(db_session)) -> dict:
+    q, account = tenancy.get_queue(db, name)
+    cfg = tenancy.queue_config(q, account)
+    if cfg.priority_grants.pop(username, None) is None:
+        raise HTTPException(404, f"{username!r} has no grant in queue {name!r}")
     tenancy.put_queue(db, cfg)
     db.commit()
     return cfg.model_dump(mode="json")
