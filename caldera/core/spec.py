@@ -159,7 +159,14 @@ class SpecError(ValueError):
 
 
 def spec_errors(exc: ValidationError) -> list[dict[str, str]]:
-    return [{"field": ".".join(str(p) for p in e["loc"]) or "spec", "reason": e["msg"]} for e in exc.errors()]
+    """One entry per problem; a path part (e.g. a map's key) is cut to 64 characters, so no error echoes a huge
+    input back."""
+    return [{"field": field_path(e["loc"]) or "spec", "reason": e["msg"]} for e in exc.errors()]
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    parts = [str(p) for p in loc]
+    return ".".join(p if len(p) <= 64 else p[:61] + "..." for p in parts)
 
 
 def parse_spec(data: dict[str, Any]) -> JobSpec:

@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from caldera.core.spec import SpecError
+from caldera.core.spec import SpecError, field_path
 from caldera.core.states import InvalidTransition
 from caldera.server import api_admin, api_auth, api_jobs, lab_entry, web
 from caldera.server.csrf import CSRFMiddleware
@@ -69,8 +69,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):
         errors = [
-            {"field": ".".join(str(x) for x in e["loc"][1:]) or str(e["loc"][0]), "reason": e["msg"]}
-            for e in exc.errors()
+            {"field": field_path(tuple(e["loc"][1:])) or str(e["loc"][0]), "reason": e["msg"]} for e in exc.errors()
         ]
         return JSONResponse(
             {"detail": "; ".join(f"{e['field']}: {e['reason']}" for e in errors), "errors": errors}, status_code=400
