@@ -55,7 +55,7 @@ def test_booleans_are_not_numbers(api, admin):
 def test_fields_that_do_not_apply_to_a_kind_are_refused(api, admin):
     out = _refused(api, admin, {"name": "lab", "kind": "jupyter", "command": "rm -rf ~"}, "command")
     assert "jupyter" in out["detail"]
-    _refused(api, admin, {**BATCH, "replicas": 2}, "spec")
+    _refused(api, admin, {**BATCH, "replicas": 2}, "body")
     assert api.client.post("/api/v1/jobs", json={"name": "lab", "kind": "jupyter"}, headers=admin).status_code == 201
 
 
@@ -153,3 +153,18 @@ def test_why_names_the_user_cap_that_holds_a_job(api, admin):
     assert cap["details"]["cap"] == "max_gpus" and "user cap of 2 GPUs" in cap["message"], why
     api.client.post(f"/api/v1/jobs/{first}/cancel", headers=alice)
     _until(api, alice, first, {"Cancelled"})
+
+
+def test_values_the_database_cannot_hold_are_400(api, admin):
+    """NUL characters (PostgreSQL text refuses them) and integers past a column's range: bad input, not 500."""
+    for method, path, body in (
+        ("POST", "/api/v1/auth/login", {"username": "a\0", "password": "password"}),
+        ("GET", "/api/v1/jobs/a%00b", None),
+        ("GET", "/api/v1/queues/a%00b", None),
+        ("POST", "/api/v1/tokens", {"name": "a\0"}),
+        ("POST", "/api/v1/accounts", {"name": "abc", "description": "x\0"}),
+        ("PUT", "/api/v1/queues/default/grants/a%00", {"max_priority": "high"}),
+        ("DELETE", "/api/v1/tokens/99999999999", None),
+    ):
+        r = api.client.request(method, path, json=body, headers=admin)
+        assert r.status_code in (201, 400, 401, 404), (method, path, r.status_code, r.text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -174,7 +174,9 @@ def list_tokens(user: User = Depends(current_user), db: Session = Depends(db_ses
 
 
 @router.delete("/tokens/{token_id}")
-def revoke_token(token_id: int, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
+def revoke_token(
+    token_id: int = Path(..., ge=1, le=2**31 - 1), user: User = Depends(current_user), db: Session = Depends(db_session)
+) -> dict:
     row = db.get(ApiToken, token_id)
     if row is None or row.user_id != user.id:
         raise HTTPException(404, "no such token")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from caldera.core.spec import parse_spec
+from caldera.core.spec import JobSpec
 from caldera.core.states import JobState
 from caldera.db.models import Job, User
 from caldera.runtime.base import Handle
@@ -30,12 +29,11 @@ def _usernames(db: Session) -> dict[int, str]:
 
 @router.post("", status_code=201)
 def submit(
-    body: dict[str, Any] = Body(...),
+    spec: JobSpec = Body(...),  # validated like the CLI's YAML, and described in the OpenAPI document
     user: User = Depends(current_user),
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ) -> dict:
-    spec = parse_spec(body)
     with p.state_lock:
         job = jobs.submit(p, db, user, spec)
         db.commit()

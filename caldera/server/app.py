@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
 
 from caldera.core.spec import SpecError, field_path
 from caldera.core.states import InvalidTransition
@@ -61,6 +62,12 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     @app.exception_handler(CalderaError)
     async def _domain(_: Request, exc: CalderaError):
         return JSONResponse({"detail": exc.message, "errors": getattr(exc, "errors", [])}, status_code=exc.status)
+
+    @app.exception_handler(DataError)
+    async def _data(_: Request, exc: DataError):
+        # a value the database cannot hold (a NUL character in PostgreSQL text, an integer out of range): bad
+        # input, whichever route let it through
+        return JSONResponse({"detail": "invalid value: " + str(exc.orig).splitlines()[0][:200]}, status_code=400)
 
     @app.exception_handler(InvalidTransition)
     async def _transition(_: Request, exc: InvalidTransition):
