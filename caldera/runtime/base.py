@@ -16,6 +16,14 @@ from caldera.core.spec import JobSpec
 from caldera.scheduler.snapshot import Allocation, Node
 
 
+class LaunchError(RuntimeError):
+    """A job that cannot be started; ``reason`` is machine-readable (it becomes the job's event reason)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class RunAs:
     """The unprivileged OS identity a job's processes run as (its owner's)."""
@@ -81,7 +89,8 @@ class Runtime(Protocol):
         """The nodes and devices this runtime can run jobs on."""
 
     def launch(self, req: LaunchRequest) -> Handle:
-        """Start every process of the job, all or none. Raises RuntimeError with a reason if it cannot."""
+        """Start every process of the job, all or none; raises LaunchError if it cannot. May take seconds (the
+        platform calls it off its scheduling loop)."""
 
     def observe(self, handle: Handle) -> Observation:
         """Current phase. Works for a handle from before a server restart (re-attach)."""
