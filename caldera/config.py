@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     lab_port: int | None = Field(None, description="port of the lab origin; port + 1 when empty")
     lab_public_url: str | None = Field(None, description="e.g. https://labs.example.edu; derived when empty")
     lab_cookie_ttl_s: int = 2 * 3600
+    # API hardening (README "API security")
+    max_body_bytes: int = Field(1024 * 1024, ge=1024, description="larger request bodies get 413")
+    login_max_failures_per_user: int = Field(5, ge=1, description="failed logins of one name per window, then 429")
+    login_max_failures_per_address: int = Field(20, ge=1, description="failed logins from one address per window")
+    login_window_s: float = Field(300.0, gt=0, description="the window failed logins are counted over")
 
     @property
     def sqlite_path(self) -> Path:

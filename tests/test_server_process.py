@@ -183,6 +183,7 @@ def test_jupyter_through_the_proxy(server):
         r = browser.post(
             server.url + "/login",
             data={"username": "admin", "password": "admin-password", "next": f"/jobs/{jid}/lab/api/status"},
+            headers={"Origin": server.url},  # as a browser sends it (CSRF check)
             follow_redirects=True,
         )
         assert r.status_code == 200 and "kernels" in r.json()

@@ -138,11 +138,51 @@ def _hostname() -> str:
 
 
 @app.command()
-def passwd(password: str = typer.Option(None, "--password", help="prompted when omitted")) -> None:
-    """Change your password."""
+def passwd(
+    password: str = typer.Option(None, "--password", help="the new one; prompted when omitted"),
+    current: str = typer.Option(None, "--current", help="the current one; prompted when omitted"),
+) -> None:
+    """Change your password. Your browser sessions and other logins end; personal API tokens stay."""
+    old = current or getpass.getpass("current password: ")
     new = password or getpass.getpass("new password: ")
-    _call(_client().put, "/me/password", {"password": new})
-    console.print("password changed")
+    _call(_client().put, "/me/password", {"current_password": old, "password": new})
+    console.print("password changed; other sessions were logged out")
+
+
+tokens_app = typer.Typer(help="Your personal API tokens.", no_args_is_help=True)
+app.add_typer(tokens_app, name="tokens")
+
+
+@tokens_app.command("list")
+def tokens_list() -> None:
+    t = Table("ID", "NAME", "PREFIX", "CREATED", "EXPIRES", "LAST USED", "REVOKED", box=None)
+    for tok in _call(_client().get, "/tokens"):
+        t.add_row(
+            str(tok["id"]),
+            tok["name"],
+            tok["prefix"] + "…",
+            _ts(tok["created_at"]),
+            _ts(tok["expires_at"]),
+            _ts(tok["last_used_at"]),
+            "yes" if tok["revoked"] else "",
+        )
+    console.print(t)
+
+
+@tokens_app.command("create")
+def tokens_create(
+    name: str = typer.Argument(..., help="what it is for"),
+    days: int | None = typer.Option(None, help="expires after this many days; never when omitted"),
+) -> None:
+    """Print a new token (shown once) for scripts: CALDERA_TOKEN=... caldera ls."""
+    tok = _call(_client().post, "/tokens", {"name": name, "expires_in_days": days})
+    console.print(tok["token"], soft_wrap=True)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(token_id: int) -> None:
+    tok = _call(_client().delete, f"/tokens/{token_id}")
+    console.print(f"token {tok['id']} ({tok['name']}) revoked")
 
 
 # ---- jobs --------------------------------------------------------------------------------------------------------
@@ -359,6 +399,14 @@ def list_users() -> None:
     console.print(t)
 
 
+@admin_app.command("set-password")
+def set_password(username: str, password: str = typer.Option(None, help="prompted when omitted")) -> None:
+    """Reset another user's password; their sessions and other logins end."""
+    pw = password or getpass.getpass(f"new password for {username}: ")
+    _call(_client().put, f"/users/{username}/password", {"password": pw})
+    console.print(f"password of {username} reset; their sessions were logged out")
+
+
 @admin_app.command("create-account")
 def create_account(name: str, description: str = "") -> None:
     _call(_client().post, "/accounts", {"name": name, "description": description})
@@ -399,9 +447,10 @@ def queue_set(
     user_max_gpus: int | None = typer.Option(None),
     user_max_interactive: int | None = typer.Option(None),
     user_max_running: int | None = typer.Option(None),
+    max_priority: str | None = typer.Option(None, help="highest class anyone may submit (kept when omitted)"),
 ) -> None:
-    """Create or replace a queue's quotas and per-user caps."""
-    body = {
+    """Create or replace a queue's quotas and per-user caps (priority grants are kept)."""
+    body: dict[str, Any] = {
         "account": account,
         "weight": weight,
         "quotas": _parse_quota(quota or []),
@@ -411,8 +460,23 @@ def queue_set(
             "max_running_jobs": user_max_running,
         },
     }
+    if max_priority:
+        body["max_priority"] = max_priority
     _call(_client().put, f"/queues/{name}", body)
     console.print(f"queue {name} set")
+
+
+@queue_app.command("grant")
+def queue_grant(queue: str, username: str, priority: str = typer.Argument(..., help="high, normal, low")) -> None:
+    """Let a user submit jobs up to a priority class in a queue."""
+    _call(_client().put, f"/queues/{queue}/grants/{username}", {"max_priority": priority})
+    console.print(f"{username} may submit up to {priority} in {queue}")
+
+
+@queue_app.command("revoke-grant")
+def queue_revoke_grant(queue: str, username: str) -> None:
+    _call(_client().delete, f"/queues/{queue}/grants/{username}")
+    console.print(f"{username} is back to the queue's own limit in {queue}")
 
 
 @queue_app.command("ls")

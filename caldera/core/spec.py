@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from caldera.core.resources import Resources
 from caldera.core.tenancy import PriorityClass
@@ -19,35 +28,106 @@ class JobKind(str, Enum):
     JUPYTER = "jupyter"  # Jupyter Lab behind the platform's proxy
 
 
+# Size limits: a spec is stored with the job and sent in every listing of its owner's jobs, and its strings reach
+# execve, which refuses NUL bytes and arguments over 128 KiB
+MAX_COMMAND_ARGS = 1024
+MAX_COMMAND_CHARS = 65536  # all arguments together (or the shell string before it is split)
+MAX_ENV_ENTRIES = 256
+MAX_ENV_VALUE_CHARS = 32768
+MAX_PATH_CHARS = 1024
+
+_Arg = Annotated[str, Field(max_length=MAX_COMMAND_CHARS)]
+_EnvName = Annotated[str, Field(min_length=1, max_length=256)]
+_EnvValue = Annotated[str, Field(max_length=MAX_ENV_VALUE_CHARS)]
+_NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"  # accounts and queues (core.tenancy)
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(..., min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     kind: JobKind = JobKind.BATCH
-    command: list[str] | None = Field(None, description="argv, or a shell string split with shlex")
-    env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = Field(None, description="working directory; a fresh one per job when empty")
-    account: str | None = Field(None, description="the account (project) to charge; the user's default when empty")
-    queue: str | None = Field(None, description="queue in the account; the account's default queue when empty")
+    command: list[_Arg] | None = Field(
+        None, max_length=MAX_COMMAND_ARGS, description="argv, or a shell string split with shlex"
+    )
+    env: dict[_EnvName, _EnvValue] = Field(default_factory=dict, max_length=MAX_ENV_ENTRIES)
+    workdir: str | None = Field(
+        None,
+        max_length=MAX_PATH_CHARS,
+        description="working directory, relative to your workspace; a fresh one per job when empty",
+    )
+    account: str | None = Field(
+        None, pattern=_NAME, description="the account (project) to charge; the user's default when empty"
+    )
+    queue: str | None = Field(
+        None, pattern=_NAME, description="queue in the account; the account's default queue when empty"
+    )
     priority: PriorityClass = PriorityClass.NORMAL
     resources: Resources = Field(default_factory=Resources, description="per replica")
-    replicas: int = Field(1, ge=1, le=1024)
-    procs_per_replica: int = Field(1, ge=1, le=64)
-    max_runtime_s: int | None = Field(None, ge=1, description="runtime limit; lets the job backfill")
+    replicas: int = Field(1, ge=1, le=1024, strict=True)
+    procs_per_replica: int = Field(1, ge=1, le=64, strict=True)
+    max_runtime_s: int | None = Field(
+        None, ge=1, le=10 * 365 * 86400, strict=True, description="runtime limit; lets the job backfill"
+    )
 
     @field_validator("command", mode="before")
     @classmethod
     def _split(cls, v: Any) -> Any:
         if isinstance(v, str):
-            return shlex.split(v)
+            if len(v) > MAX_COMMAND_CHARS:
+                raise ValueError(f"at most {MAX_COMMAND_CHARS} characters")
+            try:
+                return shlex.split(v)
+            except ValueError as exc:  # an unclosed quote
+                raise ValueError(f"cannot split the command: {exc}") from None
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command_size(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if v is not None:
+            if info.data.get("kind") is JobKind.JUPYTER:
+                raise ValueError("does not apply to jupyter jobs: the job runs Jupyter Lab")
+            if sum(len(a) for a in v) > MAX_COMMAND_CHARS:
+                raise ValueError(f"at most {MAX_COMMAND_CHARS} characters in all arguments together")
+            if any("\0" in a for a in v):
+                raise ValueError("arguments cannot contain NUL bytes")
         return v
 
     @field_validator("env")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        for k in v:
+        for k, value in v.items():
             if not k or not (k[0].isalpha() or k[0] == "_") or not all(c.isalnum() or c == "_" for c in k):
-                raise ValueError(f"invalid environment variable name {k!r}")
+                raise ValueError(f"invalid environment variable name {k[:64]!r}")
+            if "\0" in value:
+                raise ValueError(f"the value of {k} contains a NUL byte")
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _relative(cls, v: str | None) -> str | None:
+        """A path inside the owner's workspace: relative, never through ``..`` (the loop confines it too)."""
+        if v is None:
+            return v
+        if "\0" in v:
+            raise ValueError("cannot contain NUL bytes")
+        if v.startswith(("/", "~")):
+            raise ValueError("must be relative to your workspace, not an absolute path")
+        if ".." in v.split("/") or posixpath.normpath(v).startswith(".."):
+            raise ValueError("cannot contain '..': it must stay inside your workspace")
+        return v
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _no_booleans(cls, v: Any) -> Any:
+        """``gpu: true`` is not one GPU: a count must be written as a number."""
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if isinstance(x, bool):
+                    raise ValueError(f"{k}: a number is expected, not {str(x).lower()}")
+            if isinstance(v.get("gpu_model"), str) and len(v["gpu_model"]) > 64:
+                raise ValueError("gpu_model: at most 64 characters")
         return v
 
     @model_validator(mode="after")
@@ -79,7 +159,14 @@ class SpecError(ValueError):
 
 
 def spec_errors(exc: ValidationError) -> list[dict[str, str]]:
-    return [{"field": ".".join(str(p) for p in e["loc"]) or "spec", "reason": e["msg"]} for e in exc.errors()]
+    """One entry per problem; a path part (e.g. a map's key) is cut to 64 characters, so no error echoes a huge
+    input back."""
+    return [{"field": field_path(e["loc"]) or "spec", "reason": e["msg"]} for e in exc.errors()]
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    parts = [str(p) for p in loc]
+    return ".".join(p if len(p) <= 64 else p[:61] + "..." for p in parts)
 
 
 def parse_spec(data: dict[str, Any]) -> JobSpec:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -34,9 +35,9 @@ class Quota(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    guarantee: float = Field(0.0, ge=0, description="always available; reclaimed from others when needed")
-    deserved: float | None = Field(None, ge=0, description="weighted fair share; defaults to the guarantee")
-    capability: float | None = Field(None, ge=0, description="hard ceiling")
+    guarantee: float = Field(0.0, ge=0, strict=True, description="always available; reclaimed when needed")
+    deserved: float | None = Field(None, ge=0, strict=True, description="weighted fair share; the guarantee if empty")
+    capability: float | None = Field(None, ge=0, strict=True, description="hard ceiling")
 
 
 class UserCaps(BaseModel):
@@ -44,9 +45,9 @@ class UserCaps(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_gpus: int | None = Field(None, ge=0)
-    max_interactive_jobs: int | None = Field(None, ge=0)
-    max_running_jobs: int | None = Field(None, ge=0)
+    max_gpus: int | None = Field(None, ge=0, strict=True)
+    max_interactive_jobs: int | None = Field(None, ge=0, strict=True)
+    max_running_jobs: int | None = Field(None, ge=0, strict=True)
 
 
 class QueueConfig(BaseModel):
@@ -54,9 +55,21 @@ class QueueConfig(BaseModel):
 
     name: str = Field(..., pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")
     account: str
-    weight: float = Field(1.0, gt=0, description="weight of this queue in fair sharing")
-    quotas: dict[str, Quota] = Field(default_factory=dict, description="keyed by cpu, memory, gpu or gpu/<model>")
+    weight: float = Field(1.0, gt=0, le=1e6, strict=True, description="weight of this queue in fair sharing")
+    quotas: dict[Annotated[str, Field(max_length=128)], Quota] = Field(
+        default_factory=dict, max_length=64, description="keyed by cpu, memory, gpu or gpu/<model>"
+    )
     user_caps: UserCaps = Field(default_factory=UserCaps)
+    # classes above normal preempt and jump the queue, so an admin grants them: to everyone in the queue, or to
+    # named users (their highest class here). Admins themselves may submit any class
+    max_priority: PriorityClass = Field(PriorityClass.NORMAL, description="highest class anyone may submit here")
+    priority_grants: dict[Annotated[str, Field(max_length=64)], PriorityClass] = Field(
+        default_factory=dict, max_length=10_000, description="user name -> highest class that user may submit here"
+    )
+
+    def allows(self, username: str, priority: PriorityClass) -> bool:
+        granted = self.priority_grants.get(username, self.max_priority)
+        return priority.rank <= max(granted.rank, self.max_priority.rank)
 
     @field_validator("quotas")
     @classmethod

@@ -9,35 +9,37 @@ from sqlalchemy.orm import Session
 
 from caldera.core.spec import spec_errors
 from caldera.core.states import JobState
-from caldera.core.tenancy import QueueConfig, Role
+from caldera.core.tenancy import PriorityClass, QueueConfig, Role
 from caldera.db.models import Account, Job, Usage, User
 from caldera.scheduler.quota import validate_queues
 from caldera.server import tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
-from caldera.server.errors import InvalidFields
+from caldera.server.errors import Invalid, InvalidFields
 from caldera.server.platform import Platform
+from caldera.server.security import verify_password
 
 router = APIRouter(prefix="/api/v1", tags=["admin"])
 
 
 class UserIn(BaseModel):
     username: str = Field(..., pattern=r"^[a-z_][a-z0-9_.-]{0,63}$")
-    password: str
+    password: str = Field(..., max_length=1024)
     role: Role = Role.USER
-    accounts: list[str] = Field(default_factory=list)
+    accounts: list[str] = Field(default_factory=list, max_length=256)
 
 
 class AccountIn(BaseModel):
     name: str = Field(..., pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")
-    description: str = ""
+    description: str = Field("", max_length=4096)
 
 
 class MemberIn(BaseModel):
-    username: str
+    username: str = Field(..., max_length=64)
 
 
 class PasswordIn(BaseModel):
-    password: str
+    current_password: str = Field("", max_length=1024, description="required unless an admin resets another user's")
+    password: str = Field(..., max_length=1024)
 
 
 def _user_view(db: Session, u: User) -> dict:
@@ -63,6 +65,18 @@ def list_users(_: User = Depends(admin_user), db: Session = Depends(db_session))
     return [_user_view(db, u) for u in db.scalars(select(User).order_by(User.username))]
 
 
+def _change_password(p: Platform, db: Session, actor: User, target: User, body: PasswordIn) -> dict:
+    """Your own password needs the current one (so a stolen session cannot lock you out); an admin resetting
+    someone else's does not. Either way every login of the target made before now ends."""
+    if actor.id == target.id and not verify_password(target.password_hash, body.current_password):
+        raise Invalid("current_password", "wrong current password")
+    tenancy.set_password(db, target, body.password)
+    db.commit()
+    if target.role == Role.ADMIN.value:
+        (p.settings.data_dir / "initial-admin.txt").unlink(missing_ok=True)
+    return {"ok": True, "username": target.username, "detail": "password changed; other logins were ended"}
+
+
 @router.put("/me/password")
 def change_password(
     body: PasswordIn,
@@ -70,14 +84,18 @@ def change_password(
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ) -> dict:
-    from caldera.server.security import hash_password
+    return _change_password(p, db, user, user, body)
 
-    if len(body.password) < 8:
-        raise HTTPException(400, "password: must be at least 8 characters")
-    user.password_hash = hash_password(body.password)
-    db.commit()
-    (p.settings.data_dir / "initial-admin.txt").unlink(missing_ok=True)
-    return {"ok": True}
+
+@router.put("/users/{username}/password")
+def reset_password(
+    username: str,
+    body: PasswordIn,
+    admin: User = Depends(admin_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
+    return _change_password(p, db, admin, tenancy.get_user(db, username), body)
 
 
 @router.post("/accounts", status_code=201)
@@ -120,17 +138,48 @@ def put_queue(
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ) -> dict:
-    """Create or replace a queue. Refused when the whole set of queues could not hold on this cluster."""
+    """Create or replace a queue. Refused when the whole set of queues could not hold on this cluster. Priority
+    grants (``max_priority``, ``priority_grants``) are kept when the body leaves them out."""
+    queues = tenancy.all_queue_configs(db)
+    kept = queues[name].model_dump(mode="json", include={"max_priority", "priority_grants"}) if name in queues else {}
     try:
-        cfg = QueueConfig.model_validate({**body, "name": name})
+        cfg = QueueConfig.model_validate({**kept, **body, "name": name})
     except ValidationError as exc:
         raise InvalidFields(spec_errors(exc)) from None
     tenancy.get_account(db, cfg.account)
-    queues = tenancy.all_queue_configs(db)
     queues[name] = cfg
     problems = validate_queues(list(queues.values()), p.nodes())
     if problems:
         raise InvalidFields([{"field": "quotas", "reason": m} for m in problems])
+    tenancy.put_queue(db, cfg)
+    db.commit()
+    return cfg.model_dump(mode="json")
+
+
+class GrantIn(BaseModel):
+    max_priority: PriorityClass = Field(..., description="the highest class this user may submit in this queue")
+
+
+@router.put("/queues/{name}/grants/{username}")
+def grant_priority(
+    name: str, username: str, body: GrantIn, _: User = Depends(admin_user), db: Session = Depends(db_session)
+) -> dict:
+    """Let one user submit classes up to ``max_priority`` in this queue."""
+    user = tenancy.get_user(db, username)
+    q, account = tenancy.get_queue(db, name)
+    cfg = tenancy.queue_config(q, account)
+    cfg.priority_grants[user.username] = body.max_priority
+    tenancy.put_queue(db, cfg)
+    db.commit()
+    return cfg.model_dump(mode="json")
+
+
+@router.delete("/queues/{name}/grants/{username}")
+def revoke_priority(name: str, username: str, _: User = Depends(admin_user), db: Session = Depends(db_session)) -> dict:
+    q, account = tenancy.get_queue(db, name)
+    cfg = tenancy.queue_config(q, account)
+    if cfg.priority_grants.pop(username, None) is None:
+        raise HTTPException(404, f"{username!r} has no grant in queue {name!r}")
     tenancy.put_queue(db, cfg)
     db.commit()
     return cfg.model_dump(mode="json")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import time
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -13,6 +14,7 @@ from caldera.db.models import ApiToken, RefreshToken, User
 from caldera.server import tenancy
 from caldera.server.deps import current_user, db_session, platform
 from caldera.server.platform import Platform
+from caldera.server.ratelimit import LoginThrottle
 from caldera.server.security import (
     PERSONAL_PREFIX,
     SESSION_PREFIX,
@@ -29,12 +31,12 @@ router = APIRouter(prefix="/api/v1", tags=["auth"])
 
 
 class Credentials(BaseModel):
-    username: str
-    password: str
+    username: str = Field(..., max_length=128)
+    password: str = Field(..., max_length=1024)
 
 
 class RefreshIn(BaseModel):
-    refresh_token: str
+    refresh_token: str = Field(..., max_length=4096)
 
 
 class TokenIn(BaseModel):
@@ -42,10 +44,27 @@ class TokenIn(BaseModel):
     expires_in_days: int | None = Field(None, ge=1, le=3650)
 
 
-def authenticate(db: Session, username: str, password: str) -> User:
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+def authenticate(request: Request, db: Session, username: str, password: str) -> User:
+    """The one password login (API and pages): rate-limited per name and per address, and as slow for a name that
+    does not exist as for one that does (a dummy hash is verified instead)."""
+    throttle: LoginThrottle = request.app.state.login_throttle
+    address = client_address(request)
+    wait = throttle.retry_after(username, address)
+    if wait is not None:
+        seconds = max(1, math.ceil(wait))
+        raise HTTPException(
+            429, f"too many failed logins; try again in {seconds} s", headers={"Retry-After": str(seconds)}
+        )
     user = db.scalar(select(User).where(User.username == username))
-    if user is None or not user.active or not verify_password(user.password_hash, password):
+    password_hash = user.password_hash if user is not None and user.active else None
+    if not verify_password(password_hash, password) or user is None:
+        throttle.failed(username, address)
         raise HTTPException(401, "wrong username or password")
+    throttle.succeeded(username)
     return user
 
 
@@ -62,8 +81,10 @@ def _pair(p: Platform, db: Session, user: User) -> dict:
 
 
 @router.post("/auth/login")
-def login(body: Credentials, p: Platform = Depends(platform), db: Session = Depends(db_session)) -> dict:
-    return _pair(p, db, authenticate(db, body.username, body.password))
+def login(
+    body: Credentials, request: Request, p: Platform = Depends(platform), db: Session = Depends(db_session)
+) -> dict:
+    return _pair(p, db, authenticate(request, db, body.username, body.password))
 
 
 @router.post("/auth/refresh")

@@ -17,9 +17,11 @@ from caldera.db.models import Job, User
 from caldera.runtime.base import Handle
 from caldera.server import jobs
 from caldera.server.deps import current_user, db_session, platform
+from caldera.server.errors import Invalid
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+_MAX_LOG_OFFSET = 1 << 40  # past any log's end, and still a position every file system can seek to
 
 
 def _usernames(db: Session) -> dict[int, str]:
@@ -43,11 +45,16 @@ def submit(
 @router.get("")
 def list_jobs(
     all: bool = False,
-    state: list[str] | None = Query(None),
+    state: list[str] | None = Query(None, max_length=len(JobState)),
     limit: int = Query(200, ge=1, le=5000),
     user: User = Depends(current_user),
     db: Session = Depends(db_session),
 ) -> list[dict]:
+    if state:
+        known = [s.value for s in JobState]
+        bad = [x for x in state if x not in known]
+        if bad:
+            raise Invalid("state", f"unknown state {bad[0][:64]!r}; valid states: {', '.join(known)}")
     names = _usernames(db)
     return [jobs.view(j, names.get(j.user_id)) for j in jobs.list_jobs(db, user, all, state, limit)]
 
@@ -88,7 +95,7 @@ def logs(
     job_id: str,
     rank: int | None = Query(None, ge=0),
     follow: bool = False,
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, description="bytes to skip; past the end gives nothing"),
     user: User = Depends(current_user),
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
@@ -101,6 +108,7 @@ def logs(
     if rank is not None and rank >= job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1):
         raise HTTPException(400, f"rank {rank} does not exist")
     job_id, attempt, handle = job.id, job.attempt, job.handle
+    offset = min(offset, _MAX_LOG_OFFSET)
 
     def stream() -> Iterator[bytes]:
         nonlocal attempt, handle

@@ -8,12 +8,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from caldera.core.spec import SpecError
+from caldera.core.spec import SpecError, field_path
 from caldera.core.states import InvalidTransition
 from caldera.server import api_admin, api_auth, api_jobs, lab_entry, web
+from caldera.server.csrf import CSRFMiddleware
 from caldera.server.errors import CalderaError
+from caldera.server.headers import DOCS_CSP, SecurityHeadersMiddleware, platform_headers
+from caldera.server.limits import BodyLimitMiddleware
 from caldera.server.loop import SchedulerLoop
 from caldera.server.platform import Platform
+from caldera.server.ratelimit import LoginThrottle
 
 
 def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
@@ -37,6 +41,18 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.platform = platform
+    s = platform.settings
+    app.state.login_throttle = LoginThrottle(
+        s.login_max_failures_per_user, s.login_max_failures_per_address, s.login_window_s
+    )
+    # outermost last: headers on every answer (a 413 or a CSRF refusal too), the size limit before anything reads
+    app.add_middleware(CSRFMiddleware, public_url=s.url, lab_url=s.lab_url, secure=s.url.startswith("https"))
+    app.add_middleware(BodyLimitMiddleware, max_bytes=s.max_body_bytes)
+    app.add_middleware(
+        SecurityHeadersMiddleware,
+        headers=platform_headers(s.lab_url),
+        by_path={"/api/v1/docs": {"Content-Security-Policy": DOCS_CSP}},
+    )
 
     @app.exception_handler(SpecError)
     async def _spec(_: Request, exc: SpecError):
@@ -53,8 +69,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):
         errors = [
-            {"field": ".".join(str(x) for x in e["loc"][1:]) or str(e["loc"][0]), "reason": e["msg"]}
-            for e in exc.errors()
+            {"field": field_path(tuple(e["loc"][1:])) or str(e["loc"][0]), "reason": e["msg"]} for e in exc.errors()
         ]
         return JSONResponse(
             {"detail": "; ".join(f"{e['field']}: {e['reason']}" for e in errors), "errors": errors}, status_code=400

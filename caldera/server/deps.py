@@ -12,7 +12,14 @@ from sqlalchemy.orm import Session
 from caldera.core.tenancy import Role
 from caldera.db.models import ApiToken, User
 from caldera.server.platform import Platform
-from caldera.server.security import PERSONAL_PREFIX, SESSION_PREFIX, TokenError, decode_access, hash_token
+from caldera.server.security import (
+    PERSONAL_PREFIX,
+    SESSION_PREFIX,
+    TokenError,
+    credentials_current,
+    decode_access,
+    hash_token,
+)
 
 SESSION_COOKIE = "caldera_session"
 
@@ -47,13 +54,17 @@ def user_for_token(p: Platform, db: Session, token: str) -> User:
             row.last_used_at = now
             db.commit()
         user = db.get(User, row.user_id)
+        issued_at = row.created_at if row.kind == "session" else float("inf")  # personal tokens outlive a password
     else:
         try:
-            user = db.get(User, decode_access(p.keys, token))
+            user_id, issued_at = decode_access(p.keys, token)
         except TokenError as exc:
             raise _unauthorized(str(exc)) from None
+        user = db.get(User, user_id)
     if user is None or not user.active:
         raise _unauthorized("user disabled")
+    if not credentials_current(user, issued_at):
+        raise _unauthorized("the password changed since this token was issued; log in again")
     return user
 
 

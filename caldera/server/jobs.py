@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from caldera.core.spec import JobSpec
 from caldera.core.states import JobState, check_transition
-from caldera.core.tenancy import Role
+from caldera.core.tenancy import PriorityClass, QueueConfig, Role
 from caldera.db.models import Job, JobEventRow, User
 from caldera.scheduler.quota import never_fits
 from caldera.server import tenancy
@@ -73,6 +73,12 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
     why = never_fits(spec.resources, spec.replicas, p.nodes())
     if why:
         raise Invalid("resources", why)
+    q, _ = tenancy.get_queue(db, queue)
+    cfg = tenancy.queue_config(q, account)
+    _check_priority(cfg, user, spec)
+    why = over_caps(cfg, spec)
+    if why:
+        raise Invalid("resources", why)
 
     now = time.time()
     job = Job(
@@ -96,6 +102,39 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
     job.queued_at = now
     db.flush()
     return job
+
+
+def _check_priority(cfg: QueueConfig, user: User, spec: JobSpec) -> None:
+    """Classes above normal jump the queue and preempt, so they need an admin's grant (admins need none)."""
+    if spec.priority.rank <= PriorityClass.NORMAL.rank or user.role == Role.ADMIN.value:
+        return
+    if not cfg.allows(user.username, spec.priority):
+        granted = cfg.priority_grants.get(user.username, cfg.max_priority)
+        raise Forbidden(
+            f"priority {spec.priority.value} needs a grant in queue {cfg.name}: you may submit up to "
+            f"{granted.value} there; an admin grants more with `caldera queue grant {cfg.name} "
+            f"{user.username} {spec.priority.value}`"
+        )
+
+
+def over_caps(cfg: QueueConfig, spec: JobSpec) -> str | None:
+    """Why a job can never start under its queue's per-user caps or capabilities, however idle the cluster."""
+    caps = cfg.user_caps
+    gpus = spec.total_gpus()
+    if caps.max_gpus is not None and gpus > caps.max_gpus:
+        return f"the job needs {gpus} GPUs but queue {cfg.name} caps each user at {caps.max_gpus} (user_caps.max_gpus)"
+    if caps.max_running_jobs == 0:
+        return f"queue {cfg.name} lets no user run jobs (user_caps.max_running_jobs is 0)"
+    if spec.interactive and caps.max_interactive_jobs == 0:
+        return f"queue {cfg.name} allows no interactive jobs (user_caps.max_interactive_jobs is 0)"
+    for key, amount in spec.resources.vector(spec.replicas).items():
+        quota = cfg.quotas.get(key)
+        if quota is not None and quota.capability is not None and amount > quota.capability:
+            return (
+                f"the job needs {amount:g} {key} but queue {cfg.name} can never use more than "
+                f"{quota.capability:g} (its capability for {key})"
+            )
+    return None
 
 
 def visible(db: Session, user: User, job_id: str) -> Job:

@@ -15,10 +15,11 @@ from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from caldera.db.models import User
-from caldera.server import jobs, lab_proxy
+from caldera.server import headers, jobs, lab_proxy
 from caldera.server.errors import CalderaError
+from caldera.server.headers import SecurityHeadersMiddleware
 from caldera.server.platform import Platform
-from caldera.server.security import LAB_SESSION, LAB_TICKET, TokenError, decode_lab, issue_lab
+from caldera.server.security import LAB_SESSION, LAB_TICKET, TokenError, credentials_current, decode_lab, issue_lab
 
 
 class SpentTickets:
@@ -70,7 +71,7 @@ def create_lab_app(platform: Platform) -> FastAPI:
             raise HTTPException(401, "lab ticket already used")
         with p.session() as db:
             user = db.get(User, claims.user_id)
-            if not lab_proxy.credentials_current(user, claims.issued_at):
+            if not credentials_current(user, claims.issued_at):
                 raise HTTPException(401, "lab ticket refused: log in again")
             jobs.visible(db, user, claims.job_id)
         ttl = p.settings.lab_cookie_ttl_s
@@ -86,12 +87,6 @@ def create_lab_app(platform: Platform) -> FastAPI:
         )
         return resp
 
-    @app.middleware("http")
-    async def _headers(request: Request, call_next):
-        resp = await call_next(request)
-        resp.headers.setdefault("X-Content-Type-Options", "nosniff")
-        resp.headers.setdefault("Referrer-Policy", "same-origin")
-        return resp
-
+    app.add_middleware(SecurityHeadersMiddleware, headers=headers.COMMON)  # Lab frames itself: no frame ban here
     app.include_router(lab_proxy.router)
     return app

@@ -30,7 +30,7 @@ from caldera.runtime.base import Endpoint, Handle
 from caldera.server import jobs
 from caldera.server.deps import user_for_token
 from caldera.server.platform import Platform
-from caldera.server.security import LAB_SESSION, TokenError, decode_lab
+from caldera.server.security import LAB_SESSION, TokenError, credentials_current, decode_lab
 
 router = APIRouter(tags=["lab"])
 
@@ -64,11 +64,6 @@ class Caller:
     @property
     def by_cookie(self) -> bool:
         return self.cookie_issued_at is not None
-
-
-def credentials_current(user: User | None, issued_at: float) -> bool:
-    """A credential issued before the user's last password change no longer counts."""
-    return user is not None and user.active and (user.credentials_changed_at or 0.0) <= issued_at
 
 
 def lab_path(job_id: str) -> str:

@@ -14,6 +14,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jwt
 from argon2 import PasswordHasher
@@ -29,11 +30,28 @@ def hash_password(password: str) -> str:
     return _hasher.hash(password)
 
 
-def verify_password(password_hash: str, password: str) -> bool:
+def verify_password(password_hash: str | None, password: str) -> bool:
+    """Always costs one argon2 verification, even without a hash (an unknown user), so the answer time does not
+    tell which user names exist."""
     try:
-        return _hasher.verify(password_hash, password)
+        return _hasher.verify(password_hash or _dummy_hash(), password) and password_hash is not None
     except (VerifyMismatchError, InvalidHashError):
         return False
+
+
+_DUMMY: list[str] = []
+
+
+def _dummy_hash() -> str:
+    if not _DUMMY:
+        _DUMMY.append(_hasher.hash(secrets.token_urlsafe(16)))
+    return _DUMMY[0]
+
+
+def credentials_current(user: Any, issued_at: float) -> bool:
+    """The one check of a credential's age: a user's token, session or lab cookie issued before their last password
+    change (``users.credentials_changed_at``) no longer counts, nor does anything of a disabled user."""
+    return user is not None and user.active and (user.credentials_changed_at or 0.0) <= issued_at
 
 
 def hash_token(token: str) -> str:
@@ -73,7 +91,7 @@ class TokenError(Exception):
 
 
 def issue_access(keys: Keys, user_id: int, ttl_s: int) -> str:
-    now = int(time.time())
+    now = time.time()  # not rounded: compared with the moment of a password change
     return jwt.encode(
         {"sub": str(user_id), "typ": "access", "iat": now, "exp": now + ttl_s}, keys.access, algorithm="HS256"
     )
@@ -101,8 +119,10 @@ def _decode(token: str, key: str, typ: str) -> dict:
     return claims
 
 
-def decode_access(keys: Keys, token: str) -> int:
-    return int(_decode(token, keys.access, "access")["sub"])
+def decode_access(keys: Keys, token: str) -> tuple[int, float]:
+    """The user id and the time the token was issued."""
+    claims = _decode(token, keys.access, "access")
+    return int(claims["sub"]), float(claims.get("iat", 0))
 
 
 def decode_refresh(keys: Keys, token: str) -> tuple[int, str]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import secrets
 import time
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from caldera.core.tenancy import QueueConfig, Role
-from caldera.db.models import Account, Membership, Queue, User
+from caldera.db.models import Account, ApiToken, Membership, Queue, RefreshToken, User
 from caldera.server.errors import Conflict, Invalid, NotFound
 from caldera.server.security import hash_password
 
@@ -49,8 +49,7 @@ def create_user(
 ) -> User:
     if db.scalar(select(User).where(User.username == username)) is not None:
         raise Conflict(f"user {username!r} exists")
-    if len(password) < 8:
-        raise Invalid("password", "must be at least 8 characters")
+    check_password(password)
     names = accounts or [DEFAULT_ACCOUNT]
     user = User(
         username=username,
@@ -64,6 +63,31 @@ def create_user(
     for name in names:
         add_member(db, name, user)
     return user
+
+
+def check_password(password: str) -> None:
+    if len(password) < 8:
+        raise Invalid("password", "must be at least 8 characters")
+
+
+def set_password(db: Session, user: User, password: str) -> None:
+    """A new password ends every login made with the old one: refresh tokens and browser sessions are revoked, and
+    access tokens and lab cookies issued before now stop counting (``credentials_changed_at``). Personal API
+    tokens stay: their owner lists and revokes them."""
+    check_password(password)
+    now = time.time()
+    user.password_hash = hash_password(password)
+    user.credentials_changed_at = now
+    db.execute(
+        update(RefreshToken)
+        .where(RefreshToken.user_id == user.id, RefreshToken.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    db.execute(
+        update(ApiToken)
+        .where(ApiToken.user_id == user.id, ApiToken.kind == "session", ApiToken.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
 
 
 def add_member(db: Session, account: str, user: User) -> None:

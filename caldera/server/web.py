@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import html
 import time
-from urllib.parse import quote
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from caldera.db.models import ApiToken, User
+from caldera.db.models import ApiToken
 from caldera.server import jobs
-from caldera.server.api_auth import create_opaque
+from caldera.server.api_auth import authenticate, create_opaque
 from caldera.server.deps import SESSION_COOKIE, db_session, platform, presented_token, user_for_token
 from caldera.server.platform import Platform
-from caldera.server.security import hash_token, verify_password
+from caldera.server.security import hash_token
 
 router = APIRouter(include_in_schema=False)
 
@@ -52,15 +52,17 @@ def login_form(next: str = "/", error: str = "") -> HTMLResponse:
 
 @router.post("/login")
 def login(
-    username: str = Form(...),
-    password: str = Form(...),
-    next: str = Form("/"),
+    request: Request,
+    username: str = Form(..., max_length=128),
+    password: str = Form(..., max_length=1024),
+    next: str = Form("/", max_length=4096),
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ):
-    user = db.scalar(select(User).where(User.username == username))
-    if user is None or not user.active or not verify_password(user.password_hash, password):
-        return RedirectResponse(f"/login?next={quote(_safe_next(next))}&error=wrong+username+or+password", 303)
+    try:
+        user = authenticate(request, db, username, password)  # rate-limited, same time for unknown names
+    except HTTPException as exc:
+        return RedirectResponse(f"/login?{urlencode({'next': _safe_next(next), 'error': exc.detail})}", 303)
     secret, _ = create_opaque(db, user, "session", "browser", p.settings.session_ttl_s)
     resp = RedirectResponse(_safe_next(next), 303)
     resp.set_cookie(
