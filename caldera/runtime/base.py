@@ -12,8 +12,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
+from caldera.core.cluster import Allocation, Node
 from caldera.core.spec import JobSpec
-from caldera.scheduler.snapshot import Allocation, Node
 
 
 class LaunchError(RuntimeError):

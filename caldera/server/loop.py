@@ -17,6 +17,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from caldera.core.cluster import Allocation
 from caldera.core.resources import Resources
 from caldera.core.spec import JobSpec
 from caldera.core.states import JobState
@@ -25,7 +26,7 @@ from caldera.db.models import Job, Usage, User
 from caldera.runtime.base import Handle, LaunchRequest, Phase
 from caldera.scheduler import fairshare
 from caldera.scheduler.registry import get_policy
-from caldera.scheduler.snapshot import Allocation, Decisions, Policy, SchedJob, Snapshot
+from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot
 from caldera.server import identity, tenancy
 from caldera.server.jobs import note, preemption_deadline, preemption_notice, record
 from caldera.server.launcher import Launcher

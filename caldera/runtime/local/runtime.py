@@ -33,12 +33,12 @@ from typing import Any
 
 import caldera
 from caldera.config import Settings
+from caldera.core.cluster import Device, Node
 from caldera.core.spec import JobKind
 from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
 from caldera.runtime.local import jupyter, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
-from caldera.scheduler.snapshot import Device, Node
 
 # the shim runs as ``python -m caldera.runtime.local.shim`` from here, so it imports this very checkout of caldera
 # (``-m`` puts the working directory first on sys.path) without adding PYTHONPATH to the job's environment
