@@ -1,0 +1,77 @@
+"""The new-job forms: the form's fields become the API's job body, and the API's errors go back next to a field."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from caldera.core.spec import JobKind
+from caldera.core.tenancy import PriorityClass
+from caldera.server.web.overview import QueueChoice
+
+KINDS = [k.value for k in JobKind]
+PRIORITIES = [p.value for p in PriorityClass]
+
+
+class JobForm(BaseModel):
+    """As typed: strings, so that every mistake is reported by the API's validation, not by the form's."""
+
+    name: str = Field("", max_length=128)
+    command: str = Field("", max_length=8192)
+    queue: str = Field("", max_length=64)
+    priority: str = Field("normal", max_length=16)
+    gpu: str = Field("0", max_length=8)
+    gpu_model: str = Field("", max_length=64)
+    cpu: str = Field("1", max_length=16)
+    memory_mib: str = Field("1024", max_length=16)
+    max_runtime_s: str = Field("", max_length=16)
+    replicas: str = Field("1", max_length=8)
+    procs_per_replica: str = Field("1", max_length=8)
+    env: str = Field("", max_length=16384, description="KEY=VALUE lines")
+
+
+FIELDS = set(JobForm.model_fields)
+
+
+def _env(text: str) -> dict[str, str] | str:
+    out = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        key, eq, value = line.partition("=")
+        if not eq:
+            return f"{line.strip()[:40]!r}: expected KEY=VALUE"
+        out[key.strip()] = value
+    return out
+
+
+def body_of(kind: str, form: JobForm, choices: list[QueueChoice]) -> tuple[dict, list[dict[str, str]]]:
+    """The API body, and the errors the API could not report itself (a line of env that is not KEY=VALUE)."""
+    account = next((c.account for c in choices if c.name == form.queue), None)
+    resources = {"cpu": form.cpu, "memory_mib": form.memory_mib, "gpu": form.gpu}
+    if form.gpu_model:
+        resources["gpu_model"] = form.gpu_model
+    body: dict = {"name": form.name, "kind": kind, "priority": form.priority, "resources": resources}
+    for key, value in (("command", form.command.strip()), ("queue", form.queue), ("account", account)):
+        if value:
+            body[key] = value
+    if form.max_runtime_s.strip():
+        body["max_runtime_s"] = form.max_runtime_s.strip()
+    if kind == JobKind.DISTRIBUTED.value:
+        body["replicas"], body["procs_per_replica"] = form.replicas, form.procs_per_replica
+    env = _env(form.env)
+    if isinstance(env, str):
+        return body, [{"field": "env", "reason": env}]
+    body["env"] = env
+    return body, []
+
+
+def by_field(errors: list[dict[str, str]]) -> dict[str, list[str]]:
+    """API errors keyed by the form field they belong to ("resources.gpu" -> gpu); the rest under "" (the form)."""
+    out: dict[str, list[str]] = {}
+    for e in errors:
+        parts = e["field"].split(".")
+        name = next((x for x in reversed(parts) if x in FIELDS), None)
+        if name is None:
+            name = {"resources": "gpu", "account": "queue"}.get(parts[0], "")
+        out.setdefault(name, []).append(e["reason"])
+    return out
