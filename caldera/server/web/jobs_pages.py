@@ -100,25 +100,21 @@ def _visible(db: Session, user: User, job_id: str):
         raise PageNotFound() from None
 
 
+def _status(db: Session, job) -> dict:
+    return {"job": job, "events": jobs.events(db, job), "terminal": JobState(job.state).terminal}
+
+
 @router.get("/jobs/{job_id}")
 def job_page(request: Request, job_id: str, user: User = Depends(page_user), db: Session = Depends(db_session)):
     job = _visible(db, user, job_id)
-    return page(
-        request,
-        "job.html",
-        user=user,
-        job=job,
-        events=jobs.events(db, job),
-        ranks=job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1),
-        terminal=JobState(job.state).terminal,
-    )
+    ranks = job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1)
+    return page(request, "job.html", user=user, ranks=ranks, **_status(db, job))
 
 
 @router.get("/jobs/{job_id}/partials/status")
 def job_status(request: Request, job_id: str, user: User = Depends(page_user), db: Session = Depends(db_session)):
     """State, why pending and the events, refreshed in place by HTMX."""
-    job = _visible(db, user, job_id)
-    return page(request, "_job_status.html", job=job, events=jobs.events(db, job))
+    return page(request, "_job_status.html", **_status(db, _visible(db, user, job_id)))
 
 
 @router.post("/jobs/{job_id}/cancel", dependencies=[Depends(checked_form)])

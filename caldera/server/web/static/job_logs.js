@@ -8,7 +8,7 @@
   const status = document.getElementById("log-status");
   if (!log) return;
   const job = log.dataset.job;
-  const TERMINAL = new Set(["Succeeded", "Failed", "Cancelled"]);
+  const TERMINAL = new Set(["Succeeded", "Failed", "Cancelled", "Lost"]);
   let rank = 0, offset = 0, decoder = new TextDecoder(), generation = 0, timer = null;
 
   async function state() {
