@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from caldera.server.web.render import STATIC
 from tests.test_browser import browser  # noqa: F401 - the chromium fixture
 from tests.test_server_process import token
 
@@ -29,6 +30,7 @@ def _shot(page, name):
 
 
 def test_student_and_admin_in_the_browser(server, browser):  # noqa: F811
+    assert (STATIC / "vendor" / "htmx.min.js").exists(), "no HTMX: run scripts/build-web (needs npm)"
     admin = token(server)
     r = httpx.post(server.url + "/api/v1/users", json={"username": "alice", "password": "password-123"}, headers=admin)
     assert r.status_code == 201, r.text

@@ -42,6 +42,29 @@ def test_login_cookies_csp_and_errors(api):
 def test_pages_redirect_to_login_with_next(api):
     r = api.client.get("/jobs/abc", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Fjobs%2Fabc"
+    # an HTMX refresh whose session ended: the whole page goes to the login form, not a fragment of it
+    hx = {"HX-Request": "true", "HX-Current-URL": "http://testserver/jobs/abc"}
+    r = api.client.get("/jobs/abc/partials/status", headers=hx, follow_redirects=False)
+    assert r.status_code == 204 and r.headers["hx-redirect"] == "/login?next=%2Fjobs%2Fabc"
+
+
+def test_job_page_says_why_it_waits_and_has_a_log_per_rank(api, admin, me):
+    r = api.client.put(
+        "/api/v1/queues/default", json={"account": "default", "user_caps": {"max_gpus": 1}}, headers=admin
+    )
+    assert r.status_code == 200, r.text
+    body = {"name": "big", "kind": "distributed", "command": "true", "replicas": 2, "procs_per_replica": 2,
+            "resources": {"gpu": 1}}  # fmt: skip
+    jid = api.client.post("/api/v1/jobs", json=body, headers=admin).json()["id"]
+    api.client.app.state.loop.tick()
+    why = api.client.get(f"/api/v1/jobs/{jid}/why", headers=admin).json()["pending"]
+    assert why, "the scheduler gave no reason"
+    html = me.get(f"/jobs/{jid}").text
+    pending = re.search(r'<ul id="pending">(.*?)</ul>', html, re.S).group(1)
+    assert why[0]["code"] in pending and why[0]["message"] in pending
+    ranks = re.search(r'<select id="rank">(.*?)</select>', html, re.S).group(1)
+    assert re.findall(r'<option value="(\d+)"', ranks) == ["0", "1", "2", "3"]
+    assert 'hx-trigger="every 2s"' in html  # still waiting: the status keeps refreshing
 
 
 def test_home_shows_my_jobs_queues_and_free_gpus(api, admin, me):

@@ -3,7 +3,9 @@ API's own functions and permission checks."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
+from urllib.parse import urlsplit
+
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -19,7 +21,10 @@ def install(app: FastAPI) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.exception_handler(LoginRequired)
-    async def _login(_: Request, exc: LoginRequired):
+    async def _login(request: Request, exc: LoginRequired):
+        if request.headers.get("hx-request"):  # an in-place refresh: the whole page goes to the login form
+            back = urlsplit(request.headers.get("hx-current-url", "")[:2048]).path or "/"
+            return Response(status_code=204, headers={"HX-Redirect": login_url(back)})
         return RedirectResponse(login_url(exc.next_path), 303)
 
     @app.exception_handler(PageForbidden)
