@@ -100,6 +100,9 @@ def test_batch_form_submits_through_the_api_rules(api, admin, me):
     assert r.status_code == 400 and "needs a command" in r.text
     r = post_form(me, "/new/distributed", {**good, "replicas": "2", "procs_per_replica": "2", "gpu": "1"})
     assert r.status_code == 303
+    clone = me.get(f"/new/batch?clone={jid}").text  # the same job again, as a form to edit
+    assert 'value="from-form"' in clone and 'value="echo &#39;hi there&#39;"' in clone
+    assert ">A=1\nB=two words</textarea>" in clone
     r = post_form(me, "/new/jupyter", {"name": "nb", "queue": "default"})
     assert r.status_code == 303
     assert me.get("/new/other").status_code == 404
@@ -132,6 +135,7 @@ def test_another_users_job_is_not_there(api, admin, me):
         r = alice.get(path)
         assert r.status_code == 404 and "secret" not in r.text
     assert post_form(alice, f"/jobs/{jid}/cancel", {}).status_code == 404
+    assert alice.get(f"/new/batch?clone={jid}").status_code == 404
     assert jid not in alice.get("/").text
     page = me.get(f"/jobs/{jid}").text  # its owner sees it, its events and a cancel button
     assert "Submitted" in page and 'id="cancel"' in page and f'data-job="{jid}"' in page
@@ -202,3 +206,22 @@ def test_forms_refuse_a_missing_or_foreign_csrf_token(api, me):
     assert r.status_code == 403
     r = me.post("/new/batch", data={"name": "x", "csrf_token": "令牌"}, follow_redirects=False)
     assert r.status_code == 403
+
+
+def test_personal_api_tokens(api, admin, me):
+    r = post_form(me, "/tokens", {"name": "laptop", "expires_in_days": "abc"})
+    assert r.status_code == 400 and "expires_in_days" in r.text
+    r = post_form(me, "/tokens", {"name": "laptop", "expires_in_days": "30"})
+    assert r.status_code == 201
+    secret = re.search(r'<code id="new-token">([^<]+)</code>', r.text).group(1)
+    assert api.client.get("/api/v1/me", headers={"Authorization": f"Bearer {secret}"}).json()["username"] == "admin"
+    listing = me.get("/tokens").text
+    assert "laptop" in listing and secret[:10] in listing and secret not in listing  # shown once only
+    token_id = re.search(r'<tr data-token="(\d+)">', listing).group(1)
+
+    api.user(admin, "alice")
+    alice = browser_for(api.client, "alice", "password-123")
+    assert post_form(alice, f"/tokens/{token_id}/revoke", {}).status_code == 404
+    assert post_form(me, f"/tokens/{token_id}/revoke", {}).status_code == 303
+    assert api.client.get("/api/v1/me", headers={"Authorization": f"Bearer {secret}"}).status_code == 401
+    assert "revoked" in me.get("/tokens").text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from pydantic import BaseModel, Field
 
 from caldera.core.spec import JobKind
@@ -30,6 +32,29 @@ class JobForm(BaseModel):
 
 
 FIELDS = set(JobForm.model_fields)
+
+
+def form_of(spec: dict) -> JobForm:
+    """A submitted job's spec as the form shows it: the start of a clone."""
+    res = spec.get("resources", {})
+
+    def text(x) -> str:
+        return "" if x is None else f"{x:g}" if isinstance(x, float) else str(x)
+
+    return JobForm(
+        name=spec.get("name", ""),
+        command=shlex.join(spec.get("command") or []),
+        queue=spec.get("queue") or "",
+        priority=spec.get("priority", "normal"),
+        gpu=text(res.get("gpu", 0)),
+        gpu_model=res.get("gpu_model") or "",
+        cpu=text(res.get("cpu", 1.0)),
+        memory_mib=text(res.get("memory_mib", 1024)),
+        max_runtime_s=text(spec.get("max_runtime_s")),
+        replicas=text(spec.get("replicas", 1)),
+        procs_per_replica=text(spec.get("procs_per_replica", 1)),
+        env="\n".join(f"{k}={v}" for k, v in spec.get("env", {}).items()),
+    )
 
 
 def _env(text: str) -> dict[str, str] | str:

@@ -66,8 +66,12 @@ def _form_page(request: Request, p: Platform, db: Session, user: User, kind: str
 
 
 @router.get("/new/{kind}")
-def new_job(request: Request, kind: str, user=Depends(page_user), p=Depends(platform), db=Depends(db_session)):
-    return _form_page(request, p, db, user, kind, job_forms.JobForm(), {})
+def new_job(
+    request: Request, kind: str, clone: str = "", user=Depends(page_user), p=Depends(platform), db=Depends(db_session)
+):
+    """An empty form, or with ?clone=<job id> one filled from a job the user may see."""
+    form = job_forms.form_of(_visible(db, user, clone).spec) if clone else job_forms.JobForm()
+    return _form_page(request, p, db, user, kind, form, {})
 
 
 @router.post("/new/{kind}", dependencies=[Depends(checked_form)])
