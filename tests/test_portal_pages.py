@@ -76,6 +76,7 @@ def test_home_shows_my_jobs_queues_and_free_gpus(api, admin, me):
     assert "<td>default</td>" in queues and "unlimited" in queues
     gpus = re.search(r'<table id="free-gpus">(.*?)</table>', html, re.S).group(1)
     assert re.search(r"<td>a100</td><td>4</td><td>4</td>", gpus)
+    assert '<td class="largest-now">4 GPUs</td>' in queues  # the whole node, nothing else limits it
     assert jid in me.get("/partials/my-jobs").text
 
 
@@ -117,10 +118,12 @@ def test_pickers_offer_what_the_queue_allows(api, admin, me):
     gpu = re.search(r'<select name="gpu" id="gpu">(.*?)</select>', html, re.S).group(1)
     assert re.findall(r'<option value="(\d+)"', gpu) == ["0", "1", "2"]
     assert 'data-models="a100" data-max-gpu="2"' in html
+    assert '<td class="largest-now">2 GPUs</td>' in me.get("/").text
     r = api.client.put(
         "/api/v1/queues/default", json={"account": "default", "quotas": {"gpu/a100": {"capability": 0}}}, headers=admin
     )
     assert r.status_code == 200, r.text
+    assert '<td class="largest-now">0 GPUs</td>' in me.get("/").text
     html = me.get("/new/batch").text
     assert re.findall(r'<option value="(\d+)"', re.search(r'<select name="gpu".*?</select>', html, re.S).group(0)) == [
         "0"

@@ -29,14 +29,9 @@ def _my_jobs(db: Session, user: User) -> list:
 
 @router.get("/")
 def home(request: Request, user: User = Depends(page_user), p: Platform = Depends(platform), db=Depends(db_session)):
-    return page(
-        request,
-        "home.html",
-        user=user,
-        jobs=_my_jobs(db, user),
-        queues=overview.my_queues(db, user),
-        gpus=overview.free_gpus(p, db, user),
-    )
+    nodes = overview.nodes_now(p, db, user)
+    queues = [{**q, "largest_now": overview.largest_now(nodes, q)} for q in overview.my_queues(db, user)]
+    return page(request, "home.html", user=user, jobs=_my_jobs(db, user), queues=queues, gpus=overview.free_gpus(nodes))
 
 
 @router.get("/partials/my-jobs")

@@ -12,15 +12,43 @@ from caldera.server import api_admin
 from caldera.server.platform import Platform
 
 
-def free_gpus(p: Platform, db: Session, user: User) -> list[dict]:
+def nodes_now(p: Platform, db: Session, user: User) -> list[dict]:
+    """Nodes and which of their GPUs are busy (the API's /nodes: others' jobs show only as busy)."""
+    return api_admin.nodes(user=user, p=p, db=db)
+
+
+def free_gpus(nodes: list[dict]) -> list[dict]:
     """Per GPU model: how many are idle now on schedulable nodes, of how many."""
     per_model: dict[str, dict] = {}
-    for node in api_admin.nodes(user=user, p=p, db=db):
+    for node in nodes:
         for d in node["gpus"]:
             row = per_model.setdefault(d["model"], {"model": d["model"], "free": 0, "total": 0})
             row["total"] += 1
             row["free"] += int(node["schedulable"] and d["job"] is None)
     return sorted(per_model.values(), key=lambda r: r["model"])
+
+
+def _headroom(cap: float | None, used: float) -> float:
+    return float("inf") if cap is None else cap - used
+
+
+def largest_now(nodes: list[dict], queue: dict) -> int:
+    """The most GPUs one single-node job of this user could get in this queue right now: idle GPUs of one model on
+    one node, within what the queue's capabilities and the user's cap leave. Jobs queued ahead and reclaiming
+    guarantees are not counted: the scheduler may still decide otherwise."""
+    quotas, used = queue["quotas"], queue["queue_in_use"]
+    mine = queue["mine"].get(GPU, 0.0)
+    left = min(_headroom(_cap(quotas, GPU), used.get(GPU, 0.0)), _headroom(queue["user_caps"].get("max_gpus"), mine))
+    best = 0
+    for node in (n for n in nodes if n["schedulable"]):
+        idle: dict[str, int] = {}
+        for d in node["gpus"]:
+            idle[d["model"]] = idle.get(d["model"], 0) + int(d["job"] is None)
+        for model, n in idle.items():
+            key = gpu_key(model)
+            fits = min(n, left, _headroom(_cap(quotas, key), used.get(key, 0.0)))
+            best = max(best, int(max(0, fits)))
+    return best
 
 
 def my_queues(db: Session, user: User) -> list[dict]:
