@@ -103,7 +103,8 @@ def test_student_and_admin_in_the_browser(server, browser):  # noqa: F811
     for name in ("users", "nodes"):
         page.goto(f"{server.url}/admin/{name}")
         _shot(page, f"admin-{name}")
-    page.goto(server.url + "/new/distributed")
-    _shot(page, "new-distributed")
+    for path, name in (("/new/distributed", "new-distributed"), ("/new/jupyter", "new-jupyter"), ("/tokens", "tokens")):
+        page.goto(server.url + path)
+        _shot(page, name)
     assert not violations, violations
     context.close()

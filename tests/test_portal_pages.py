@@ -42,6 +42,8 @@ def test_login_cookies_csp_and_errors(api):
 def test_pages_redirect_to_login_with_next(api):
     r = api.client.get("/jobs/abc", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Fjobs%2Fabc"
+    r = api.client.get("/admin/queue?name=gpu", follow_redirects=False)
+    assert r.headers["location"] == "/login?next=%2Fadmin%2Fqueue%3Fname%3Dgpu"
     # an HTMX refresh whose session ended: the whole page goes to the login form, not a fragment of it
     hx = {"HX-Request": "true", "HX-Current-URL": "http://testserver/jobs/abc"}
     r = api.client.get("/jobs/abc/partials/status", headers=hx, follow_redirects=False)

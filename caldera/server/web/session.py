@@ -32,7 +32,7 @@ def login_url(next_path: str) -> str:
 
 def page_user(request: Request, p: Platform = Depends(platform), db: Session = Depends(db_session)) -> User:
     token = presented_token(request)
-    here = request.url.path
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     if not token:
         raise LoginRequired(here)
     try:
