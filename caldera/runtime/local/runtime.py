@@ -34,7 +34,7 @@ from typing import Any
 import caldera
 from caldera.config import Settings
 from caldera.core.spec import JobKind
-from caldera.runtime.base import Endpoint, Handle, LaunchRequest, Observation, Phase, RunAs
+from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
 from caldera.runtime.local import jupyter, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
@@ -306,7 +306,7 @@ class LocalRuntime:
     def _check_command(argv: list[str], path: str, workdir: Path) -> None:
         # caught here, a typo fails the launch with a clear reason instead of a job that dies with 127
         if not argv:
-            raise RuntimeError("no command")
+            raise LaunchError("NoCommand", "no command")
         exe = argv[0]
         if "/" in exe:
             p = Path(exe) if os.path.isabs(exe) else workdir / exe
@@ -315,7 +315,7 @@ class LocalRuntime:
         else:
             ok = shutil.which(exe, path=path) is not None
         if not ok:
-            raise RuntimeError(f"command not found: {exe}")
+            raise LaunchError("CommandNotFound", f"command not found: {exe}")
 
     def _spawn(
         self,
