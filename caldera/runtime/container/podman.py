@@ -27,10 +27,10 @@ class Podman:
             self.env["CONTAINERS_CONF"] = conf
         self.timeout_s = timeout_s
 
-    def run(self, *argv: str, input: bytes | None = None, check: bool = True) -> str:
+    def run(self, *argv: str, env: dict[str, str] | None = None, check: bool = True) -> str:
         try:
             p = subprocess.run(
-                [*self.base, *argv], input=input, capture_output=True, env=self.env, timeout=self.timeout_s
+                [*self.base, *argv], capture_output=True, env={**(env or {}), **self.env}, timeout=self.timeout_s
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise PodmanError(list(argv), -1, str(exc)) from None
