@@ -34,6 +34,12 @@ class JobSpec(BaseModel):
     replicas: int = Field(1, ge=1, le=1024)
     procs_per_replica: int = Field(1, ge=1, le=64)
     max_runtime_s: int | None = Field(None, ge=1, description="runtime limit; lets the job backfill")
+    image: str | None = Field(
+        None,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$",
+        description="container image the job runs in; the platform's default image when empty",
+    )
 
     @field_validator("command", mode="before")
     @classmethod

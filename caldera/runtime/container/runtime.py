@@ -20,6 +20,7 @@ podman. The run directory (settings.runs_dir/<job>/<attempt>, root 0700) holds w
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -45,6 +46,7 @@ from caldera.runtime.local.gpus import discover_gpus, nvml_devices
 from caldera.runtime.local.rundir import RunDir, create_json_exclusive, read_json, write_json_atomic, write_text_atomic
 from caldera.scheduler.snapshot import Device, Node
 
+log = logging.getLogger(__name__)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # what podman accepts in a container name
 _LABEL = "caldera.job"
 _MASTER_PORT = 29500  # the ranks' own network namespace: no other service can hold it
@@ -130,7 +132,7 @@ class ContainerRuntime:
                 self._launching.discard(key)
 
     def _launch(self, req: LaunchRequest) -> Handle:
-        image = getattr(req.spec, "image", None) or self.cs.image
+        image = req.spec.image or self.cs.image
         try:
             if not self.podman.image_exists(image):
                 hint = " (caldera images bootstrap makes the base image)" if image == self.cs.image else ""
@@ -188,6 +190,7 @@ class ContainerRuntime:
             "scratch": str(scratch),
             "run_as": [req.run_as.uid, req.run_as.gid] if req.run_as else None,
             "image": image,
+            "memory_mib": self._memory_mib(req.allocations[0] if req.allocations else None, spec.procs_per_replica),
         }
         env = self._base_env(req, scratch)
         if spec.kind is JobKind.JUPYTER:
@@ -301,14 +304,17 @@ class ContainerRuntime:
         return env
 
     @staticmethod
-    def _limits(alloc: Any, procs: int) -> list[str]:
-        if alloc is None:
-            return []
+    def _memory_mib(alloc: Any, procs: int) -> int | None:
+        if alloc is None or alloc.memory_mib <= 0:
+            return None
+        return max(6, alloc.memory_mib // procs)  # podman's floor is 6 MiB
+
+    def _limits(self, alloc: Any, procs: int) -> list[str]:
         out = []
-        if alloc.cpu > 0:
+        if alloc is not None and alloc.cpu > 0:
             out.append(f"--cpus={alloc.cpu / procs:g}")
-        if alloc.memory_mib > 0:
-            mib = max(6, alloc.memory_mib // procs)  # podman's floor is 6 MiB
+        mib = self._memory_mib(alloc, procs)
+        if mib:
             out += [f"--memory={mib}m", f"--memory-swap={mib}m"]  # no swap beyond the limit
         return out
 
@@ -329,11 +335,15 @@ class ContainerRuntime:
         return ["python3", *jupyter.lab_argv(sock, base_url, workdir, as_root=req.run_as is None)[1:]]
 
     def _remove(self, names: list[str]) -> None:
-        if names:
+        for attempt in range(2):  # podman may still be cleaning up a container that just exited
             try:
-                self.podman.run("rm", "--force", "--ignore", *names)
-            except PodmanError:
-                pass
+                if names:
+                    self.podman.run("rm", "--force", "--ignore", *names)
+                return
+            except PodmanError as exc:
+                if attempt:
+                    log.warning("cannot remove containers %s: %s", names, exc)
+                time.sleep(0.5)
 
     # -- observe ---------------------------------------------------------------------------------------------
     def _get_meta(self, handle: Handle) -> dict[str, Any] | None:
@@ -404,6 +414,13 @@ class ContainerRuntime:
             reason, msg = "Stopped", msg + " after a stop request"
         elif code == 137 and self._oom_killed(meta["names"][r]):
             reason, msg = "OutOfMemory", msg + ": killed at its memory limit"
+        elif code == 137 and meta.get("memory_mib"):
+            # podman cannot tell an OOM kill on every host (not on hybrid cgroups v1), and nothing else of ours
+            # SIGKILLs a job that was not being stopped
+            reason, msg = (
+                "Killed",
+                msg + f" (SIGKILL): most likely out of memory, its limit is {meta['memory_mib']} MiB",
+            )
         if meta["world_size"] > 1:
             msg = f"rank {r} {msg}"
         return Observation(Phase.FAILED, exit_code=code, reason=reason, message=msg)
