@@ -40,15 +40,35 @@ def _resolve(rootfs: Path, path: str) -> Path | None:
 
 
 class ImageInfo:
-    def __init__(self, podman: Podman, image: str):
-        self.podman, self.image = podman, image
-        cfg = json.loads(podman.run("image", "inspect", image, "--format", "{{json .Config}}") or "{}") or {}
-        env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
+    """One image (by id: a name may be moved to another image) and what was found in it."""
+
+    def __init__(self, podman: Podman, image: str, image_id: str, config: dict):
+        self.podman, self.image, self.id = podman, image, image_id
+        env = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
         self.path = env.get("PATH", DEFAULT_PATH)
+        self._checked: dict[tuple[str, bool], str | None] = {}
+
+    @classmethod
+    def load(cls, podman: Podman, image: str) -> ImageInfo | None:
+        """The image of this name, or None when there is none on this host."""
+        try:
+            out = podman.run("image", "inspect", image, "--format", "{{.Id}} {{json .Config}}")
+        except PodmanError as exc:
+            if "unknown" in exc.stderr or "no such" in exc.stderr.lower() or "not known" in exc.stderr:
+                return None
+            raise
+        image_id, _, config = out.strip().partition(" ")
+        return cls(podman, image, image_id, json.loads(config or "{}") or {})
 
     def missing(self, exe: str, jupyter: bool = False) -> str | None:
         """Why the image cannot run ``exe`` (an absolute path or a name on its PATH), or None when it can. Says
         nothing (None) when the image cannot be looked into: the job then reports it itself."""
+        key = (exe, jupyter)
+        if key not in self._checked:
+            self._checked[key] = self._look(exe, jupyter)
+        return self._checked[key]
+
+    def _look(self, exe: str, jupyter: bool) -> str | None:
         try:
             rootfs = Path(self.podman.run("image", "mount", self.image).strip())
         except PodmanError:

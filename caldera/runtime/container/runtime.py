@@ -95,6 +95,7 @@ class ContainerRuntime:
         self._final: dict[_Key, Observation] = {}
         self._meta: dict[_Key, dict[str, Any]] = {}
         self._lab_logins: dict[_Key, str] = {}
+        self._images: dict[str, ImageInfo] = {}
 
     # -- nodes -----------------------------------------------------------------------------------------------
     def nodes(self) -> list[Node]:
@@ -134,16 +135,18 @@ class ContainerRuntime:
     def _launch(self, req: LaunchRequest) -> Handle:
         image = req.spec.image or self.cs.image
         try:
-            if not self.podman.image_exists(image):
+            info = ImageInfo.load(self.podman, image)
+            if info is None:
                 hint = " (caldera images bootstrap makes the base image)" if image == self.cs.image else ""
                 raise LaunchError("ImageNotFound", f"image {image} is not on this host{hint}")
             self._clear_leftovers(req)
         except (PodmanError, OSError, subprocess.SubprocessError) as exc:
             raise LaunchError("RuntimeUnavailable", f"podman is not usable: {exc}") from None
+        info = self._images.setdefault(info.id, info)  # what was looked up in it stays known
         rd = self._prepare_run_dir(req)
         names: list[str] = []
         try:
-            data = self._start(req, rd, image, names)
+            data = self._start(req, rd, info, names)
         except Exception as exc:
             self._remove(names)
             rd.path.rename(rd.path.with_name(f"{rd.path.name}.failed-{time.time_ns()}"))
@@ -177,8 +180,8 @@ class ContainerRuntime:
     def _run_dir_path(self, job_id: str, attempt: int) -> Path:
         return Path(self.settings.runs_dir).resolve() / job_id / str(attempt)
 
-    def _start(self, req: LaunchRequest, rd: RunDir, image: str, names: list[str]) -> dict[str, Any]:
-        spec = req.spec
+    def _start(self, req: LaunchRequest, rd: RunDir, info: ImageInfo, names: list[str]) -> dict[str, Any]:
+        spec, image = req.spec, info.id
         mounts, workdir = self._host_dirs(req)
         scratch = owner.owned_dir(self._scratch_parent() / f"{req.job_id}.{req.attempt}", req.run_as, fresh=True)
         world = spec.world_size if spec.kind is JobKind.DISTRIBUTED else 1
@@ -189,7 +192,8 @@ class ContainerRuntime:
             "names": [container_name(req.job_id, req.attempt, r) for r in range(world)],
             "scratch": str(scratch),
             "run_as": [req.run_as.uid, req.run_as.gid] if req.run_as else None,
-            "image": image,
+            "image": info.image,
+            "image_id": info.id,
             "memory_mib": self._memory_mib(req.allocations[0] if req.allocations else None, spec.procs_per_replica),
         }
         env = self._base_env(req, scratch)
@@ -197,7 +201,7 @@ class ContainerRuntime:
             argv = self._jupyter(req, rd, scratch, workdir, env, data)
         else:
             argv = list(spec.command or [])
-        self._check_command(image, argv, mounts, jupyter=spec.kind is JobKind.JUPYTER)
+        self._check_command(info, argv, mounts, jupyter=spec.kind is JobKind.JUPYTER)
         if self._gpus is None:
             self.nodes()
         for r in range(world):
@@ -260,14 +264,14 @@ class ContainerRuntime:
         owner.platform_dir(self.settings.scratch_dir, 0o711)
         return self.settings.scratch_dir
 
-    def _check_command(self, image: str, argv: list[str], mounts: list[Path], jupyter: bool) -> None:
+    def _check_command(self, info: ImageInfo, argv: list[str], mounts: list[Path], jupyter: bool) -> None:
         if not argv:
             raise LaunchError("NoCommand", "no command")
         exe = argv[0]
         in_host_dir = not exe.startswith("/") and "/" in exe or any(m in Path(exe).parents for m in mounts)
         if in_host_dir:
             return  # a program in the workspace: the job reports it if it is not there
-        why = ImageInfo(self.podman, image).missing(exe, jupyter=jupyter)
+        why = info.missing(exe, jupyter=jupyter)
         if why:
             raise LaunchError("JupyterNotInImage" if "JupyterLab" in why else "CommandNotFound", why)
 
