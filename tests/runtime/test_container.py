@@ -263,3 +263,32 @@ def test_a_job_submitted_through_the_api_runs_in_a_container_as_its_owner(tmp_pa
         assert f"home={settings.workspaces / 'carol'}" in out
         assert out.split()[-1] == "lo"
     platform.engine.dispose()
+
+
+def test_a_failing_rank_stops_the_others(rt, launch) -> None:
+    script = 'if [ "$RANK" = 1 ]; then exit 3; fi; trap "exit 143" TERM; while :; do sleep 0.1; done'
+    h = launch(kind="distributed", replicas=2, command=["sh", "-c", script])
+    obs = wait_terminal(rt, h, timeout=60)
+    assert (obs.phase, obs.exit_code) == (Phase.FAILED, 3), obs
+    assert obs.message.startswith("rank 1 exited with code 3"), obs
+
+
+def test_one_listing_serves_many_observations(rt, launch, monkeypatch) -> None:
+    handles = [launch(command=["sleep", "30"]) for _ in range(3)]
+    calls = []
+    real = rt.podman.containers
+    monkeypatch.setattr(rt.podman, "containers", lambda *labels: calls.append(labels) or real(*labels))
+    assert all(rt.observe(h).phase is Phase.RUNNING for h in handles)
+    assert len(calls) <= 1, calls
+
+
+def test_environment_values_reach_the_job_through_a_root_only_file(rt, launch, settings) -> None:
+    env = {"SECRET_TOKEN": "s3cret-value", "MULTI": "line one\nline two"}
+    h = launch(command=["sh", "-c", 'echo "$SECRET_TOKEN"; echo "$MULTI"'], env=env)
+    obs, out = _run(rt, h)
+    assert obs.phase is Phase.SUCCEEDED and out == "s3cret-value\nline one\nline two\n", out
+    env_file = Path(h.data["run_dir"]) / "rank-0.env"
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(LaunchError) as err:  # podman itself would read this one
+        launch(command=["true"], env={"CONTAINERS_CONF": "a\nb"})
+    assert err.value.reason == "BadEnvironment"

@@ -49,6 +49,7 @@ from caldera.scheduler.snapshot import Device, Node
 log = logging.getLogger(__name__)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # what podman accepts in a container name
 _LABEL = "caldera.job"
+_LISTING_TTL_S = 0.5  # a container's end is seen this much later at most; a new one is never missed (see _ranks)
 _MASTER_PORT = 29500  # the ranks' own network namespace: no other service can hold it
 _STARTING = {"created", "configured", "initialized"}
 _ENDED = {"exited", "stopped", "dead"}
@@ -64,7 +65,10 @@ def _final_path(rd: RunDir) -> Path:
 
 
 # podman's own behaviour depends on these, so a job's value for them cannot travel through podman's environment
-_PODMAN_ENV = {"PATH", "HOME", "TMPDIR", "LC_ALL", "LANG"}
+_PODMAN_ENV = re.compile(
+    r"^(CONTAINERS_|CONTAINER_|XDG_|LC_|DOCKER_|BUILDAH_|STORAGE_|REGISTRY_|PODMAN_|CNI_|SSL_|GODEBUG|GOMAXPROCS"
+    r"|TMPDIR$|HOME$|PATH$|LANG$|TZ$|NOTIFY_SOCKET$|.*_PROXY$|.*_proxy$)"
+)
 
 
 def _env_args(rd: RunDir, rank: int, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -73,7 +77,7 @@ def _env_args(rd: RunDir, rank: int, env: dict[str, str]) -> tuple[list[str], di
     newline)."""
     plain = {k: v for k, v in env.items() if "\n" not in v}
     multi = {k: v for k, v in env.items() if k not in plain}
-    if bad := sorted(set(multi) & _PODMAN_ENV):
+    if bad := sorted(k for k in multi if _PODMAN_ENV.match(k)):
         raise LaunchError("BadEnvironment", f"environment variable {bad[0]} holds a newline")
     path = rd.path / f"rank-{rank}.env"
     write_text_atomic(path, "".join(f"{k}={v}\n" for k, v in plain.items()), mode=0o600)
@@ -96,6 +100,7 @@ class ContainerRuntime:
         self._meta: dict[_Key, dict[str, Any]] = {}
         self._lab_logins: dict[_Key, str] = {}
         self._images: dict[str, ImageInfo] = {}
+        self._listing: tuple[dict[_Key, dict[str | None, dict[str, Any]]], float] = ({}, 0.0)
 
     # -- nodes -----------------------------------------------------------------------------------------------
     def nodes(self) -> list[Node]:
@@ -156,6 +161,7 @@ class ContainerRuntime:
         write_json_atomic(rd.meta, data)
         with self._lock:
             self._meta[(req.job_id, req.attempt)] = data
+            self._listing = ({}, 0.0)  # it may show containers this launch replaced
         return Handle(req.job_id, req.attempt, dict(data))
 
     def _labels(self, job_id: str, attempt: int) -> tuple[str, str]:
@@ -377,8 +383,9 @@ class ContainerRuntime:
         if final is not None:
             fields = {k: v for k, v in final.items() if k != "phase"}
             return self._remember(key, Observation(Phase(final["phase"]), **fields))
-        states = {c["Labels"].get("caldera.rank"): c for c in self.podman.containers(*self._labels(*key))}
-        ranks = [states.get(str(r)) for r in range(meta["world_size"])]
+        ranks = self._ranks(key, meta["world_size"], fresh=False)
+        if any(c is None for c in ranks):
+            ranks = self._ranks(key, meta["world_size"], fresh=True)  # not gone because a listing was old
         if any(c is None for c in ranks):
             gone = next(r for r, c in enumerate(ranks) if c is None)
             self._remove(meta["names"])
@@ -399,6 +406,23 @@ class ContainerRuntime:
                 return Observation(Phase.STARTING, message="waiting for Jupyter to answer")
             return Observation(Phase.RUNNING)
         return self._finish(key, rd, self._outcome(meta, rd, exits))
+
+    def _ranks(self, key: _Key, world: int, fresh: bool) -> list[dict[str, Any] | None]:
+        """Each rank's container (podman's ``ps`` record), or None for a rank that has none. One listing of every
+        caldera container serves all the jobs a scheduling cycle observes, for up to ``_LISTING_TTL_S``."""
+        with self._lock:
+            listing, at = self._listing
+        if fresh or time.monotonic() - at > _LISTING_TTL_S:
+            at = time.monotonic()
+            listing = {}
+            for c in self.podman.containers(_LABEL):
+                lab = c.get("Labels") or {}
+                job = (lab.get(_LABEL), int(lab.get("caldera.attempt", 0)))
+                listing.setdefault(job, {})[lab.get("caldera.rank")] = c
+            with self._lock:
+                self._listing = (listing, at)
+        mine = listing.get(key, {})
+        return [mine.get(str(r)) for r in range(world)]
 
     def _gang_stop(self, meta: dict[str, Any], rd: RunDir, rank: int, running: list[int]) -> None:
         grace = self.settings.cancel_grace_s
