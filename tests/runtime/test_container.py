@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -292,3 +293,23 @@ def test_environment_values_reach_the_job_through_a_root_only_file(rt, launch, s
     with pytest.raises(LaunchError) as err:  # podman itself would read this one
         launch(command=["true"], env={"CONTAINERS_CONF": "a\nb"})
     assert err.value.reason == "BadEnvironment"
+
+
+def test_the_sigkill_of_a_stop_comes_even_if_the_server_died_right_after(rt, launch, settings) -> None:
+    h = launch(run_as=None, command=["sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.1; done"])
+    wait_for(lambda: b"up" in b"".join(rt.logs(h)), timeout=30, what="the job to start")
+    stopper = textwrap.dedent(f"""
+        import json, os, signal
+        from pathlib import Path
+        from caldera.config import Settings
+        from caldera.runtime.base import Handle
+        from caldera.runtime.container.runtime import ContainerRuntime
+        rt = ContainerRuntime(Settings(data_dir=Path({str(settings.data_dir)!r})))
+        rt.stop(Handle({h.job_id!r}, 1, json.loads({json.dumps(json.dumps(h.data))})), grace_s=2)
+        os.kill(os.getpid(), signal.SIGKILL)  # the server dies with the stop under way
+    """)
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", stopper], cwd=REPO, timeout=60)
+    obs = wait_terminal(ContainerRuntime(settings), h, timeout=60)
+    assert (obs.phase, obs.exit_code, obs.reason) == (Phase.FAILED, 137, "Stopped")
+    assert 1.5 <= time.monotonic() - t0 < 30
