@@ -313,3 +313,21 @@ def test_the_sigkill_of_a_stop_comes_even_if_the_server_died_right_after(rt, lau
     obs = wait_terminal(ContainerRuntime(settings), h, timeout=60)
     assert (obs.phase, obs.exit_code, obs.reason) == (Phase.FAILED, 137, "Stopped")
     assert 1.5 <= time.monotonic() - t0 < 30
+
+
+def test_a_job_finds_commands_on_its_images_path(rt, launch, tmp_path) -> None:
+    tool = tmp_path / "hello"
+    tool.write_text("#!/bin/sh\necho hello from $(command -v hello)\n")
+    tool.chmod(0o755)
+    tag = f"caldera/test-path:{uuid.uuid4().hex[:8]}"
+    run = lambda *a: subprocess.run(["buildah", *a], capture_output=True, text=True, check=True).stdout.strip()  # noqa: E731
+    ctr = run("from", "--pull=never", rt.cs.image)
+    try:
+        run("copy", "--chmod", "0755", ctr, str(tool), "/opt/tools/bin/hello")
+        run("config", "--env", "PATH=/opt/tools/bin:/usr/bin:/bin", ctr)
+        run("commit", "--rm", "-q", ctr, tag)
+        obs, out = _run(rt, launch(image=tag, command=["hello"]))
+        assert obs.phase is Phase.SUCCEEDED and out == "hello from /opt/tools/bin/hello\n", (obs, out)
+    finally:
+        subprocess.run(["buildah", "rm", ctr], capture_output=True)
+        rt.podman.run("rmi", "--force", tag, check=False)

@@ -46,7 +46,7 @@ class ImageInfo:
         self.podman, self.image, self.id = podman, image, image_id
         env = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
         self.path = env.get("PATH", DEFAULT_PATH)
-        self._checked: dict[tuple[str, bool], str | None] = {}
+        self._checked: dict[tuple[str, bool], tuple[str, str] | None] = {}
 
     @classmethod
     def load(cls, podman: Podman, image: str) -> ImageInfo | None:
@@ -60,15 +60,15 @@ class ImageInfo:
         image_id, _, config = out.strip().partition(" ")
         return cls(podman, image, image_id, json.loads(config or "{}") or {})
 
-    def missing(self, exe: str, jupyter: bool = False) -> str | None:
-        """Why the image cannot run ``exe`` (an absolute path or a name on its PATH), or None when it can. Says
-        nothing (None) when the image cannot be looked into: the job then reports it itself."""
+    def missing(self, exe: str, jupyter: bool = False) -> tuple[str, str] | None:
+        """Why the image cannot run ``exe`` (an absolute path or a name on its PATH) as (reason, message), or None
+        when it can. Says nothing (None) when the image cannot be looked into: the job then reports it itself."""
         key = (exe, jupyter)
         if key not in self._checked:
             self._checked[key] = self._look(exe, jupyter)
         return self._checked[key]
 
-    def _look(self, exe: str, jupyter: bool) -> str | None:
+    def _look(self, exe: str, jupyter: bool) -> tuple[str, str] | None:
         try:
             rootfs = Path(self.podman.run("image", "mount", self.image).strip())
         except PodmanError:
@@ -77,9 +77,9 @@ class ImageInfo:
             candidates = [exe] if "/" in exe else [f"{d}/{exe}" for d in self.path.split(":") if d.startswith("/")]
             found = [p for p in (_resolve(rootfs, c) for c in candidates) if p and p.is_file()]
             if not found:
-                return f"command not found in image {self.image}: {exe}"
+                return "CommandNotFound", f"command not found in image {self.image}: {exe}"
             if jupyter and not _has_jupyterlab(rootfs):
-                return f"image {self.image} has no JupyterLab (python3 -m jupyterlab)"
+                return "JupyterNotInImage", f"image {self.image} has no JupyterLab (python3 -m jupyterlab)"
             return None
         finally:
             try:

@@ -38,7 +38,7 @@ from caldera.config import Settings
 from caldera.core.spec import JobKind
 from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
 from caldera.runtime.container import devices, logs
-from caldera.runtime.container.image import DEFAULT_PATH, ImageInfo
+from caldera.runtime.container.image import ImageInfo
 from caldera.runtime.container.podman import Podman, PodmanError
 from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.local import jupyter, owner
@@ -202,7 +202,7 @@ class ContainerRuntime:
             "image_id": info.id,
             "memory_mib": self._memory_mib(req.allocations[0] if req.allocations else None, spec.procs_per_replica),
         }
-        env = self._base_env(req, scratch)
+        env = self._base_env(req, scratch, info)
         if spec.kind is JobKind.JUPYTER:
             argv = self._jupyter(req, rd, scratch, workdir, env, data)
         else:
@@ -274,15 +274,15 @@ class ContainerRuntime:
         if not argv:
             raise LaunchError("NoCommand", "no command")
         exe = argv[0]
-        in_host_dir = not exe.startswith("/") and "/" in exe or any(m in Path(exe).parents for m in mounts)
+        in_host_dir = (not exe.startswith("/") and "/" in exe) or any(m in Path(exe).parents for m in mounts)
         if in_host_dir:
             return  # a program in the workspace: the job reports it if it is not there
         why = info.missing(exe, jupyter=jupyter)
         if why:
-            raise LaunchError("JupyterNotInImage" if "JupyterLab" in why else "CommandNotFound", why)
+            raise LaunchError(*why)
 
-    def _base_env(self, req: LaunchRequest, scratch: Path) -> dict[str, str]:
-        env = {"PATH": DEFAULT_PATH, "PYTHONUNBUFFERED": "1", "HOME": str(req.home or req.workdir)}
+    def _base_env(self, req: LaunchRequest, scratch: Path, info: ImageInfo) -> dict[str, str]:
+        env = {"PATH": info.path, "PYTHONUNBUFFERED": "1", "HOME": str(req.home or req.workdir)}
         if req.run_as is not None:
             env.update(USER=req.run_as.name, LOGNAME=req.run_as.name)
         env.update(req.spec.env)
