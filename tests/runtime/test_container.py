@@ -55,7 +55,7 @@ def launch(rt: ContainerRuntime, settings: Settings) -> Iterator[Callable[..., H
     def _launch(run_as: RunAs | None = ALICE, alloc: Allocation | None = None, **spec: Any) -> Handle:
         job_id = f"ct-{uuid.uuid4().hex[:10]}"
         spec.setdefault("name", job_id)
-        home = settings.workspaces / "alice"
+        home = settings.workspaces / (run_as.name if run_as else "alice")
         req = LaunchRequest(
             job_id,
             1,
@@ -331,3 +331,18 @@ def test_a_job_finds_commands_on_its_images_path(rt, launch, tmp_path) -> None:
     finally:
         subprocess.run(["buildah", "rm", ctr], capture_output=True)
         rt.podman.run("rmi", "--force", tag, check=False)
+
+
+def test_a_job_sees_neither_another_jobs_scratch_nor_its_processes(rt, launch, settings) -> None:
+    other = launch(command=["sh", "-c", "echo up; exec sleep 60"])
+    wait_for(lambda: b"up" in b"".join(rt.logs(other)), timeout=30, what="the other job to start")
+    other_scratch = other.data["scratch"]
+    script = (
+        f"test -e '{other_scratch}' && echo SEES-SCRATCH; ls {settings.scratch_dir}; "
+        "for p in /proc/[0-9]*; do cat $p/comm; done | sort | tr '\\n' ' '"
+    )
+    bob = RunAs("bob", 201_003, 201_003)
+    obs, out = _run(rt, launch(run_as=bob, command=["sh", "-c", script]))
+    assert obs.phase is Phase.SUCCEEDED, out
+    assert "SEES-SCRATCH" not in out and "sleep" not in out, out  # its own pid namespace: catatonit, sh, cat...
+    assert out.split()[0].endswith(".1") and other.job_id not in out.split()[0], out  # its own scratch only
