@@ -16,14 +16,6 @@ from caldera.core.cluster import Allocation, Node
 from caldera.core.spec import JobSpec
 
 
-class LaunchError(RuntimeError):
-    """A job that cannot be started; ``reason`` is machine-readable (it becomes the job's event reason)."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-
-
 @dataclass(frozen=True)
 class RunAs:
     """The unprivileged OS identity a job's processes run as (its owner's)."""
@@ -80,6 +72,15 @@ class Endpoint:
     headers: dict[str, str] = field(default_factory=dict)  # what the proxy adds (the service's login); never shown
     socket: str | None = None  # a Unix socket only the platform may open; host and port are then unused
     secrets: tuple[str, ...] = ()  # what the service may print into pages and the proxy must cut out (its token)
+
+
+class LaunchError(RuntimeError):
+    """A launch that did not happen, with a machine-readable ``reason`` (e.g. "CommandNotFound", "ImageNotFound",
+    "RuntimeUnavailable") next to the message a person reads. Nothing of the job is left running."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 class Runtime(Protocol):
