@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from caldera.config import Settings
+from caldera.core.cluster import Node
 from caldera.core.spec import JobKind
 from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase
 from caldera.runtime.local.gpus import discover_gpus
-from caldera.scheduler.snapshot import Node
 
 PROGRAMS = {"sh", "bash", "echo", "python", "python3", "sleep", "true", "false"}
 _SIGTERM_EXIT, _SIGKILL_EXIT = 143, 137

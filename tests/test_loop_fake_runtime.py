@@ -63,7 +63,7 @@ def test_exit_codes_and_launch_errors_fail_the_job_with_their_reason(fake_api) -
     assert _until(api, admin, failing, {"Failed"})["exit_code"] == 1
     job = _until(api, admin, missing, {"Failed"})
     last = job["events"][-1]
-    assert last["reason"] == "LaunchFailed" and "command not found: no-such-program" in last["message"]
+    assert last["reason"] == "CommandNotFound" and "command not found: no-such-program" in last["message"]
 
 
 def test_cancel_stops_a_running_job(fake_api) -> None:

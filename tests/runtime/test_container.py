@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from caldera.config import FakeGpu, Settings
+from caldera.core.cluster import Allocation
 from caldera.core.spec import JobSpec
 from caldera.runtime.base import Handle, LaunchError, LaunchRequest, Phase, RunAs
 from caldera.runtime.container import probe
 from caldera.runtime.container.runtime import ContainerRuntime
-from caldera.scheduler.snapshot import Allocation
 from tests.conftest import traversable
 
 from .conftest import TERMINAL, wait_for, wait_terminal

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from caldera.config import Settings
+from caldera.core.cluster import Device, Node
 from caldera.core.spec import JobKind
 from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
 from caldera.runtime.container import devices, logs
@@ -44,7 +45,6 @@ from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.local import jupyter, owner
 from caldera.runtime.local.gpus import discover_gpus, nvml_devices
 from caldera.runtime.local.rundir import RunDir, create_json_exclusive, read_json, write_json_atomic, write_text_atomic
-from caldera.scheduler.snapshot import Device, Node
 
 log = logging.getLogger(__name__)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # what podman accepts in a container name
