@@ -31,10 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from caldera.core.cluster import Allocation, Device, Node  # noqa: E402
 from caldera.core.resources import GPU, Resources  # noqa: E402
 from caldera.core.tenancy import PriorityClass, QueueConfig, Quota, UserCaps  # noqa: E402
 from caldera.scheduler.registry import get_policy  # noqa: E402
-from caldera.scheduler.snapshot import Allocation, Device, Node, SchedJob, Snapshot  # noqa: E402
+from caldera.scheduler.snapshot import SchedJob, Snapshot  # noqa: E402
 
 NOW = 1_767_000_000.0
 CPU_PER_GPU = 8.0

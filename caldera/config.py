@@ -21,6 +21,12 @@ def _default_data_dir() -> Path:
     return Path(os.path.expanduser("~/.caldera"))
 
 
+def _default_runtime() -> str:
+    from caldera.runtime.registry import default_name  # the registry imports this module
+
+    return default_name()
+
+
 def _default_traces_dir() -> Path:
     # ../shared/data/traces relative to the repository checkout
     return Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
@@ -46,7 +52,10 @@ class Settings(BaseSettings):
     session_ttl_s: int = 12 * 3600
     fair_share_half_life_s: float = 7 * 24 * 3600
     policy: str = "caldera"
-    runtime: str = Field("local", description="which backend runs jobs: an entry point of caldera.runtimes")
+    runtime: str = Field(
+        default_factory=_default_runtime,
+        description="which backend runs jobs: an entry point of caldera.runtimes; container where podman is usable",
+    )
     initial_admin_password: str | None = Field(None, description="first admin's password; generated when empty")
     traces_dir: Path = Field(default_factory=_default_traces_dir)
     isolate_distributed_network: bool = True  # ranks of a local distributed job share a private network namespace

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from caldera.core.cluster import Allocation, Device, Node
 from caldera.core.resources import Resources
 from caldera.core.tenancy import PriorityClass, QueueConfig
-from caldera.scheduler.snapshot import Allocation, Decisions, Device, Node, SchedJob, Snapshot
+from caldera.scheduler.snapshot import Decisions, SchedJob, Snapshot
 
 NOW = 1_000_000.0
 

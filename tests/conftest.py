@@ -18,6 +18,9 @@ from fastapi.testclient import TestClient
 
 from caldera.config import FakeGpu, Settings
 
+# the suite is written against the process runtime; where podman is usable the default would be containers, which
+# tests/runtime/test_contract.py and tests/runtime/test_container*.py choose explicitly
+os.environ.setdefault("CALDERA_RUNTIME", "local")
 POSTGRES_URL = os.environ.get("CALDERA_TEST_POSTGRES_URL")  # e.g. postgresql+psycopg://postgres@127.0.0.1:5433/postgres
 
 

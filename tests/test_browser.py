@@ -1,5 +1,5 @@
-"""A real browser (Debian's chromium, driven by Playwright): log in through the page, then open Jupyter Lab
-through the platform's proxy."""
+"""A real browser (Debian's chromium, driven by Playwright): log in through the page, then open Jupyter Lab from the
+job's page through the platform's proxy."""
 
 import os
 import shutil
@@ -51,7 +51,7 @@ def test_login_page_and_lab_in_a_browser(server, browser, tmp_path):
     page.fill("input[name=username]", "admin")
     page.fill("input[name=password]", "wrong-password")
     page.click("button[type=submit]")
-    assert "wrong username or password" in page.content()
+    assert "Wrong username or password." in page.content()
     page.fill("input[name=username]", "admin")
     page.fill("input[name=password]", "admin-password")
     page.click("button[type=submit]")
@@ -59,9 +59,12 @@ def test_login_page_and_lab_in_a_browser(server, browser, tmp_path):
     assert jid in page.content()
 
     until(server, h, jid, {"Running"}, timeout=120)
-    page.goto(f"{server.url}/jobs/{jid}/lab/lab")
+    page.goto(f"{server.url}/jobs/{jid}")
+    with page.context.expect_page() as opened:
+        page.click("#open-lab")  # a new tab, on the lab origin
+    lab = opened.value
     # the launcher renders only once Lab's assets, REST API and kernel specs came through the proxy
-    page.wait_for_selector(".jp-Launcher", timeout=90_000)
-    assert "JupyterLab" in page.title()
-    page.screenshot(path=str(tmp_path / "lab.png"))
+    lab.wait_for_selector(".jp-Launcher", timeout=90_000)
+    assert lab.url.startswith(server.lab_url) and "JupyterLab" in lab.title()
+    lab.screenshot(path=str(tmp_path / "lab.png"))
     httpx.post(f"{server.url}/api/v1/jobs/{jid}/cancel", headers=h)

@@ -180,10 +180,15 @@ def test_jupyter_through_the_proxy(server):
 
     # a browser: platform login, then the ticket trip to the lab origin, which sets a cookie for this job only
     with httpx.Client() as browser:
+        browser.get(server.url + "/login")  # sets the CSRF cookie the form sends back
         r = browser.post(
             server.url + "/login",
-            data={"username": "admin", "password": "admin-password", "next": f"/jobs/{jid}/lab/api/status"},
-            headers={"Origin": server.url},  # as a browser sends it (CSRF check)
+            data={
+                "username": "admin",
+                "password": "admin-password",
+                "next": f"/jobs/{jid}/lab/api/status",
+                "csrf_token": browser.cookies["caldera_csrf"],
+            },
             follow_redirects=True,
         )
         assert r.status_code == 200 and "kernels" in r.json()

@@ -15,12 +15,14 @@ from rich.console import Console
 from rich.table import Table
 
 from caldera.cli.client import ApiError, Client, load_credentials, save_credentials
+from caldera.cli.images import images_app
 
 app = typer.Typer(help="Caldera: GPUs for labs.", no_args_is_help=True, pretty_exceptions_show_locals=False)
 admin_app = typer.Typer(help="Users and accounts (admins).", no_args_is_help=True)
 queue_app = typer.Typer(help="Queues, quotas and caps.", no_args_is_help=True)
 app.add_typer(admin_app, name="admin")
 app.add_typer(queue_app, name="queue")
+app.add_typer(images_app, name="images")
 console = Console()
 err = Console(stderr=True)
 

@@ -69,6 +69,12 @@ class JobSpec(BaseModel):
     max_runtime_s: int | None = Field(
         None, ge=1, le=10 * 365 * 86400, strict=True, description="runtime limit; lets the job backfill"
     )
+    image: str | None = Field(
+        None,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$",
+        description="container image the job runs in; the platform's default image when empty",
+    )
 
     @field_validator("command", mode="before")
     @classmethod

@@ -12,8 +12,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
+from caldera.core.cluster import Allocation, Node
 from caldera.core.spec import JobSpec
-from caldera.scheduler.snapshot import Allocation, Node
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,15 @@ class Endpoint:
     secrets: tuple[str, ...] = ()  # what the service may print into pages and the proxy must cut out (its token)
 
 
+class LaunchError(RuntimeError):
+    """A launch that did not happen, with a machine-readable ``reason`` (e.g. "CommandNotFound", "ImageNotFound",
+    "RuntimeUnavailable") next to the message a person reads. Nothing of the job is left running."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 class Runtime(Protocol):
     name: str
 
@@ -81,7 +90,8 @@ class Runtime(Protocol):
         """The nodes and devices this runtime can run jobs on."""
 
     def launch(self, req: LaunchRequest) -> Handle:
-        """Start every process of the job, all or none. Raises RuntimeError with a reason if it cannot."""
+        """Start every process of the job, all or none; raises LaunchError if it cannot. May take seconds (the
+        platform calls it off its scheduling loop)."""
 
     def observe(self, handle: Handle) -> Observation:
         """Current phase. Works for a handle from before a server restart (re-attach)."""

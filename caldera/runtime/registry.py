@@ -18,6 +18,14 @@ def available() -> list[str]:
     return sorted(ep.name for ep in entry_points(group=GROUP))
 
 
+def default_name() -> str:
+    """``container`` where podman can run jobs (root, podman working, the default image present), else ``local``:
+    the setting ``runtime`` when nobody chose one."""
+    from caldera.runtime.container import probe
+
+    return "container" if probe.usable() else "local"
+
+
 def create_runtime(settings: Settings) -> Runtime:
     found = [ep for ep in entry_points(group=GROUP) if ep.name == settings.runtime]
     if not found:

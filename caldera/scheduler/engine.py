@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from caldera.core.cluster import Allocation
 from caldera.scheduler.ordering import gc_paused
 from caldera.scheduler.placement import ClusterIndex, Plan
 from caldera.scheduler.quota import never_fits
@@ -36,7 +37,7 @@ from caldera.scheduler.reasons import (
     gpus_phrase,
     num,
 )
-from caldera.scheduler.snapshot import Allocation, Decisions, Preempt, Reason, SchedJob, Snapshot, Start
+from caldera.scheduler.snapshot import Decisions, Preempt, Reason, SchedJob, Snapshot, Start
 
 _ID = attrgetter("id")
 _CPU = attrgetter("request.cpu")

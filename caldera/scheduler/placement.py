@@ -22,8 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 
+from caldera.core.cluster import Allocation, Node
 from caldera.core.resources import Resources
-from caldera.scheduler.snapshot import Allocation, Node, SchedJob
+from caldera.scheduler.snapshot import SchedJob
 
 _EPS = 1e-9
 _BIG = 1 << 30

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from caldera.core.cluster import Node
 from caldera.core.resources import CPU, GPU, MEMORY, Resources, gpu_key
 from caldera.core.tenancy import QueueConfig, Quota
-from caldera.scheduler.snapshot import Node
 
 
 def deserved(q: Quota) -> float:

@@ -10,37 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from caldera.core.cluster import Allocation, Node
 from caldera.core.resources import Resources
 from caldera.core.tenancy import PriorityClass, QueueConfig
 
 if TYPE_CHECKING:
     from caldera.scheduler.placement import ClusterIndex
-
-
-@dataclass(slots=True, frozen=True)
-class Device:
-    index: int
-    model: str  # lower case, e.g. "a100"
-    memory_mib: int = 0
-
-
-@dataclass(slots=True)
-class Node:
-    name: str
-    cpu: float
-    memory_mib: int
-    gpus: tuple[Device, ...] = ()
-    schedulable: bool = True
-
-
-@dataclass(slots=True, frozen=True)
-class Allocation:
-    """Where one replica runs."""
-
-    node: str
-    gpus: tuple[int, ...]
-    cpu: float
-    memory_mib: int
 
 
 @dataclass(slots=True)

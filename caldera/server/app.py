@@ -86,6 +86,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     def health() -> dict:
         return {"ok": True}
 
-    for r in (api_auth.router, api_jobs.router, api_admin.router, lab_entry.router, web.router):
+    for r in (api_auth.router, api_jobs.router, api_admin.router, lab_entry.router):
         app.include_router(r)
+    web.install(app)
     return app

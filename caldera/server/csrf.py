@@ -12,8 +12,9 @@ Contract (README "API security"; pages and their forms rely on it):
 * Without an ``Origin`` (some privacy tools strip it) it passes on a same-origin ``Referer``, or on a double-submit
   token: the value of the ``caldera_csrf`` cookie repeated in the ``X-CSRF-Token`` header or, for
   ``application/x-www-form-urlencoded`` forms, in a ``csrf_token`` field.
-* The server sets ``caldera_csrf`` (random, readable by the page's script, ``SameSite=Strict``) on any page
-  response that lacks it; a template gets the value with :func:`csrf_token` and puts it in a hidden field.
+* The server sets ``caldera_csrf`` (random, ``HttpOnly``, ``SameSite=Strict``: pages carry it in their forms,
+  scripts never read it) on any page response that lacks it; a template gets the value with :func:`csrf_token`
+  and puts it in a hidden field.
 * A refusal is 403 with ``{"detail": "cross-site request refused (CSRF): ..."}``.
 """
 
@@ -83,7 +84,8 @@ class CSRFMiddleware:
 
         async def send_with_cookie(message: Message) -> None:
             if message["type"] == "http.response.start":
-                attrs = f"{CSRF_COOKIE}={token}; Path=/; SameSite=Strict" + ("; Secure" if self.secure else "")
+                secure = "; Secure" if self.secure else ""
+                attrs = f"{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}"
                 message["headers"] = [*message.get("headers", []), (b"set-cookie", attrs.encode())]
             await send(message)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -185,6 +186,16 @@ def cancel(p: Platform, db: Session, job: Job, actor: User) -> Job:
 
             p.runtime.stop(Handle(job.id, job.attempt, job.handle), p.settings.cancel_grace_s)
     return job
+
+
+def preemption_deadline(now: float, grace_s: float) -> str:
+    return datetime.fromtimestamp(now + grace_s, UTC).isoformat()
+
+
+def preemption_notice(job: Job) -> str:
+    """What a preempted job finds in its CALDERA_PREEMPT_NOTICE file (documented in the README)."""
+    detail = job.stop_detail or {}
+    return f"preempted: {detail.get('message', '')}\ndeadline: {detail.get('deadline', '')}\n"
 
 
 def view(job: Job, username: str | None = None) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 It calls the same pure policy function the simulator calls; everything here is about turning database rows into a
 snapshot and decisions back into state changes, durably. Order matters for crash safety: a job is marked Starting
-with its allocation *before* launch, and its handle is stored right after, so a restart finds every process.
+with its allocation *before* launch, and its handle is stored right after (see launcher.py, which runs launches off
+this loop), so a restart finds every process.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ import logging
 import os
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from caldera.core.cluster import Allocation
 from caldera.core.resources import Resources
 from caldera.core.spec import JobSpec
 from caldera.core.states import JobState
@@ -25,9 +26,10 @@ from caldera.db.models import Job, Usage, User
 from caldera.runtime.base import Handle, LaunchRequest, Phase
 from caldera.scheduler import fairshare
 from caldera.scheduler.registry import get_policy
-from caldera.scheduler.snapshot import Allocation, Decisions, Policy, SchedJob, Snapshot
+from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot
 from caldera.server import identity, tenancy
-from caldera.server.jobs import note, record
+from caldera.server.jobs import note, preemption_deadline, preemption_notice, record
+from caldera.server.launcher import Launcher
 from caldera.server.platform import Platform
 
 log = logging.getLogger("caldera.loop")
@@ -79,6 +81,7 @@ class SchedulerLoop:
         self._last_charge: float | None = None
         self.last_decisions: Decisions | None = None
         self.cycle_ms: float = 0.0
+        self.launcher = Launcher(platform)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -90,6 +93,7 @@ class SchedulerLoop:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=10)
+        self.launcher.shutdown()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -134,9 +138,10 @@ class SchedulerLoop:
 
     def _observe(self, db: Session, now: float) -> None:
         for job in db.scalars(select(Job).where(Job.state.in_(ACTIVE))):
-            if not job.handle:
+            if self.launcher.in_flight(job.id, job.attempt):
                 continue
-            obs = self.p.runtime.observe(Handle(job.id, job.attempt, job.handle))
+            # no handle: the server stopped while this launch was in flight; the runtime finds the job by id
+            obs = self.p.runtime.observe(Handle(job.id, job.attempt, job.handle or {}))
             if obs.phase is Phase.RUNNING and job.state == JobState.STARTING.value:
                 record(db, job, JobState.RUNNING, "Running", obs.message or "all processes running", now)
             elif obs.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST):
@@ -241,13 +246,12 @@ class SchedulerLoop:
             job = db.get(Job, pre.job_id)
             if job is None or job.state not in ACTIVE or job.stop_requested:
                 continue
-            deadline = datetime.fromtimestamp(now + grace, UTC).isoformat()
+            deadline = preemption_deadline(now, grace)
             job.stop_requested = "preempt"
-            job.stop_detail = {"by": pre.by_job_id, "reason": pre.reason, "message": pre.message}
+            job.stop_detail = {"by": pre.by_job_id, "reason": pre.reason, "message": pre.message, "deadline": deadline}
             note(db, job, "PreemptionRequested", f"{pre.message}; SIGTERM now, SIGKILL at {deadline}")
             if job.handle:
-                notice = f"preempted: {pre.message}\ndeadline: {deadline}\n"
-                self.p.runtime.stop(Handle(job.id, job.attempt, job.handle), grace, notice=notice)
+                self.p.runtime.stop(Handle(job.id, job.attempt, job.handle), grace, notice=preemption_notice(job))
         for start in decisions.starts:
             job = db.get(Job, start.job_id)
             if job is None or job.state != JobState.QUEUED.value:
@@ -289,16 +293,7 @@ class SchedulerLoop:
             run_as=run_as,
             home=home,
         )
-        try:
-            handle = self.p.runtime.launch(req)
-        except Exception as exc:  # noqa: BLE001 - a launch failure fails this job, not the loop
-            log.warning("launch of %s failed: %s", job.id, exc)
-            record(db, job, JobState.FAILED, "LaunchFailed", str(exc))
-            job.finished_at = time.time()
-            db.commit()
-            return
-        job.handle = handle.data
-        db.commit()
+        self.launcher.submit(req)
 
 
 def workdir_for(home: Path, job_id: str, requested: str | None) -> Path:

@@ -11,11 +11,11 @@ from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from caldera.config import Settings
+from caldera.core.cluster import Node
 from caldera.db.engine import make_engine, migrate, session_factory
 from caldera.runtime.base import Runtime
 from caldera.runtime.local.owner import platform_dir
 from caldera.runtime.registry import create_runtime
-from caldera.scheduler.snapshot import Node
 from caldera.server.security import Keys
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from caldera.scheduler.snapshot import Device, Node
+from caldera.core.cluster import Device, Node
 
 
 @dataclass(slots=True, frozen=True)

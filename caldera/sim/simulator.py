@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from caldera.core.cluster import Allocation, Node
 from caldera.core.resources import GPU, Resources
 from caldera.core.tenancy import QueueConfig, Quota
 from caldera.scheduler.placement import ClusterIndex
-from caldera.scheduler.snapshot import Allocation, Decisions, Node, Policy, SchedJob, Snapshot
+from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot
 from caldera.sim.cluster import ClusterSpec
 from caldera.sim.traces import TraceJob, _account
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from caldera.config import FakeGpu, Settings
+from caldera.core.cluster import Allocation
 from caldera.core.spec import JobSpec
 from caldera.runtime.base import Handle, LaunchRequest, Observation, Phase
 from caldera.runtime.local.runtime import LocalRuntime
-from caldera.scheduler.snapshot import Allocation
 
 TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.LOST}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from caldera.runtime.base import Handle, Phase
+from caldera.runtime.base import Handle, LaunchError, Phase
 from caldera.runtime.local import procs
 from caldera.runtime.local.runtime import LocalRuntime
 
@@ -81,8 +81,9 @@ def test_death_by_signal_is_exit_code_128_plus_signal(launch, runtime) -> None:
 
 
 def test_unknown_command_fails_the_launch(launch, settings) -> None:
-    with pytest.raises(RuntimeError, match="command not found: no-such-tool"):
+    with pytest.raises(LaunchError, match="command not found: no-such-tool") as failed:
         launch(job_id="nf", command=["no-such-tool", "--help"])
+    assert failed.value.reason == "CommandNotFound"
     assert not (settings.runs_dir / "nf" / "1").exists()
 
 
@@ -108,8 +109,9 @@ def test_all_or_nothing_when_a_rank_cannot_spawn(launch, runtime, settings, monk
         return p
 
     monkeypatch.setattr(runtime, "_spawn", spawn)
-    with pytest.raises(RuntimeError, match="fork failed"):
+    with pytest.raises(LaunchError, match="fork failed") as failed:
         launch(job_id="gang", kind="distributed", replicas=3, command=["sleep", "60"])
+    assert failed.value.reason == "StartFailed"
     assert len(spawned) == 2
     assert not any(procs.is_alive(pid, st) for pid, st in spawned)  # the started ranks were killed
     wait_for(lambda: not procs.job_processes(set(), tag_prefix="gang/1/"), timeout=10)
@@ -139,8 +141,9 @@ def test_logs_and_observe_from_a_new_runtime_with_an_empty_handle(launch, runtim
 
 def test_relaunching_a_running_attempt_is_refused(launch, runtime) -> None:
     launch(job_id="dup", command=["sleep", "30"])
-    with pytest.raises(RuntimeError, match="already running"):
+    with pytest.raises(LaunchError, match="already running") as failed:
         launch(job_id="dup", command=["sleep", "30"])
+    assert failed.value.reason == "AlreadyRunning"
 
 
 def test_run_dir_files_are_atomic_json(launch, runtime, settings) -> None:

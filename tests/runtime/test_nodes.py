@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from caldera.config import FakeGpu, Settings
+from caldera.core.cluster import Device
 from caldera.runtime.local import gpus
 from caldera.runtime.local.gpus import normalise_model
 from caldera.runtime.local.runtime import LocalRuntime
-from caldera.scheduler.snapshot import Device
 
 
 @pytest.mark.parametrize(

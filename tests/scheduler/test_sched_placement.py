@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from caldera.core.cluster import Allocation, Device, Node
 from caldera.core.resources import Resources
 from caldera.scheduler.caldera_policy import CalderaPolicy
 from caldera.scheduler.placement import ClusterIndex, free_capacity, place_gang
-from caldera.scheduler.snapshot import Allocation, Device, Node
 from tests.builders import NOW, check_decisions, job, node, nodes, running, snapshot
 
 

@@ -6,9 +6,10 @@ import math
 
 import pytest
 
+from caldera.core.cluster import Allocation
 from caldera.core.tenancy import PriorityClass, QueueConfig, Quota
 from caldera.scheduler.fifo import FifoPolicy
-from caldera.scheduler.snapshot import Allocation, Decisions, Preempt, Snapshot, Start
+from caldera.scheduler.snapshot import Decisions, Preempt, Snapshot, Start
 from caldera.sim.cluster import ClusterSpec
 from caldera.sim.metrics import compute_metrics, jain_index, resample_steps, time_weighted_mean
 from caldera.sim.simulator import (

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from caldera.config import Settings
-from caldera.scheduler.snapshot import Device
+from caldera.core.cluster import Device
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,12 @@ from typing import Any
 
 import caldera
 from caldera.config import Settings
+from caldera.core.cluster import Device, Node
 from caldera.core.spec import JobKind
-from caldera.runtime.base import Endpoint, Handle, LaunchRequest, Observation, Phase, RunAs
+from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
 from caldera.runtime.local import jupyter, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
-from caldera.scheduler.snapshot import Device, Node
 
 # the shim runs as ``python -m caldera.runtime.local.shim`` from here, so it imports this very checkout of caldera
 # (``-m`` puts the working directory first on sys.path) without adding PYTHONPATH to the job's environment
@@ -135,11 +135,11 @@ class LocalRuntime:
     # -- launch ----------------------------------------------------------------------------------------------
     def launch(self, req: LaunchRequest) -> Handle:
         if not req.job_id or "/" in req.job_id or req.job_id in (".", "..") or "\0" in req.job_id:
-            raise RuntimeError(f"job id {req.job_id!r} cannot name a directory")
+            raise LaunchError("BadJobId", f"job id {req.job_id!r} cannot name a directory")
         key = (req.job_id, req.attempt)
         with self._lock:
             if key in self._launching:
-                raise RuntimeError(f"attempt {req.attempt} of job {req.job_id} is being launched")
+                raise LaunchError("AlreadyLaunching", f"attempt {req.attempt} of job {req.job_id} is being launched")
             self._launching.add(key)
             self._forget(key)
         try:
@@ -149,9 +149,9 @@ class LocalRuntime:
                 data = self._start(req, rd, started)
             except Exception as exc:
                 self._abort(rd, req, started)
-                if isinstance(exc, RuntimeError):
+                if isinstance(exc, LaunchError):
                     raise
-                raise RuntimeError(f"cannot start job: {exc}") from exc
+                raise LaunchError("StartFailed", f"cannot start job: {exc}") from exc
             write_json_atomic(rd.meta, data)  # from here on, any runtime instance can re-attach
             with self._lock:
                 self._meta[key] = data
@@ -248,7 +248,7 @@ class LocalRuntime:
         if path.exists():
             old = read_json(path / "meta.json")
             if old and any(procs.is_alive(r["pid"], r["start"]) for r in old.get("ranks", [])):
-                raise RuntimeError(f"attempt {req.attempt} of job {req.job_id} is already running")
+                raise LaunchError("AlreadyRunning", f"attempt {req.attempt} of job {req.job_id} is already running")
             # a launch interrupted by a server crash (no meta.json) may have left ranks running
             procs.kill_all(procs.job_processes(set(), tag_prefix=f"{req.job_id}/{req.attempt}/"))
             # keep the leftover for diagnosis, out of the way
@@ -264,7 +264,7 @@ class LocalRuntime:
         if req.home is not None:
             home = Path(os.path.normpath(req.home))
             if workdir != home and home not in workdir.parents:
-                raise RuntimeError(f"working directory {workdir} is outside the owner's space {home}")
+                raise LaunchError("BadWorkdir", f"working directory {workdir} is outside the owner's space {home}")
             owner.platform_dir(home.parent, 0o711)
             owner.owned_dir(home, req.run_as)
         if req.run_as is None:
@@ -306,7 +306,7 @@ class LocalRuntime:
     def _check_command(argv: list[str], path: str, workdir: Path) -> None:
         # caught here, a typo fails the launch with a clear reason instead of a job that dies with 127
         if not argv:
-            raise RuntimeError("no command")
+            raise LaunchError("NoCommand", "no command")
         exe = argv[0]
         if "/" in exe:
             p = Path(exe) if os.path.isabs(exe) else workdir / exe
@@ -315,7 +315,7 @@ class LocalRuntime:
         else:
             ok = shutil.which(exe, path=path) is not None
         if not ok:
-            raise RuntimeError(f"command not found: {exe}")
+            raise LaunchError("CommandNotFound", f"command not found: {exe}")
 
     def _spawn(
         self,
@@ -372,17 +372,20 @@ class LocalRuntime:
                 ex = read_json(rd.exitfile(r))
                 if ex is not None:
                     if "spawn_error" in ex:
-                        raise RuntimeError(f"rank {r}: cannot start {exe}: {ex['spawn_error']}")
+                        raise LaunchError("SpawnFailed", f"rank {r}: cannot start {exe}: {ex['spawn_error']}")
                     del pending[r]
                 elif (read_json(rd.pidfile(r)) or {}).get("child_pid"):
                     del pending[r]
                 elif p.poll() is not None:
                     tail = rd.log(r).read_bytes()[-500:].decode(errors="replace").strip()
-                    raise RuntimeError(
-                        f"rank {r}: supervisor exited with {p.returncode} before starting the command: {tail}"
+                    raise LaunchError(
+                        "SupervisorFailed",
+                        f"rank {r}: supervisor exited with {p.returncode} before starting the command: {tail}",
                     )
             if pending and time.monotonic() > deadline:
-                raise RuntimeError(f"ranks {sorted(pending)} did not start within {_START_TIMEOUT_S:.0f}s")
+                raise LaunchError(
+                    "StartTimeout", f"ranks {sorted(pending)} did not start within {_START_TIMEOUT_S:.0f}s"
+                )
             if pending:
                 time.sleep(0.02)
 

@@ -1,0 +1,65 @@
+"""The podman CLI, the one way this runtime talks to podman: each call is a short-lived process, so nothing is
+held open across a server restart, and conmon (podman's per-container monitor) keeps containers and their logs
+going while no server runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+_MAX_ERR = 2000
+
+
+class PodmanError(RuntimeError):
+    def __init__(self, argv: list[str], code: int, stderr: str):
+        self.code = code
+        self.stderr = stderr.strip()[-_MAX_ERR:]
+        super().__init__(f"podman {argv[0] if argv else ''} failed ({code}): {self.stderr}")
+
+
+class Podman:
+    def __init__(self, global_args: list[str], conf: str | None = None, timeout_s: float = 120.0):
+        self.base = list(global_args)
+        self.env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C"}
+        if conf:
+            self.env["CONTAINERS_CONF"] = conf
+        self.timeout_s = timeout_s
+
+    def run(self, *argv: str, env: dict[str, str] | None = None, check: bool = True) -> str:
+        try:
+            p = subprocess.run(
+                [*self.base, *argv], capture_output=True, env={**(env or {}), **self.env}, timeout=self.timeout_s
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise PodmanError(list(argv), -1, str(exc)) from None
+        if check and p.returncode != 0:
+            raise PodmanError(list(argv), p.returncode, p.stderr.decode(errors="replace"))
+        return p.stdout.decode(errors="replace")
+
+    def detached(self, *argv: str) -> None:
+        """Starts a podman command that outlives this process (a stop whose SIGKILL must come even if the server
+        dies meanwhile); its exit is nobody's business."""
+        subprocess.Popen(
+            [*self.base, *argv],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def image_exists(self, image: str) -> bool:
+        return (
+            subprocess.run(
+                [*self.base, "image", "exists", image], env=self.env, capture_output=True, timeout=self.timeout_s
+            ).returncode
+            == 0
+        )
+
+    def containers(self, *labels: str) -> list[dict[str, Any]]:
+        """Every container (running or not) carrying all ``labels`` (``key=value``)."""
+        filters = [a for lab in labels for a in ("--filter", f"label={lab}")]
+        out = self.run("ps", "-a", "--no-trunc", *filters, "--format", "json")
+        return json.loads(out or "[]") or []

@@ -1,0 +1,52 @@
+"""My personal API tokens (for the CLI and scripts): create (the secret is shown once), list, revoke."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi.responses import RedirectResponse
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from caldera.core.spec import spec_errors
+from caldera.db.models import User
+from caldera.server import api_auth
+from caldera.server.deps import db_session
+from caldera.server.web.render import page
+from caldera.server.web.session import PageNotFound, page_user
+
+router = APIRouter(include_in_schema=False)
+
+
+def _tokens_page(request: Request, user: User, db: Session, created=None, errors=(), status=200):
+    tokens = api_auth.list_tokens(user=user, db=db)
+    return page(request, "tokens.html", status=status, user=user, tokens=tokens, created=created, errors=list(errors))
+
+
+@router.get("/tokens")
+def tokens(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
+    return _tokens_page(request, user, db)
+
+
+@router.post("/tokens")
+def create_token(
+    request: Request,
+    name: str = Form("", max_length=128),
+    expires_in_days: str = Form("", max_length=8),
+    user: User = Depends(page_user),
+    db: Session = Depends(db_session),
+):
+    try:
+        body = api_auth.TokenIn(name=name, expires_in_days=expires_in_days.strip() or None)
+    except ValidationError as exc:
+        return _tokens_page(request, user, db, errors=spec_errors(exc), status=400)
+    created = api_auth.create_token(body=body, user=user, db=db)
+    return _tokens_page(request, user, db, created=created, status=201)
+
+
+@router.post("/tokens/{token_id}/revoke")
+def revoke_token(token_id: int, user: User = Depends(page_user), db: Session = Depends(db_session)):
+    try:
+        api_auth.revoke_token(token_id=token_id, user=user, db=db)
+    except HTTPException:  # not the user's: the same 404 as the API's
+        raise PageNotFound() from None
+    return RedirectResponse("/tokens", 303)

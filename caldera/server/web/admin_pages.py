@@ -1,0 +1,156 @@
+"""Admin pages: users (create, disable, role), queues and their quotas, nodes. Each one admins only, like the API."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import RedirectResponse
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from caldera.core.spec import spec_errors
+from caldera.core.tenancy import Role
+from caldera.db.models import User
+from caldera.server import api_admin, tenancy
+from caldera.server.deps import db_session, platform
+from caldera.server.errors import CalderaError, NotFound
+from caldera.server.platform import Platform
+from caldera.server.web import queue_forms
+from caldera.server.web.render import page
+from caldera.server.web.session import PageNotFound, page_admin
+
+router = APIRouter(prefix="/admin", include_in_schema=False)
+
+
+def _errors(exc: CalderaError) -> list[dict[str, str]]:
+    return getattr(exc, "errors", None) or [{"field": "", "reason": exc.message}]
+
+
+def _users_page(request: Request, admin: User, db: Session, errors=(), typed=None, status=200):
+    users = [api_admin._user_view(db, u) for u in db.scalars(select(User).order_by(User.username))]
+    accounts = api_admin.list_accounts(user=admin, db=db)
+    return page(
+        request, "admin_users.html", status=status, user=admin, users=users, accounts=accounts,
+        roles=[r.value for r in Role], errors=list(errors), typed=typed or {},
+    )  # fmt: skip
+
+
+@router.get("/users")
+def users(request: Request, admin: User = Depends(page_admin), db: Session = Depends(db_session)):
+    return _users_page(request, admin, db)
+
+
+@router.post("/users")
+def create_user(
+    request: Request,
+    username: str = Form("", max_length=64),
+    password: str = Form("", max_length=1024),
+    role: str = Form("user", max_length=16),
+    account: str = Form("", max_length=64),
+    admin: User = Depends(page_admin),
+    db: Session = Depends(db_session),
+):
+    typed = {"username": username, "role": role, "account": account}
+    try:
+        body = api_admin.UserIn(username=username, password=password, role=role, accounts=[account] if account else [])
+        api_admin.create_user(body=body, _=admin, db=db)
+    except ValidationError as exc:
+        return _users_page(request, admin, db, spec_errors(exc), typed, 400)
+    except CalderaError as exc:
+        db.rollback()
+        return _users_page(request, admin, db, _errors(exc), typed, 400)
+    return RedirectResponse("/admin/users", 303)
+
+
+def _target(db: Session, username: str) -> User:
+    try:
+        return tenancy.get_user(db, username[:64])
+    except NotFound:
+        raise PageNotFound() from None
+
+
+@router.post("/users/{username}/active")
+def set_active(
+    request: Request,
+    username: str,
+    active: str = Form(..., max_length=8),
+    admin: User = Depends(page_admin),
+    db: Session = Depends(db_session),
+):
+    target = _target(db, username)
+    if target.id == admin.id:  # an admin cannot lock themselves out
+        return _users_page(request, admin, db, [{"field": "", "reason": "you cannot disable yourself"}], status=400)
+    target.active = active == "true"  # a disabled user's sessions and tokens stop working at once (deps.py)
+    db.commit()
+    return RedirectResponse("/admin/users", 303)
+
+
+@router.post("/users/{username}/role")
+def set_role(
+    request: Request,
+    username: str,
+    role: str = Form(..., max_length=16),
+    admin: User = Depends(page_admin),
+    db: Session = Depends(db_session),
+):
+    target = _target(db, username)
+    if role not in {r.value for r in Role}:
+        return _users_page(request, admin, db, [{"field": "role", "reason": f"unknown role {role!r}"}], status=400)
+    if target.id == admin.id:
+        return _users_page(request, admin, db, [{"field": "", "reason": "you cannot change your own role"}], 400)
+    target.role = role
+    db.commit()
+    return RedirectResponse("/admin/users", 303)
+
+
+@router.get("/queues")
+def queues(request: Request, admin: User = Depends(page_admin), db: Session = Depends(db_session)):
+    return page(
+        request,
+        "admin_queues.html",
+        user=admin,
+        queues=api_admin.list_queues(user=admin, db=db),
+        accounts=api_admin.list_accounts(user=admin, db=db),
+    )
+
+
+def _queue_page(request: Request, admin: User, form: queue_forms.QueueForm, errors: list, status: int = 200):
+    return page(request, "admin_queue.html", status=status, user=admin, form=form, errors=queue_forms.by_field(errors))
+
+
+@router.get("/queue")
+def edit_queue(
+    request: Request, name: str = "", account: str = "", admin=Depends(page_admin), db: Session = Depends(db_session)
+):
+    try:
+        q, owner = tenancy.get_queue(db, name[:64])
+        form = queue_forms.form_of(tenancy.queue_config(q, owner).model_dump(mode="json"))
+    except NotFound:
+        form = queue_forms.form_of({"name": name[:64], "account": account[:64]})
+    return _queue_page(request, admin, form, [])
+
+
+@router.post("/queue")
+def save_queue(
+    request: Request,
+    form: Annotated[queue_forms.QueueForm, Form()],
+    admin: User = Depends(page_admin),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    body, errors = queue_forms.body_of(form)
+    if not errors:
+        try:
+            api_admin.put_queue(name=form.name, body=body, _=admin, p=p, db=db)  # the API's validation and rules
+            return RedirectResponse("/admin/queues", 303)
+        except CalderaError as exc:
+            db.rollback()
+            errors = _errors(exc)
+    return _queue_page(request, admin, form, errors, 400)
+
+
+@router.get("/nodes")
+def nodes(request: Request, admin: User = Depends(page_admin), p=Depends(platform), db=Depends(db_session)):
+    return page(request, "admin_nodes.html", user=admin, nodes=api_admin.nodes(user=admin, p=p, db=db))

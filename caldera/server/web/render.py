@@ -1,0 +1,67 @@
+"""Pages from Jinja2 templates: the language, the CSRF token and a strict Content-Security-Policy on each."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from caldera.server import csrf
+from caldera.server.web import i18n
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+
+env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True))
+
+
+def age(ts: float | None, now: float | None = None) -> str:
+    """Seconds, minutes, hours or days since ``ts``: what a job list needs at a glance."""
+    if not ts:
+        return "-"
+    s = max(0, int((now or time.time()) - ts))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def clock(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+env.filters["age"] = age
+env.filters["clock"] = clock
+
+
+def _csp(request: Request) -> str:
+    # forms may lead to the lab origin: logging in with next=/jobs/<id>/lab/ ends there through redirects
+    lab = request.app.state.platform.settings.lab_url
+    return (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        f"frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self' {lab}"
+    )
+
+
+def page(request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+    lang = i18n.choose(request)
+    tr = i18n.translations(lang)
+    html = env.get_template(template).render(
+        request=request,
+        _=tr.gettext,
+        lang=lang,
+        languages=i18n.LANGUAGES,
+        csrf_token=csrf.csrf_token(request),
+        csrf_field=csrf.CSRF_FIELD,
+        **ctx,
+    )
+    resp = HTMLResponse(html, status_code=status)
+    resp.headers["Content-Security-Policy"] = _csp(request)
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    resp.headers["Referrer-Policy"] = "same-origin"
+    resp.headers["Cache-Control"] = "no-store"
+    return resp

@@ -1,0 +1,100 @@
+"""Jupyter Lab in a container: it listens on a Unix socket in the job's scratch directory (mounted into the
+container at its own path), the platform logs in through that socket, the token file is gone once Lab is up, and
+the socket is its owner's alone, as with the process runtime, so the lab proxy works unchanged.
+
+The base image has no JupyterLab; this module builds a test image from it with buildah, JupyterLab installed with
+the host's pip (same Python minor version as bookworm's), and keeps it for later runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from caldera.config import Settings
+from caldera.core.spec import JobSpec
+from caldera.runtime.base import LaunchRequest, Phase, RunAs
+from caldera.runtime.container import probe
+from caldera.runtime.container.image import ImageInfo
+from caldera.runtime.container.podman import Podman
+from caldera.runtime.container.runtime import ContainerRuntime
+from caldera.runtime.container.settings import ContainerSettings
+from caldera.runtime.local import jupyter
+from tests.conftest import traversable
+
+from .conftest import wait_for, wait_terminal
+
+pytestmark = pytest.mark.skipif(not probe.usable(), reason="podman or its base image is not usable here")
+IMAGE = "caldera/test-jupyter:bookworm"
+ALICE = RunAs("alice", 201_002, 201_002)
+
+
+@pytest.fixture(scope="module")
+def jupyter_image(tmp_path_factory) -> str:
+    cs = ContainerSettings()
+    if ImageInfo.load(Podman(cs.global_args()), IMAGE) is not None:
+        return IMAGE
+    if shutil.which("buildah") is None or sys.version_info[:2] != (3, 11):
+        pytest.skip("needs buildah and a Python 3.11 host to add JupyterLab to the bookworm base image")
+    site = tmp_path_factory.mktemp("jupyterlab") / "site"
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--target", str(site), "jupyterlab"],
+        capture_output=True,
+        timeout=1200,
+    )
+    if pip.returncode != 0:
+        pytest.skip(f"cannot install JupyterLab here: {pip.stderr.decode(errors='replace')[-300:]}")
+    ctr = subprocess.run(
+        ["buildah", "from", "--pull=never", cs.image], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(["buildah", "copy", ctr, str(site), "/usr/local/lib/python3.11/dist-packages"], check=True)
+    subprocess.run(["buildah", "commit", "--rm", "-q", ctr, IMAGE], check=True, capture_output=True)
+    return IMAGE
+
+
+def _status(sock: str, base_url: str, cookie: str) -> int:
+    conn = jupyter._UnixConnection(sock, 5)
+    try:
+        conn.request("GET", f"{base_url}api/status", headers={"Cookie": cookie, "Host": jupyter.HOST})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_lab_in_a_container_answers_only_the_platform_on_its_socket(jupyter_image, tmp_path) -> None:
+    settings = Settings(data_dir=traversable(tmp_path) / "data", node_name="ctr-node")
+    rt = ContainerRuntime(settings)
+    job_id = f"lab-{uuid.uuid4().hex[:8]}"
+    home = settings.workspaces / "alice"
+    req = LaunchRequest(
+        job_id,
+        1,
+        JobSpec(name="lab", kind="jupyter", image=jupyter_image),
+        (),
+        workdir=home / "jobs" / job_id,
+        base_url=f"/jobs/{job_id}/lab/",
+        run_as=ALICE,
+        home=home,
+    )
+    h = rt.launch(req)
+    try:
+        wait_for(lambda: rt.observe(h).phase is Phase.RUNNING, timeout=180, what="Lab to answer")
+        (ep,) = rt.endpoints(h)
+        assert ep.socket and ep.base_url == f"/jobs/{job_id}/lab/" and ep.secrets
+        assert _status(ep.socket, ep.base_url, ep.headers["Cookie"]) == 200
+        assert _status(ep.socket, ep.base_url, "") == 403  # nothing gets in without the platform's login
+        scratch = Path(h.data["scratch"])
+        assert not (scratch / "lab-token").exists()  # Lab read it; nothing on disk lets anyone else in
+        st = os.stat(ep.socket)
+        assert (st.st_uid, st.st_mode & 0o777) == (ALICE.uid, 0o600)
+        assert (os.stat(scratch).st_uid, os.stat(scratch).st_mode & 0o777) == (ALICE.uid, 0o700)
+        # a fresh runtime (a restarted server) logs in again with its stored copy of the token
+        assert ContainerRuntime(settings).endpoints(h)
+    finally:
+        rt.stop(h, 5)
+        wait_terminal(rt, h, timeout=60)

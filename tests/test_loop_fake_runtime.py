@@ -1,0 +1,93 @@
+"""The live loop and the API over the in-memory fake runtime: what the platform does with a runtime's answers
+(launch, phases, exit codes, launch errors, cancel, re-attach after a restart), without starting a process."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from caldera.server.app import create_app
+from caldera.server.platform import Platform
+from caldera.server.tenancy import bootstrap
+from tests.conftest import Api, make_settings
+from tests.fake_runtime import FakeRuntime
+from tests.test_runs import _submit, _until
+
+
+@pytest.fixture
+def fake_settings(tmp_path):
+    return make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", run_jobs_as="server")
+
+
+def _api(settings) -> tuple[Api, FakeRuntime, TestClient]:
+    fake = FakeRuntime(settings)
+    platform = Platform.create(settings, runtime=fake)
+    with platform.session() as db:
+        bootstrap(db, "admin-password")
+        db.commit()
+    client = TestClient(create_app(platform, run_loop=False))
+    client.__enter__()
+    return Api(client), fake, client
+
+
+@pytest.fixture
+def fake_api(fake_settings):
+    api, fake, client = _api(fake_settings)
+    yield api, fake
+    client.__exit__(None, None, None)
+
+
+def _events(job: dict) -> list[str]:
+    return [e["reason"] for e in job["events"]]
+
+
+def test_a_job_is_launched_with_its_allocation_and_succeeds(fake_api) -> None:
+    api, fake = fake_api
+    admin = api.login("admin", "admin-password")
+    jid = _submit(api, admin, name="t", command=["sleep", "0.5"], resources={"gpu": 2})
+    running = _until(api, admin, jid, {"Running"})
+    assert running["attempt"] == 1
+    (req,) = fake.launched
+    assert req.job_id == jid and len(req.allocations[0].gpus) == 2
+    assert req.env["CALDERA_ACCOUNT"] == "default"
+    done = _until(api, admin, jid, {"Succeeded"})
+    assert done["exit_code"] == 0
+    assert _events(done)[-3:] == ["Scheduled", "Running", "Completed"]
+
+
+def test_exit_codes_and_launch_errors_fail_the_job_with_their_reason(fake_api) -> None:
+    api, _ = fake_api
+    admin = api.login("admin", "admin-password")
+    failing = _submit(api, admin, name="f", command=["false"])
+    missing = _submit(api, admin, name="m", command=["no-such-program"])
+    assert _until(api, admin, failing, {"Failed"})["exit_code"] == 1
+    job = _until(api, admin, missing, {"Failed"})
+    last = job["events"][-1]
+    assert last["reason"] == "CommandNotFound" and "command not found: no-such-program" in last["message"]
+
+
+def test_cancel_stops_a_running_job(fake_api) -> None:
+    api, _ = fake_api
+    admin = api.login("admin", "admin-password")
+    jid = _submit(api, admin, name="c", command=["sleep", "600"])
+    _until(api, admin, jid, {"Running"})
+    assert api.client.post(f"/api/v1/jobs/{jid}/cancel", headers=admin).status_code == 200
+    assert _until(api, admin, jid, {"Cancelled"})["state"] == "Cancelled"
+
+
+def test_a_restarted_server_reattaches_through_a_new_runtime_instance(fake_settings) -> None:
+    api, _, client = _api(fake_settings)
+    admin = api.login("admin", "admin-password")
+    jid = _submit(api, admin, name="r", command=["sleep", "1.5"])
+    _until(api, admin, jid, {"Running"})
+    client.__exit__(None, None, None)  # the server is gone; the job is not
+
+    api, fake, client = _api(fake_settings)
+    try:
+        admin = api.login("admin", "admin-password")
+        api.client.app.state.loop.recover()
+        assert "Reattached" in _events(api.client.get(f"/api/v1/jobs/{jid}", headers=admin).json())
+        assert _until(api, admin, jid, {"Succeeded"})["exit_code"] == 0
+        assert fake.launched == []  # found again, not launched again
+    finally:
+        client.__exit__(None, None, None)
