@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
 from sqlalchemy.orm import Session
 
-from caldera.core.spec import SpecError
+from caldera.core.spec import SpecError, parse_spec
 from caldera.core.states import JobState
 from caldera.db.models import User
 from caldera.server import api_jobs, jobs
@@ -82,7 +82,7 @@ def submit_job(
     body, errors = job_forms.body_of(kind, form, choices)
     if not errors:
         try:
-            created = api_jobs.submit(body=body, user=user, p=p, db=db)  # the API's own validation and rules
+            created = api_jobs.submit(spec=parse_spec(body), user=user, p=p, db=db)  # the API's own rules
             return RedirectResponse(f"/jobs/{created['id']}", 303)
         except SpecError as exc:
             errors = exc.errors
