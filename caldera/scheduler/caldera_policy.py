@@ -367,12 +367,14 @@ class _Cycle(CycleBase):
                 scores.append(s)
         else:
             scores = [0.0] * G
-        keys = sorted({(3 - r, 1, s) for r, s in zip(grank, scores)} | {(3 - r, 0, 0.0) for r in grank})
-        dense = {k: i for i, k in enumerate(keys)}
-        major_ns = np.array([dense[(3 - r, 1, s)] for r, s in zip(grank, scores)], dtype=np.int64)
-        major_s = np.array(
-            [dense[(3 - r, 0, 0.0)] if r > 0 else dense[(3 - r, 1, s)] for r, s in zip(grank, scores)], dtype=np.int64
-        )
+        # Queues below their GPU guarantee go first: a job of another queue started ahead of theirs would only be
+        # reclaimed by them again (and, freed at once, started again: a ping-pong without end).
+        owed = [0 if r > 0 and q.gpu_keys_guar and q.headroom_open() else 1 for r, q in zip(grank, self.gq)]
+        ns = [(o, 3 - r, 1, s) for o, r, s in zip(owed, grank, scores)]
+        st = [(o, 3 - r, 0, 0.0) if r > 0 else key for o, r, key in zip(owed, grank, ns)]
+        dense = {k: i for i, k in enumerate(sorted(set(ns) | set(st)))}
+        major_ns = np.array([dense[k] for k in ns], dtype=np.int64)
+        major_s = np.array([dense[k] for k in st], dtype=np.int64)
         qs = queued_since(queued)
         maj = major_ns[gi] if n else np.zeros(0, dtype=np.int64)
         starving = None
