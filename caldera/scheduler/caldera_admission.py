@@ -7,7 +7,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from caldera.core.resources import GPU
+from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.tenancy import QueueConfig
 from caldera.scheduler.engine import CycleBase, Victim
 from caldera.scheduler.quota import deserved
@@ -167,3 +167,58 @@ class Admission(CycleBase):
                 d["requested"] = num(need)
             r = self.rcache[ck] = Reason(QUEUE_CAPABILITY, msg, d)
         return r
+
+    def _user_cap(self, job: SchedJob, q: _Queue, need_g: int) -> Reason | None:
+        """The user cap ``job`` would exceed, if any; a cap already reached blocks the user's other groups."""
+        uk = (job.queue, job.user)
+        us = self.users.get(uk)
+        if us is None:
+            us = self.users[uk] = [0, 0, 0]
+        if q.max_run is not None and us[2] >= q.max_run:
+            r = self._user_reason("max_running_jobs", q.max_run, us[2], q, job.user)
+            for gk in self.ugroups.get(uk, ()):
+                self.block(gk, r, False)
+            return r
+        if job.interactive and q.max_int is not None and us[1] >= q.max_int:
+            return self._user_reason("max_interactive_jobs", q.max_int, us[1], q, job.user)
+        if need_g and q.max_gpus is not None and us[0] + need_g > q.max_gpus:
+            if us[0] >= q.max_gpus:
+                r = self._user_reason("max_gpus", q.max_gpus, us[0], q, job.user)
+                for gk in self.ugroups.get(uk, ()):
+                    self.block(gk, r, True)
+                return r
+            return self._user_reason("max_gpus", q.max_gpus, us[0], q, job.user, need_g)
+        return None
+
+    def _capability(
+        self, q: _Queue, model: str | None, cpu: float, mem: float, need_g: int
+    ) -> tuple[Reason | None, frozenset[str] | None]:
+        """The capability of ``q`` a job needing ``cpu``, ``mem`` and ``need_g`` GPUs (of ``model``) would exceed,
+        or the GPU models it must keep off (a job without a model may use any other)."""
+        used = q.used
+        ex: set[str] | None = None
+        for key, cap in q.cap.items():
+            if key == CPU:
+                need = cpu
+            elif key == MEMORY:
+                need = mem
+            elif key == GPU:
+                need = need_g
+            else:
+                if not need_g:
+                    continue
+                if model is None:
+                    if used.get(key, 0.0) + need_g > cap + _EPS:
+                        if ex is None:
+                            ex = set()
+                        ex.add(key[4:])
+                    continue
+                need = need_g if key == GPU + "/" + model else 0
+            if need and used.get(key, 0.0) + need > cap + _EPS:
+                return self._capability_reason(q, key, used.get(key, 0.0), cap, need), None
+        if not ex:
+            return None, None
+        if all(m in ex for m in self.idx.pools):
+            key = GPU + "/" + sorted(ex)[0]
+            return self._capability_reason(q, key, used.get(key, 0.0), q.cap[key], need_g), None
+        return None, frozenset(ex)

@@ -184,55 +184,16 @@ class _Cycle(Ordering):
         if g and (g > self.nmax or need_g > self.max_pool or model is not None) and self.never_quick(g, model, n):
             return self.never(job, g, model, n)
         # 1. user caps
-        us = None
         if q.has_caps:
-            uk = (job.queue, job.user)
-            us = self.users.get(uk)
-            if us is None:
-                us = self.users[uk] = [0, 0, 0]
-            if q.max_run is not None and us[2] >= q.max_run:
-                r = self._user_reason("max_running_jobs", q.max_run, us[2], q, job.user)
-                for gk in self.ugroups.get(uk, ()):
-                    self.block(gk, r, False)
+            r = self._user_cap(job, q, need_g)
+            if r is not None:
                 return r
-            if job.interactive and q.max_int is not None and us[1] >= q.max_int:
-                return self._user_reason("max_interactive_jobs", q.max_int, us[1], q, job.user)
-            if need_g and q.max_gpus is not None and us[0] + need_g > q.max_gpus:
-                if us[0] >= q.max_gpus:
-                    r = self._user_reason("max_gpus", q.max_gpus, us[0], q, job.user)
-                    for gk in self.ugroups.get(uk, ()):
-                        self.block(gk, r, True)
-                    return r
-                return self._user_reason("max_gpus", q.max_gpus, us[0], q, job.user, need_g)
         # 2. queue capability
         exclude_models: frozenset[str] | None = None
         if q.cap:
-            used = q.used
-            ex: set[str] | None = None
-            for key, cap in q.cap.items():
-                if key == CPU:
-                    need = cpu * n
-                elif key == MEMORY:
-                    need = float(mem * n)
-                elif key == GPU:
-                    need = need_g
-                else:
-                    if not need_g:
-                        continue
-                    if model is None:
-                        if used.get(key, 0.0) + need_g > cap + _EPS:
-                            if ex is None:
-                                ex = set()
-                            ex.add(key[4:])
-                        continue
-                    need = need_g if key == GPU + "/" + model else 0
-                if need and used.get(key, 0.0) + need > cap + _EPS:
-                    return self._capability_reason(q, key, used.get(key, 0.0), cap, need)
-            if ex:
-                if all(m in ex for m in idx.pools):
-                    key = GPU + "/" + sorted(ex)[0]
-                    return self._capability_reason(q, key, used.get(key, 0.0), q.cap[key], need_g)
-                exclude_models = frozenset(ex)
+            r, exclude_models = self._capability(q, model, cpu * n, float(mem * n), need_g)
+            if r is not None:
+                return r
         # 3. placement on free capacity, respecting reservations
         excluded, rmask = self._exclusion(job) if self.reservations else (None, 0)
         shape = (g, model, cpu, mem, n)

@@ -145,69 +145,10 @@ class Reservations(Preemption):
         )
         if g <= 0:
             return None
-        reserved = self.reserved_nodes
         for m in pools:
-            pool = idx.pools.get(m)
-            if pool is None:
-                continue
-            state: dict[int, list] = {}  # node -> [free mask, cpu, memory, model mask], created on first use
-            caps: dict[int, int] = {}
-            total = 0
-            for f in range(g, pool.maxf + 1):
-                for i in pool.buckets[f]:
-                    if i in reserved:
-                        continue
-                    c = idx._cap(i, f // g, cpu, mem)
-                    if c:
-                        caps[i] = c
-                        total += c
-            t_found = None
-            if total >= n:
-                t_found = self.now
-            else:
-                for t, i, mask, c_cpu, c_mem in self._events:
-                    st = state.get(i)
-                    if st is None:
-                        if i in reserved:
-                            continue
-                        mm = 0
-                        for m2, mask2 in idx.node_models[i]:
-                            if m2 == m:
-                                mm = mask2
-                        if not mm:
-                            continue
-                        st = state[i] = [idx.free[i], idx.cpu[i], idx.mem[i], mm]
-                    st[0] |= mask
-                    st[1] += c_cpu
-                    st[2] += c_mem
-                    c = (st[0] & st[3]).bit_count() // g
-                    if cpu > 0:
-                        c = min(c, int((st[1] + _EPS) // cpu))
-                    if mem > 0:
-                        c = min(c, st[2] // mem)
-                    c = max(c, 0)
-                    total += c - caps.get(i, 0)
-                    caps[i] = c
-                    if total >= n:
-                        t_found = t
-                        break
-            if t_found is None:
-                continue
-            if best is not None and t_found >= best[0]:
-                continue
-            # nodes for the gang at that time: as few as possible, best fit for the last one
-            cand = sorted((c, i) for i, c in caps.items() if c > 0)
-            chosen: list[int] = []
-            r = n
-            while r > 0 and cand:
-                whole = [(c, i) for c, i in cand if c >= r]
-                c, i = whole[0] if whole else cand[-1]
-                chosen.append(i)
-                cand.remove((c, i))
-                r -= min(c, r)
-            if r > 0:
-                continue
-            best = (t_found, chosen)
+            found = self._earliest_in_pool(m, g, cpu, mem, n)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
         if best is None:
             return None
         t, nodes = best
@@ -226,3 +167,71 @@ class Reservations(Preemption):
             f"reach their runtime limits",
             {"reserved_start": t, "nodes": names},
         )
+
+    def _earliest_in_pool(self, m: str, g: int, cpu: float, mem: int, n: int) -> tuple[float, list[int]] | None:
+        """The earliest time ``n`` replicas of ``g`` GPUs fit on the unreserved ``m`` nodes as running jobs end
+        (``_events``), and the nodes for them then."""
+        idx = self.idx
+        reserved = self.reserved_nodes
+        pool = idx.pools.get(m)
+        if pool is None or self._events is None:
+            return None
+        state: dict[int, list] = {}  # node -> [free mask, cpu, memory, model mask], created on first use
+        caps: dict[int, int] = {}
+        total = 0
+        for f in range(g, pool.maxf + 1):
+            for i in pool.buckets[f]:
+                if i in reserved:
+                    continue
+                c = idx._cap(i, f // g, cpu, mem)
+                if c:
+                    caps[i] = c
+                    total += c
+        t_found = None
+        if total >= n:
+            t_found = self.now
+        else:
+            for t, i, mask, c_cpu, c_mem in self._events:
+                st = state.get(i)
+                if st is None:
+                    if i in reserved:
+                        continue
+                    mm = 0
+                    for m2, mask2 in idx.node_models[i]:
+                        if m2 == m:
+                            mm = mask2
+                    if not mm:
+                        continue
+                    st = state[i] = [idx.free[i], idx.cpu[i], idx.mem[i], mm]
+                st[0] |= mask
+                st[1] += c_cpu
+                st[2] += c_mem
+                c = (st[0] & st[3]).bit_count() // g
+                if cpu > 0:
+                    c = min(c, int((st[1] + _EPS) // cpu))
+                if mem > 0:
+                    c = min(c, st[2] // mem)
+                c = max(c, 0)
+                total += c - caps.get(i, 0)
+                caps[i] = c
+                if total >= n:
+                    t_found = t
+                    break
+        if t_found is None:
+            return None
+        chosen = _gang_nodes(caps, n)
+        return None if chosen is None else (t_found, chosen)
+
+
+def _gang_nodes(caps: dict[int, int], n: int) -> list[int] | None:
+    """Nodes for a gang of ``n`` replicas, given how many fit on each: as few as possible, best fit for the last."""
+    cand = sorted((c, i) for i, c in caps.items() if c > 0)
+    chosen: list[int] = []
+    r = n
+    while r > 0 and cand:
+        whole = [(c, i) for c, i in cand if c >= r]
+        c, i = whole[0] if whole else cand[-1]
+        chosen.append(i)
+        cand.remove((c, i))
+        r -= min(c, r)
+    return chosen if r <= 0 else None
