@@ -3,13 +3,13 @@ decisions are consistent with the snapshot they came from."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 
 from caldera.core.cluster import Allocation, Device, Node
 from caldera.core.resources import Resources
 from caldera.core.tenancy import PriorityClass, QueueConfig
 from caldera.scheduler.snapshot import Decisions, SchedJob, Snapshot
+from caldera.scheduler.validation import decision_errors
 
 NOW = 1_000_000.0
 
@@ -128,55 +128,7 @@ def snapshot(
 
 
 def check_decisions(snap: Snapshot, d: Decisions) -> None:
-    """Raise AssertionError unless ``d`` is consistent with ``snap``: starts are queued jobs with one allocation per
-    replica of the right size on free devices of the right model, within CPU and memory; preemptions name running
-    jobs that are not already terminating; every queued job that does not start has a non-empty reason list."""
-    by_node = {n.name: n for n in snap.nodes if n.schedulable}
-    used_gpus: dict[str, set[int]] = defaultdict(set)
-    cpu: dict[str, float] = defaultdict(float)
-    mem: dict[str, int] = defaultdict(int)
-    for j in snap.running:
-        for a in j.allocations:
-            used_gpus[a.node].update(a.gpus)
-            cpu[a.node] += a.cpu
-            mem[a.node] += a.memory_mib
-    queued = {j.id: j for j in snap.queued}
-    started = set()
-    for st in d.starts:
-        assert st.job_id in queued, f"start of {st.job_id}, which is not queued"
-        assert st.job_id not in started, f"{st.job_id} started twice"
-        started.add(st.job_id)
-        j = queued[st.job_id]
-        assert len(st.allocations) == j.replicas, f"{j.id}: {len(st.allocations)} allocations for {j.replicas}"
-        models = set()
-        for a in st.allocations:
-            assert a.node in by_node, f"{j.id} on unknown or unschedulable node {a.node}"
-            n = by_node[a.node]
-            assert len(a.gpus) == j.request.gpu == len(set(a.gpus)), f"{j.id}: wrong GPUs {a.gpus}"
-            devmodel = {dv.index: dv.model for dv in n.gpus}
-            for g in a.gpus:
-                assert g in devmodel, f"{j.id}: {a.node} has no GPU {g}"
-                assert g not in used_gpus[a.node], f"{j.id}: {a.node} GPU {g} is not free"
-                used_gpus[a.node].add(g)
-                models.add(devmodel[g])
-            if j.request.gpu_model:
-                assert models <= {j.request.gpu_model}, f"{j.id}: wrong model {models}"
-            cpu[a.node] += a.cpu
-            mem[a.node] += a.memory_mib
-            assert cpu[a.node] <= n.cpu + 1e-6, f"{a.node} CPU over-committed"
-            assert mem[a.node] <= n.memory_mib, f"{a.node} memory over-committed"
-        assert len(models) <= 1, f"{j.id} spans GPU models {models}"
-    runs = {j.id: j for j in snap.running}
-    seen = set()
-    for p in d.preemptions:
-        assert p.job_id in runs and not runs[p.job_id].terminating, f"preemption of {p.job_id}"
-        assert p.job_id not in seen, f"{p.job_id} preempted twice"
-        seen.add(p.job_id)
-        assert p.message and p.reason
-    for jid in queued:
-        if jid in started:
-            assert jid not in d.pending, f"{jid} started and pending"
-        else:
-            assert d.pending.get(jid), f"{jid} has no pending reason"
-            for r in d.pending[jid]:
-                assert r.code and r.message, f"{jid}: empty reason {r!r}"
+    """Raise AssertionError unless every decision in ``d`` can be applied to ``snap`` and every queued job that
+    does not start says why (:func:`caldera.scheduler.validation.decision_errors`, the check production runs)."""
+    errors = decision_errors(snap, d)
+    assert not errors, "\n".join(f"{p.kind}: {p.message}" for p in errors[:20])

@@ -27,6 +27,7 @@ from caldera.runtime.base import Handle, LaunchRequest, Phase
 from caldera.scheduler import fairshare
 from caldera.scheduler.registry import get_policy
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot
+from caldera.scheduler.validation import valid_decisions
 from caldera.server import identity, tenancy
 from caldera.server.jobs import note, preemption_deadline, preemption_notice, record
 from caldera.server.launcher import Launcher
@@ -129,11 +130,18 @@ class SchedulerLoop:
             self._observe(db, now)
             user_usage, queue_usage = self._charge(db, now)
             snap = self._snapshot(db, now, user_usage, queue_usage)
-            decisions = self.policy(snap)
+            decisions = self._checked(snap, self.policy(snap))
             self._apply(db, decisions, now)
             db.commit()
         self.last_decisions = decisions
         self.cycle_ms = (time.perf_counter() - t0) * 1000
+        return decisions
+
+    def _checked(self, snap: Snapshot, decisions: Decisions) -> Decisions:
+        """The decisions that can be applied: a policy bug must not double-book a GPU or stop a job for nothing."""
+        decisions, problems = valid_decisions(snap, decisions)
+        for p in problems:
+            log.error("policy %s: %s; not applied", getattr(self.policy, "name", "?"), p.message)
         return decisions
 
     def _observe(self, db: Session, now: float) -> None:

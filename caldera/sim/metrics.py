@@ -165,6 +165,7 @@ def compute_metrics(
         "sim": {
             "cycles": result.cycles,
             "tick_cycles": result.tick_cycles,
+            "same_instant_capped": result.same_instant_capped,
             "policy_s": result.policy_s,
             "wall_s": result.wall_s,
             "end_time_s": end,

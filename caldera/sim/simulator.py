@@ -33,13 +33,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from caldera.core.cluster import Allocation, Node
+from caldera.core.cluster import Node
 from caldera.core.resources import GPU, Resources
 from caldera.core.tenancy import QueueConfig, Quota
 from caldera.scheduler.placement import ClusterIndex
-from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot
+from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
+from caldera.scheduler.validation import FreeCapacity, Problem, preemption_problem
 from caldera.sim.cluster import ClusterSpec
 from caldera.sim.traces import TraceJob, _account
 
@@ -54,6 +54,7 @@ _COMPLETE, _RELEASE = 0, 1
 # amortised cost), and everything every 50th time.
 _GC_OBJECTS = 2_000_000
 _GC_CYCLES = 500
+_MAX_SAME_INSTANT = 8
 _HAS_PREEMPTED_BY = "preempted_by" in getattr(SchedJob, "__dataclass_fields__", {})
 
 
@@ -223,6 +224,7 @@ class SimResult:
     preemptions_by_reason: dict[str, int] = field(default_factory=dict)
     invalid_decisions: dict[str, int] = field(default_factory=dict)
     stopped: str = "done"
+    same_instant_capped: int = 0  # cycles not run at an instant that had already had _MAX_SAME_INSTANT
 
 
 @dataclass(slots=True, frozen=True)
@@ -352,9 +354,7 @@ class Simulator:
         policy = self.policy
 
         capacity = ClusterIndex(self.nodes)  # free capacity, indexed, kept up to date for the policies
-        node_free: dict[str, list[Any]] = {}  # name -> [free gpu index set, cpu, memory, model by index]
-        for n in self.nodes:
-            node_free[n.name] = [{d.index for d in n.gpus}, n.cpu, n.memory_mib, {d.index: d.model for d in n.gpus}]
+        free = FreeCapacity(self.nodes)  # the same, as the decision checks read it
 
         jobs: dict[str, SimJob] = {}
         queued: dict[str, SchedJob] = {}
@@ -381,7 +381,10 @@ class Simulator:
         ai = 0
         last_charge = arrivals[0].submit_time_s if arrivals else 0.0
         next_tick = math.inf
+        inf = math.inf
         cycles = tick_cycles = collections = 0
+        last_cycle_t = -inf
+        same_instant = capped = 0
         policy_s = 0.0
         idle_cycles = 0
         stopped = "done"
@@ -389,7 +392,6 @@ class Simulator:
         restart = opt.restart_overhead_s
         grace = opt.preempt_grace_s
         est = opt.runtime_estimate
-        inf = math.inf
         progress = self.progress
         last_arrival = arrivals[-1].submit_time_s if arrivals else 0.0
         finished = 0
@@ -402,21 +404,17 @@ class Simulator:
                 )
             )
 
-        def bad(kind: str, msg: str) -> None:
+        def bad(problem: Problem) -> None:
             if strict:
-                raise SimulationError(f"{self.policy_name} at t={now:.0f}: {msg}")
-            if kind not in invalid:
-                log.warning("%s at t=%.0f: %s (further ones are only counted)", self.policy_name, now, msg)
-            invalid[kind] = invalid.get(kind, 0) + 1
+                raise SimulationError(f"{self.policy_name} at t={now:.0f}: {problem.message}")
+            if problem.kind not in invalid:
+                log.warning("%s at t=%.0f: %s (further ones are only counted)", self.policy_name, now, problem.message)
+            invalid[problem.kind] = invalid.get(problem.kind, 0) + 1
 
         def release(job: SimJob) -> None:
             nonlocal allocated
             sj = job.sj
-            for a in sj.allocations:
-                nf = node_free[a.node]
-                nf[0].update(a.gpus)
-                nf[1] += a.cpu
-                nf[2] += a.memory_mib
+            free.give(sj.allocations)
             capacity.release(sj.allocations)
             allocated -= job.gpus
             user_gpus[sj.user] -= job.gpus
@@ -446,50 +444,16 @@ class Simulator:
                 sj.max_runtime_s = job.remaining_s * est
             queued[sj.id] = sj
 
-        def start(job: SimJob, allocs: tuple[Allocation, ...], t: float) -> bool:
+        def start(st: Start, t: float) -> bool:
             nonlocal allocated, seq
-            sj = job.sj
-            req = sj.request
-            if len(allocs) != sj.replicas:
-                bad("start_replicas", f"start of {sj.id} has {len(allocs)} allocations for {sj.replicas} replicas")
+            problem = free.start_problem(st, queued)
+            if problem is not None:
+                bad(problem)
                 return False
-            # validate first, then take: a gang starts whole or not at all
-            need: dict[str, list[float]] = {}
-            for a in allocs:
-                nf = node_free.get(a.node)
-                if nf is None:
-                    bad("start_node", f"start of {sj.id} on unknown node {a.node}")
-                    return False
-                if len(a.gpus) != req.gpu or len(set(a.gpus)) != req.gpu:
-                    bad("start_gpus", f"start of {sj.id} gives {len(a.gpus)} GPUs per replica, wants {req.gpu}")
-                    return False
-                acc = need.setdefault(a.node, [0.0, 0.0])
-                acc[0] += a.cpu
-                acc[1] += a.memory_mib
-                for g in a.gpus:
-                    if g not in nf[0]:
-                        bad("start_busy", f"start of {sj.id} on {a.node} GPU {g}, which is not free")
-                        return False
-                    if req.gpu_model and nf[3].get(g) != req.gpu_model:
-                        bad("start_model", f"start of {sj.id} on {a.node} GPU {g}: not a {req.gpu_model}")
-                        return False
-            seen: set[tuple[str, int]] = set()
-            for a in allocs:
-                for g in a.gpus:
-                    if (a.node, g) in seen:
-                        bad("start_busy", f"start of {sj.id} uses {a.node} GPU {g} twice")
-                        return False
-                    seen.add((a.node, g))
-            for name, (cpu, mem) in need.items():
-                nf = node_free[name]
-                if nf[1] + 1e-6 < cpu or nf[2] < mem:
-                    bad("start_cpu_memory", f"start of {sj.id} over-commits CPU or memory on {name}")
-                    return False
-            for a in allocs:
-                nf = node_free[a.node]
-                nf[0].difference_update(a.gpus)
-                nf[1] -= a.cpu
-                nf[2] -= a.memory_mib
+            allocs = st.allocations
+            job = jobs[st.job_id]
+            sj = job.sj
+            free.take(allocs)
             capacity.occupy(allocs)
             del queued[sj.id]
             allocated += job.gpus
@@ -553,7 +517,20 @@ class Simulator:
                 queued[job.sj.id] = job.sj
                 changed = True
 
+            if changed and t == last_cycle_t and t != next_tick:
+                # Zero-grace releases call a cycle at the same instant; a policy that keeps preempting and
+                # restarting the same jobs would loop there forever. After a few, wait for the next tick instead
+                # (as the live loop would), and count it.
+                same_instant += 1
+                if same_instant > _MAX_SAME_INSTANT:
+                    capped += 1
+                    if next_tick <= t:
+                        next_tick = t + (tick or 1.0)
+                    changed = False
+            elif changed or t == next_tick:
+                same_instant = 0
             if changed or t == next_tick:
+                last_cycle_t = t
                 if not changed:
                     tick_cycles += 1
                 # ---- one scheduling cycle
@@ -581,30 +558,28 @@ class Simulator:
                     collections += 1
                     gc.collect(2 if collections % 50 == 0 else 1)
                 acted = False
+                # Victims stop at the end of their grace; until then they hold their GPUs, so starts are judged as
+                # the live loop judges them. With no grace, a release event now: the cycle that follows at once
+                # can start their preemptors on the freed GPUs, as the live loop does when it sees them stop.
+                seen: set[str] = set()
                 for pre in decisions.preemptions:
-                    job = running.get(pre.job_id)
-                    if job is None or job.sj.terminating:
-                        if pre.job_id not in queued:  # preempting a queued job is a harmless no-op
-                            bad("preempt_not_running", f"preemption of {pre.job_id}, which is not running")
+                    problem = preemption_problem(pre, running_sj, seen)
+                    if problem is not None:
+                        bad(problem)
                         continue
+                    seen.add(pre.job_id)
+                    job = running[pre.job_id]
                     job.preemptions += 1
                     by_reason[pre.reason] = by_reason.get(pre.reason, 0) + 1
                     acted = True
-                    if grace > 0:
-                        job.sj.terminating = True
-                        if _HAS_PREEMPTED_BY:
-                            job.sj.preempted_by = pre.by_job_id
-                        job.preempt_at = t
-                        seq += 1
-                        heapq.heappush(heap, (t + grace, seq, _RELEASE, job.sj.id, job.attempt))
-                    else:
-                        stop_and_requeue(job, t)
+                    job.sj.terminating = True
+                    if _HAS_PREEMPTED_BY:
+                        job.sj.preempted_by = pre.by_job_id
+                    job.preempt_at = t
+                    seq += 1
+                    heapq.heappush(heap, (t + grace, seq, _RELEASE, job.sj.id, job.attempt))
                 for st in decisions.starts:
-                    job = jobs.get(st.job_id)
-                    if job is None or st.job_id not in queued:
-                        bad("start_not_queued", f"start of {st.job_id}, which is not queued")
-                        continue
-                    if start(job, st.allocations, t):
+                    if start(st, t):
                         acted = True
 
                 wake = decisions.wake_at if opt.wake_hints else None
@@ -661,6 +636,7 @@ class Simulator:
             preemptions_by_reason=by_reason,
             invalid_decisions=invalid,
             stopped=stopped,
+            same_instant_capped=capped,
         )
 
 

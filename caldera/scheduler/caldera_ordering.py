@@ -1,0 +1,124 @@
+"""Ordering in the ``caldera`` policy: jobs of queues below their GPU guarantee, then priority class, starving jobs,
+fair share, first come; and when time alone could change what a cycle decides (``Decisions.wake_at``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from itertools import count
+
+import numpy as np
+
+from caldera.core.resources import GPU
+from caldera.scheduler.caldera_admission import _EPS, _GKEY
+from caldera.scheduler.caldera_reservations import Reservations
+from caldera.scheduler.engine import rank_of
+from caldera.scheduler.fairshare import FairShare
+from caldera.scheduler.ordering import gpus_per_replica, queued_since, sort_order
+
+
+class Ordering(Reservations):
+    def _setup_order(self) -> None:
+        snap = self.snap
+        queued = snap.queued
+        n = len(queued)
+        gmap: defaultdict[tuple, int] = defaultdict(count().__next__)
+        # group = (priority, queue, user)
+        gi = np.fromiter(map(gmap.__getitem__, map(_GKEY, queued)), dtype=np.intp, count=n)
+        groups = list(gmap)
+        G = len(groups)
+        grank = [rank_of(pv) for pv, _, _ in groups]
+        self.grank = grank
+        self.gq = [self.q(qn) for _, qn, _ in groups]
+        self.groups = groups
+        if self.pol.fair_share and G:
+            fs = FairShare(
+                snap.queues,
+                snap.queue_usage,
+                snap.user_usage,
+                {g[1] for g in groups} | {j.queue for j in snap.running},
+                {g[2] for g in groups} | {j.user for j in snap.running},
+            )
+            cache: dict[tuple[str, str], float] = {}
+            scores = []
+            for _, qn, u in groups:
+                s = cache.get((qn, u))
+                if s is None:
+                    s = cache[(qn, u)] = fs.score(qn, u)
+                scores.append(s)
+        else:
+            scores = [0.0] * G
+        # Queues below their GPU guarantee go first: a job of another queue started ahead of theirs would only be
+        # reclaimed by them again (and, freed at once, started again: a ping-pong without end).
+        owed = [0 if r > 0 and q.gpu_keys_guar and q.headroom_open() else 1 for r, q in zip(grank, self.gq)]
+        ns = [(o, 3 - r, 1, s) for o, r, s in zip(owed, grank, scores)]
+        st = [(o, 3 - r, 0, 0.0) if r > 0 else key for o, r, key in zip(owed, grank, ns)]
+        dense = {k: i for i, k in enumerate(sorted(set(ns) | set(st)))}
+        major_ns = np.array([dense[k] for k in ns], dtype=np.int64)
+        major_s = np.array([dense[k] for k in st], dtype=np.int64)
+        qs = queued_since(queued)
+        maj = major_ns[gi] if n else np.zeros(0, dtype=np.int64)
+        starving = None
+        if self.thr is not None and n and self.pol.max_reservations > 0:
+            starving = (qs <= (self.now - self.thr)) & (np.asarray(grank, dtype=np.int64)[gi] > 0)
+            if starving.any():
+                maj = np.where(starving, major_s[gi], maj)
+            else:
+                starving = None
+        oia = sort_order(queued, qs, maj)
+        self.oia = oia
+        if starving is not None:
+            self.must_see = starving[oia]  # starving jobs are looked at until the reservations run out
+        self.k_sorted = gi[oia]
+        self.g_sorted = gpus_per_replica(queued)[oia]
+        self.ugroups: dict[tuple[str, str], list[int]] = {}
+        for k, (_, qn, u) in enumerate(groups):
+            self.gq[k].groups.append(k)
+            self.ugroups.setdefault((qn, u), []).append(k)
+        self.init_groups(G)
+        self.qr_groups: dict[tuple[str, int], list[int]] = {}
+        self.qr_open: dict[tuple[str, int], bool] = {}
+        self._flags: tuple = ()
+        for k, (_, qn, _user) in enumerate(groups):
+            self.qr_groups.setdefault((qn, grank[k]), []).append(k)
+        self.directed_groups: set[int] = set()
+        for k in self.resolve_directed():
+            gk = int(gi[k])
+            self.directed_groups.add(gk)
+            self.set_pre(gk, self.nmax)
+        # a queue already at its GPU capability, a user already at a cap: block their groups up front
+        for k, (_, qn, _user) in enumerate(groups):
+            q = self.gq[k]
+            cap = q.cap.get(GPU)
+            if cap is not None and q.used.get(GPU, 0.0) >= cap - _EPS:
+                self.block(k, self._capability_reason(q, GPU, q.used.get(GPU, 0.0), cap, 0), True)
+            if q.has_caps:
+                us = self.users.get((qn, u))
+                if us is not None:
+                    if q.max_run is not None and us[2] >= q.max_run:
+                        self.block(k, self._user_reason("max_running_jobs", q.max_run, us[2], q, u), False)
+                    elif q.max_gpus is not None and us[0] >= q.max_gpus:
+                        self.block(k, self._user_reason("max_gpus", q.max_gpus, us[0], q, u), True)
+        self._refresh_pre()
+
+    def best_effort_group(self, group: int) -> bool:
+        return self.grank[group] == 0
+
+    def timed_wake(self) -> float | None:
+        """Time reorders the queue (fair-share decay, starvation) and moves reservations. A reordered queue starts
+        nothing on capacity none of its jobs fit and preempts nothing it could not preempt before, and a reservation
+        only keeps jobs off nodes; so time matters only while reservations hold back capacity, or victims, that
+        some waiting job might use. Apart from time: a job started in this cycle can take its queue over its
+        deserved share, making that queue's jobs fair game for a reclaim by a queue below its guarantee that was
+        looked at before the start."""
+        if self.starts and self.pol.reclaim and any(q.groups and q.headroom_open() for q in self.queues.values()):
+            return None
+        if not self.reservations:
+            return math.inf
+        g = self.unstarted_min_gpus()
+        if g is None:
+            return math.inf
+        if g == 0 or g <= self.idx.max_block() or self._could_preempt():
+            return None
+        return math.inf

@@ -1,0 +1,367 @@
+"""Preemption in the ``caldera`` policy: who may be preempted for whom (best-effort jobs for anyone, lower classes
+of the same queue, reclaim of a guarantee from queues above their deserved share), in which order, and whether a
+group of waiting jobs could still preempt at all (so cycles skip the ones that cannot).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+
+from caldera.core.resources import GPU
+from caldera.scheduler.caldera_admission import _CLASS, _EPS, Admission, _add, _Queue
+from caldera.scheduler.engine import Victim, rank_of
+from caldera.scheduler.reasons import (
+    PREEMPT_BEST_EFFORT,
+    PREEMPT_PRIORITY,
+    PREEMPT_RECLAIM,
+    WAITING_FOR_PREEMPTION,
+    num,
+)
+from caldera.scheduler.snapshot import Preempt, Reason, SchedJob
+
+
+def _VKEY(v: Victim) -> tuple[int, float]:
+    return (v.rank, -v.started)
+
+
+class Preemption(Admission):
+    def _ensure_victims(self) -> None:
+        """``be_victims`` (youngest first) and ``qvictims`` (per queue: lowest class, then youngest first)."""
+        if self._listed is None:
+            return
+        be_victims = self.be_victims
+        qvictims = self.qvictims
+        for job, rank, gpus, model in self._listed:
+            v = Victim(job, rank, gpus, model)
+            if rank == 0:
+                be_victims.append(v)
+            else:
+                lst = qvictims.get(job.queue)
+                if lst is None:
+                    lst = qvictims[job.queue] = []
+                lst.append(v)
+        self._listed = None
+        be_victims.sort(key=lambda v: -v.started)
+        for lst in qvictims.values():
+            lst.sort(key=_VKEY)
+
+    def all_victims(self) -> Iterator[Victim]:
+        self._ensure_victims()
+        yield from self.be_victims
+        for lst in self.qvictims.values():
+            yield from lst
+        yield from self.anon
+        for lst in self.directed.values():
+            yield from lst
+
+    def _update_reclaimable(self, names) -> None:
+        """Upper bound of the GPUs reclaim could take: GPUs of queues above a deserved share (maintained per
+        queue)."""
+        contrib = self._contrib
+        for name in names:
+            q = self.queues[name]
+            used = q.used_nb.get(GPU, 0.0) - q.chosen.get(GPU, 0.0)
+            c = 0.0
+            if used > 0 and (
+                GPU not in q.des
+                or any(
+                    q.used_nb.get(k, 0.0) - q.chosen.get(k, 0.0) > d + _EPS
+                    for k, d in q.des.items()
+                    if k == GPU or k.startswith(GPU + "/")
+                )
+            ):
+                c = used
+            old = contrib.get(name, 0.0)
+            if c != old:
+                contrib[name] = c
+                self.reclaimable += c - old
+
+    def _could_preempt(self) -> bool:
+        """Whether any waiting job might preempt anyone, reservations aside: a best-effort job runs (or started in
+        this cycle) while others wait, a queue with waiting jobs has a guarantee to reclaim with, or a queue runs
+        jobs of a lower class than one it has waiting."""
+        pol = self.pol
+        lowest: dict[str, int] = {}  # queue -> lowest class of its running (and just started) GPU jobs
+        for q in self.queues.values():
+            for r in range(4):
+                if q.rank_gpus[r]:
+                    lowest[q.name] = r
+                    break
+        for job in self.started_jobs:
+            if job.request.gpu:
+                r = rank_of(job.priority)
+                if r < lowest.get(job.queue, 4):
+                    lowest[job.queue] = r
+        waiting_ranks = [
+            (q, max((self.grank[k] for k in q.groups), default=-1)) for q in self.queues.values() if q.groups
+        ]
+        if 0 in lowest.values() and any(r > 0 for _, r in waiting_ranks):
+            return True
+        for q, r in waiting_ranks:
+            if pol.reclaim and q.gpu_keys_guar and r > 0:
+                return True
+            if pol.priority_preemption and 0 < lowest.get(q.name, 4) < r:
+                return True
+        return False
+
+    def close_avenues(self) -> None:
+        self._refresh_pre()
+
+    def _refresh_pre(self, queues: Iterable[str] | None = None) -> None:
+        """Which groups could still preempt (or use soon-free capacity): ``pre[group]`` = largest node size or 0.
+        Re-evaluated per (queue, priority rank); only for ``queues`` unless a cluster-wide avenue opened or closed."""
+        pol = self.pol
+        anon = self.anon_open > 0 and not self.gave_up
+        cap = pol.max_preemptions_per_cycle
+        more = (cap is None or len(self.preemptions) < cap) and not self.gave_up
+        be = more and self.be_avail > 0
+        rec = more and pol.reclaim and self.reclaimable > 0
+        prio = more and pol.priority_preemption
+        flags = (anon, be, rec, prio)
+        if flags != self._flags or queues is None:
+            self._flags = flags
+            keys: Iterable[tuple[str, int]] = self.qr_groups
+        else:
+            qset = set(queues)
+            keys = [key for key in self.qr_groups if key[0] in qset]
+        nmax = self.nmax
+        dg = self.directed_groups
+        for key in keys:
+            qn, r = key
+            ok = anon
+            if not ok and r > 0:
+                q = self.queues[qn]
+                ok = be or (rec and q.headroom_open()) or (prio and sum(q.rank_gpus[:r]) > 0)
+            if ok == self.qr_open.get(key):
+                continue
+            self.qr_open[key] = ok
+            for k in self.qr_groups[key]:
+                self.set_pre(k, nmax if (ok or k in dg) else 0)
+
+    def _claim_key(self, q: _Queue, model: str | None) -> str:
+        if model is not None:
+            mk = GPU + "/" + model
+            if mk in q.guar:
+                return mk
+        return GPU
+
+    def _preempt(
+        self,
+        job: SchedJob,
+        q: _Queue,
+        rank: int,
+        k: int,
+        g: int,
+        model: str | None,
+        cpu: float,
+        mem: int,
+        n: int,
+        excluded,
+        exclude_models,
+        shape,
+        rmask,
+    ) -> Reason | None:
+        pol = self.pol
+        need = g * n
+        directed = [v for v in self.directed.get(job.id, ()) if not v.claimed] if self.directed else []
+        # failing stays failing within a cycle: capacity, victims and eligibility only shrink
+        pkey = (q.name, rank, shape, rmask, exclude_models)
+        if not directed and pkey in self.nopre:
+            return None
+        ckey = self._claim_key(q, model)
+        reclaim_ok = False
+        if pol.reclaim and self.reclaimable > 0:
+            gq = q.guar.get(ckey, 0.0)
+            reclaim_ok = gq > 0 and (q.used_nb.get(ckey, 0.0) + q.claimed.get(ckey, 0.0) + need <= gq + _EPS)
+        low = sum(q.rank_gpus[1:rank]) if pol.priority_preemption else 0
+        bound: float = self.idx.free_gpus(model) + sum(v.gpus for v in directed) + self.anon_open + self.be_avail
+        if reclaim_ok:
+            bound += self.reclaimable
+        bound += low
+        if bound < need:
+            return None
+        if not directed and not self.anon_open and not self.be_avail and not reclaim_ok and not low:
+            return None
+        cap = pol.max_preemptions_per_cycle
+        allow_new = (cap is None or len(self.preemptions) < cap) and not self.gave_up
+        if not directed and not (allow_new or (self.anon_open and not self.gave_up)):
+            return None
+        cands = self._candidates(job, q, rank, model, ckey, reclaim_ok, directed, allow_new)
+        got = self.try_with(
+            g,
+            model,
+            cpu,
+            mem,
+            n,
+            excluded,
+            exclude_models,
+            cands,
+            self._potential(q, rank, reclaim_ok and allow_new, allow_new, directed),
+        )
+        if got is None:
+            if not directed:
+                self.nopre.add(pkey)
+            return None
+        plan, needed = got
+        new = [v for v in needed if not v.soon]
+        soon = [v for v in needed if v.soon]
+        for v in soon:
+            v.claimed = True
+            if v in self.anon:
+                self.anon_open -= v.gpus
+        for v in new:
+            self._choose(v, job, q, rank, ckey)
+        _add(q.claimed, GPU, need)
+        if plan[0] is not None and ckey != GPU:
+            _add(q.claimed, ckey, need)
+        if new or soon:
+            touched = {q.name, *(v.queue for v in new)}
+            self._update_reclaimable(touched)
+            self._refresh_pre(touched)
+        ids = [v.id for v in needed]
+        what = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        return Reason(
+            WAITING_FOR_PREEMPTION,
+            f"waiting for {len(ids)} preempted job{'s' if len(ids) != 1 else ''} ({what}) to release their resources",
+            {"victims": ids, "new_preemptions": [v.id for v in new], "soon_free_gpus": sum(v.gpus for v in needed)},
+        )
+
+    def _node_gpus(self, victims: Iterable[Victim]) -> dict[int, int]:
+        out: dict[int, int] = {}
+        idx = self.idx
+        for v in victims:
+            if v.chosen or v.claimed:
+                continue
+            for i, m, _, _ in v.node_parts(idx):
+                out[i] = out.get(i, 0) + m.bit_count()
+        return out
+
+    def _potential(self, q: _Queue, rank: int, reclaim: bool, allow_new: bool, directed: list[Victim]):
+        """Upper bound, per node, of the GPUs this claimer could get there: free ones plus those of every victim it
+        may take (built once per cycle per category; victims taken since only make it looser)."""
+        self._ensure_victims()
+        pc = self._pot_cache
+        if "be" not in pc:
+            pc["be"] = self._node_gpus(self.be_victims)
+            pc["rec"] = self._node_gpus(
+                v for name, lst in self.qvictims.items() if self._contrib.get(name, 0.0) > 0 for v in lst
+            )
+        parts = [self._anon_nodes]
+        if allow_new:
+            parts.append(pc["be"])
+            if self.pol.priority_preemption and rank > 1:
+                key = (q.name, rank)
+                own = pc.get(key)
+                if own is None:
+                    own = pc[key] = self._node_gpus(v for v in self.qvictims.get(q.name, ()) if v.rank < rank)
+                parts.append(own)
+            if reclaim:
+                parts.append(pc["rec"])
+        if directed:
+            parts.append(self._node_gpus(directed))
+        free = self.idx.free
+
+        def pot(i: int) -> int:
+            t = free[i].bit_count()
+            for d in parts:
+                t += d.get(i, 0)
+            return t
+
+        return pot
+
+    def _candidates(
+        self,
+        job: SchedJob,
+        q: _Queue,
+        rank: int,
+        model: str | None,
+        ckey: str,
+        reclaim_ok: bool,
+        directed: list[Victim],
+        allow_new: bool = True,
+    ) -> Iterator[Victim]:
+        """Victims in preference order: soon-free ones first, then best-effort (youngest first), then the lowest
+        class and youngest among lower classes of the same queue and, when reclaiming, jobs of queues above their
+        deserved share."""
+        yield from directed
+        for v in self.anon:
+            if not v.claimed and (model is None or v.model == model):
+                yield v
+        if not allow_new:
+            return
+        self._ensure_victims()
+        if self._be_chosen > 32:
+            self.be_victims = [v for v in self.be_victims if not v.chosen]
+            self._be_chosen = 0
+        for v in self.be_victims:
+            if not v.chosen and (model is None or v.model == model):
+                yield v
+        gens = []
+        if self.pol.priority_preemption and rank > 1:
+            own = self.qvictims.get(q.name)
+            if own:
+                gens.append(self._lower(own, rank, model))
+        if reclaim_ok:
+            for name, lst in self.qvictims.items():
+                if name != q.name and lst and self._contrib.get(name, 0.0) > 0:
+                    gens.append(self._over(self.queues[name], lst, ckey, model))
+        if len(gens) == 1:
+            yield from gens[0]
+        elif gens:
+            yield from heapq.merge(*gens, key=_VKEY)
+
+    @staticmethod
+    def _lower(lst: list[Victim], rank: int, model: str | None) -> Iterator[Victim]:
+        for v in lst:
+            if v.rank >= rank:
+                return
+            if not v.chosen and (model is None or v.model == model):
+                yield v
+
+    @staticmethod
+    def _over(vq: _Queue, lst: list[Victim], ckey: str, model: str | None) -> Iterator[Victim]:
+        taken = 0
+        for v in lst:
+            if v.chosen or (model is not None and v.model != model):
+                continue
+            if vq.over_share(ckey, taken, v.gpus):
+                taken += v.gpus  # tentatively: the queue must stay at its guarantee even if all go
+                yield v
+            elif not vq.over_share(ckey, taken, 0):
+                return
+
+    def _choose(self, v: Victim, job: SchedJob, q: _Queue, rank: int, ckey: str) -> None:
+        v.chosen = True
+        self.chosen.append(v)
+        vq = self.queues[v.queue]
+        vq.rank_gpus[v.rank] -= v.gpus
+        if v.rank == 0:
+            self.be_avail -= v.gpus
+            self._be_chosen += 1
+            code = PREEMPT_BEST_EFFORT
+            msg = (
+                f"best-effort job {v.id} (queue {v.queue}) preempted by job {job.id} (queue {job.queue}, "
+                f"{_CLASS[rank]}): best-effort jobs run only on idle capacity"
+            )
+        elif v.queue == job.queue:
+            code = PREEMPT_PRIORITY
+            msg = (
+                f"job {v.id} ({_CLASS[v.rank]}) preempted by higher-priority job {job.id} ({_CLASS[rank]}) "
+                f"in queue {job.queue}"
+            )
+        else:
+            code = PREEMPT_RECLAIM
+            sk = vq.share_key(ckey)
+            vused = vq.used_nb.get(sk, 0.0) - vq.chosen.get(sk, 0.0)
+            msg = (
+                f"job {v.id} (queue {v.queue}, {_CLASS[v.rank]}) preempted by job {job.id} (queue {job.queue}): "
+                f"queue {job.queue} is below its {ckey} guarantee ({num(q.used_nb.get(ckey, 0.0))} of "
+                f"{num(q.guar.get(ckey, 0.0))} used) and queue {v.queue} is above its deserved share "
+                f"({num(vused)} of {num(vq.des.get(sk, 0.0))})"
+            )
+        if v.rank > 0 and v.gpus:
+            _add(vq.chosen, GPU, v.gpus)
+            if v.model:
+                _add(vq.chosen, GPU + "/" + v.model, v.gpus)
+        self.preemptions.append(Preempt(v.id, job.id, code, msg))

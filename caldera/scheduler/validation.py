@@ -1,0 +1,173 @@
+"""Checking a policy's decisions against the snapshot they came from, before anything is applied.
+
+A policy is trusted to be right, but a wrong start would double-book a GPU, and a wrong preemption would stop a job
+for nothing, so the live loop and the simulator both check every decision first and drop the bad ones. Each rule has
+one implementation here: :class:`FreeCapacity` holds what is free per node and judges one start against it, and
+:func:`preemption_problem` judges one preemption. :func:`decision_errors` runs them over a whole cycle from a
+snapshot; the simulator keeps one :class:`FreeCapacity` up to date between cycles instead of rebuilding it.
+
+Starts are judged against the capacity that is free in the snapshot: a preemption's victim still holds its GPUs
+until it has stopped, so nothing may start on them in the same cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from caldera.core.cluster import Allocation, Node
+from caldera.scheduler.snapshot import Decisions, Preempt, SchedJob, Snapshot, Start
+
+_CPU_SLACK = 1e-6  # CPU is fractional: sums of floats may exceed a node's CPU by rounding only
+
+
+@dataclass(slots=True, frozen=True)
+class Problem:
+    """One decision that cannot be applied. ``kind`` is stable (``start_busy``, ``preempt_not_running``, ...)."""
+
+    kind: str
+    job_id: str
+    message: str
+
+
+class FreeCapacity:
+    """Free GPU indices, CPU and memory per schedulable node."""
+
+    __slots__ = ("gpus", "cpu", "memory", "models")
+
+    def __init__(self, nodes: Iterable[Node], running: Iterable[SchedJob] = ()) -> None:
+        self.gpus: dict[str, set[int]] = {}
+        self.cpu: dict[str, float] = {}
+        self.memory: dict[str, int] = {}
+        self.models: dict[str, dict[int, str]] = {}
+        for n in nodes:
+            if n.schedulable:
+                self.gpus[n.name] = {d.index for d in n.gpus}
+                self.cpu[n.name] = n.cpu
+                self.memory[n.name] = n.memory_mib
+                self.models[n.name] = {d.index: d.model for d in n.gpus}
+        for j in running:
+            self.take(a for a in j.allocations if a.node in self.gpus)
+
+    def take(self, allocations: Iterable[Allocation]) -> None:
+        for a in allocations:
+            self.gpus[a.node].difference_update(a.gpus)
+            self.cpu[a.node] -= a.cpu
+            self.memory[a.node] -= a.memory_mib
+
+    def give(self, allocations: Iterable[Allocation]) -> None:
+        for a in allocations:
+            if a.node in self.gpus:
+                self.gpus[a.node].update(a.gpus)
+                self.cpu[a.node] += a.cpu
+                self.memory[a.node] += a.memory_mib
+
+    def start_problem(self, start: Start, queued: Mapping[str, SchedJob]) -> Problem | None:
+        """Why ``start`` cannot be applied now (None: it can), given the jobs still ``queued`` (a started one is
+        no longer). Takes nothing: a gang is judged whole."""
+        jid = start.job_id
+        job = queued.get(jid)
+        if job is None:
+            return Problem("start_not_queued", jid, f"start of {jid}, which is not queued (or started twice)")
+        allocations = start.allocations
+        req = job.request
+        if len(allocations) != job.replicas:
+            msg = f"start of {jid} has {len(allocations)} allocations for {job.replicas} replicas"
+            return Problem("start_replicas", jid, msg)
+        need: dict[str, list[float]] = {}
+        used: set[tuple[str, int]] = set()
+        models: set[str] = set()
+        for a in allocations:
+            free = self.gpus.get(a.node)
+            if free is None:
+                return Problem("start_node", jid, f"start of {jid} on unknown or unschedulable node {a.node}")
+            if len(a.gpus) != req.gpu or len(set(a.gpus)) != req.gpu:
+                msg = f"start of {jid} gives {len(a.gpus)} GPUs per replica, wants {req.gpu}"
+                return Problem("start_gpus", jid, msg)
+            acc = need.setdefault(a.node, [0.0, 0.0])
+            acc[0] += a.cpu
+            acc[1] += a.memory_mib
+            node_models = self.models[a.node]
+            for g in a.gpus:
+                if g not in free or (a.node, g) in used:
+                    return Problem("start_busy", jid, f"start of {jid} on {a.node} GPU {g}, which is not free")
+                used.add((a.node, g))
+                models.add(node_models[g])
+        if req.gpu_model and not models <= {req.gpu_model}:
+            return Problem("start_model", jid, f"start of {jid} on {sorted(models)} GPUs, not {req.gpu_model}")
+        if len(models) > 1:  # replicas of one job run at one speed: the slowest model would hold the rest back
+            return Problem("start_model", jid, f"start of {jid} spans GPU models {sorted(models)}")
+        for name, (cpu, mem) in need.items():
+            if self.cpu[name] + _CPU_SLACK < cpu or self.memory[name] < mem:
+                return Problem("start_cpu_memory", jid, f"start of {jid} over-commits CPU or memory on {name}")
+        return None
+
+
+def preemption_problem(pre: Preempt, running: Mapping[str, SchedJob], seen: set[str]) -> Problem | None:
+    """Why ``pre`` cannot be applied (None: it can); ``seen`` holds the jobs already preempted in this cycle."""
+    jid = pre.job_id
+    job = running.get(jid)
+    if job is None:
+        return Problem("preempt_not_running", jid, f"preemption of {jid}, which is not running")
+    if job.terminating or jid in seen:
+        return Problem("preempt_terminating", jid, f"preemption of {jid}, which is already stopping")
+    if not pre.reason or not pre.message:
+        return Problem("preempt_unexplained", jid, f"preemption of {jid} without a reason and message")
+    return None
+
+
+def _split(snapshot: Snapshot, decisions: Decisions) -> tuple[list[Start], list[Preempt], list[Problem]]:
+    """The valid starts and preemptions of ``decisions``, and the problems of the others."""
+    problems: list[Problem] = []
+    free = FreeCapacity(snapshot.nodes, snapshot.running)
+    queued = {j.id: j for j in snapshot.queued}
+    starts: list[Start] = []
+    for st in decisions.starts:
+        p = free.start_problem(st, queued)
+        if p is None:
+            free.take(st.allocations)
+            del queued[st.job_id]
+            starts.append(st)
+        else:
+            problems.append(p)
+    running = {j.id: j for j in snapshot.running}
+    seen: set[str] = set()
+    preemptions: list[Preempt] = []
+    for pre in decisions.preemptions:
+        p = preemption_problem(pre, running, seen)
+        if p is None:
+            seen.add(pre.job_id)
+            preemptions.append(pre)
+        else:
+            problems.append(p)
+    return starts, preemptions, problems
+
+
+def _explanation_problems(snapshot: Snapshot, decisions: Decisions) -> list[Problem]:
+    """With ``snapshot.explain``, every queued job that does not start has at least one reason."""
+    if not snapshot.explain:
+        return []
+    started = {st.job_id for st in decisions.starts}
+    out = []
+    for j in snapshot.queued:
+        reasons = decisions.pending.get(j.id)
+        if j.id in started:
+            if reasons:
+                out.append(Problem("pending_started", j.id, f"{j.id} starts and has pending reasons"))
+        elif not reasons or not all(r.code and r.message for r in reasons):
+            out.append(Problem("pending_missing", j.id, f"{j.id} does not start and has no reason (or an empty one)"))
+    return out
+
+
+def decision_errors(snapshot: Snapshot, decisions: Decisions) -> list[Problem]:
+    """Everything wrong with ``decisions`` for ``snapshot``; empty when all of it can be applied."""
+    return _split(snapshot, decisions)[2] + _explanation_problems(snapshot, decisions)
+
+
+def valid_decisions(snapshot: Snapshot, decisions: Decisions) -> tuple[Decisions, list[Problem]]:
+    """``decisions`` without the starts and preemptions that cannot be applied, and their problems. Pending reasons
+    are not read (a job without one still waits correctly, and reading them all costs time on a long queue)."""
+    starts, preemptions, problems = _split(snapshot, decisions)
+    if len(starts) == len(decisions.starts) and len(preemptions) == len(decisions.preemptions):
+        return decisions, problems
+    return replace(decisions, starts=starts, preemptions=preemptions), problems
