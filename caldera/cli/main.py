@@ -430,5 +430,9 @@ from caldera.sim.cli import app as sim_app  # noqa: E402 - sub-app mounted after
 
 app.add_typer(sim_app, name="sim")
 
+from caldera.cli.interference import app as interference_app  # noqa: E402
+
+app.add_typer(interference_app, name="interference")
+
 if __name__ == "__main__":
     app()
