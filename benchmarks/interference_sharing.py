@@ -46,7 +46,7 @@ def main() -> None:
     shared = sum(1 for j in jobs if j.gpus == 1)
     print(f"{len(jobs)} jobs ({shared} one-GPU, shareable), {args.nodes} x {args.gpus_per_node} V100\n")
     outs = compare(
-        ds, jobs, mf.predictor().predict, nodes=args.nodes, gpus_per_node=args.gpus_per_node, tolerance=args.tolerance
+        ds, jobs, mf.predictor(), nodes=args.nodes, gpus_per_node=args.gpus_per_node, tolerance=args.tolerance
     )
     base = outs[0]
     print(

@@ -17,9 +17,11 @@ BASELINE = ("random_forest", "identity")
 DEFAULT_MODEL = ("extra_trees", "profile+enc")
 
 
-def _dataset(data_dir: Path | None):
-    from caldera.interference.records import gavel_path, load_gavel_pairs
+def _dataset(data_dir: Path | None, records: Path | None = None):
+    from caldera.interference.records import gavel_path, load_gavel_pairs, load_profile_records
 
+    if records is not None:
+        return records, load_profile_records(records)
     path = gavel_path(data_dir or Settings().shared_data_dir)
     if not path.exists():
         console.print(f"[red]no co-location data at {path}[/red] (set CALDERA_SHARED_DATA_DIR or --data-dir)")
@@ -47,13 +49,14 @@ def train(
     out: Path | None = typer.Option(
         None, help="model file (CALDERA_INTERFERENCE_MODEL, <data dir>/interference.model)"
     ),
+    records: Path | None = typer.Option(None, help="train on the platform's records (caldera profile --out) instead"),
 ) -> None:
     """Train the decay model on every measured co-location and save it, versioned."""
     _need_sklearn()
     from caldera.interference.store import save_model
     from caldera.interference.train import train as fit
 
-    path, ds = _dataset(data_dir)
+    path, ds = _dataset(data_dir, records)
     written = save_model(out or model_path(Settings()), fit(ds, estimator, features, source=str(path)))
     console.print(f"{estimator} on {features}: {len(ds.samples)} samples -> {written}")
 

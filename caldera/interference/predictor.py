@@ -19,6 +19,10 @@ class Predictor(Protocol):
         job of the mix has no profile."""
         ...
 
+    def predict_many(self, mixes: Sequence[Sequence[JobType]], gpu: str) -> list[list[float] | None]:
+        """:meth:`predict` of each mix (one batched call where the model allows)."""
+        ...
+
 
 class ModelPredictor:
     """A trained :class:`DecayModel` and the solo profiles it may be asked about. Answers are cached per mix."""
@@ -32,18 +36,23 @@ class ModelPredictor:
         return job in self.profiles
 
     def predict(self, mix: Sequence[JobType], gpu: str) -> list[float] | None:
-        key = (gpu, tuple(mix))
-        if key not in self._cache:
-            self._cache[key] = self._predict(mix, gpu)
-        return self._cache[key]
+        return self.predict_many([mix], gpu)[0]
 
-    def _predict(self, mix: Sequence[JobType], gpu: str) -> list[float] | None:
-        if len(mix) < 2:
-            return [0.0] * len(mix)
-        if not all(self.knows(j) for j in mix) or not all(gpu in self.profiles[j].solo for j in mix):
-            return None
-        samples = [Sample(gpu, j, tuple(mix[:i]) + tuple(mix[i + 1 :]), 0.0) for i, j in enumerate(mix)]
-        return [float(x) for x in self.model.predict_samples(samples, self.profiles)]
+    def predict_many(self, mixes: Sequence[Sequence[JobType]], gpu: str) -> list[list[float] | None]:
+        todo = [tuple(m) for m in mixes if (gpu, tuple(m)) not in self._cache]
+        samples: list[Sample] = []
+        for mix in todo:
+            if len(mix) < 2:
+                self._cache[(gpu, mix)] = [0.0] * len(mix)
+            elif not all(self.knows(j) and gpu in self.profiles[j].solo for j in mix):
+                self._cache[(gpu, mix)] = None
+            else:
+                samples += [Sample(gpu, j, mix[:i] + mix[i + 1 :], 0.0) for i, j in enumerate(mix)]
+        decays = iter(self.model.predict_samples(samples, self.profiles).tolist())
+        for mix in todo:
+            if (gpu, mix) not in self._cache:
+                self._cache[(gpu, mix)] = [next(decays) for _ in mix]
+        return [self._cache[(gpu, tuple(m))] for m in mixes]
 
 
 class TablePredictor:
@@ -66,3 +75,6 @@ class TablePredictor:
                     total += d
             out.append(min(1.0, total))
         return out
+
+    def predict_many(self, mixes: Sequence[Sequence[JobType]], gpu: str) -> list[list[float] | None]:
+        return [self.predict(m, gpu) for m in mixes]

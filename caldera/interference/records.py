@@ -111,3 +111,40 @@ def load_gavel_pairs(path: str | Path, gpus: tuple[str, ...] = GAVEL_GPUS) -> Da
 def _job(key: str) -> JobType:
     name, sf = ast.literal_eval(key)
     return JobType.parse(name, int(sf))
+
+
+def _profile_job(model: str, batch_size: str, amp: str, gpu_num: str = "1") -> JobType:
+    family = f"{model}+amp" if amp not in ("", "0", "False") else model
+    return JobType(family, int(float(batch_size or 0)), max(1, int(float(gpu_num or 1))))
+
+
+def _label_job(label: str) -> JobType:
+    """``resnet18@8+amp`` (a ``co_models`` entry of ``caldera profile``) as a job type."""
+    name, _, rest = label.partition("@")
+    bs, _, amp = rest.partition("+")
+    return _profile_job(name, bs, "1" if amp == "amp" else "0")
+
+
+def load_profile_records(directory: str | Path) -> Dataset:
+    """The platform's own records (``solo.csv`` and ``coloc.csv`` written by ``caldera profile``) as a dataset.
+    A job type is the workload (``+amp`` when AMP was on), its batch size and GPU count."""
+    import csv
+
+    d = Path(directory)
+    profiles: dict[JobType, Profile] = {}
+    with (d / "solo.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            job = _profile_job(row["model"], row["batchsize"], row["amp"], row["gpu_num"])
+            p = profiles.setdefault(job, Profile(job))
+            p.solo[row["gpu"]] = float(row["speed"])
+            p.metrics.update({k: float(v) for k, v in row.items() if v and k.endswith(("_avg", "_max"))})
+    ds = Dataset(profiles, [])
+    with (d / "coloc.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            target = _profile_job(row["model"], row["batchsize"], row["amp"])
+            co = tuple(_label_job(x) for x in row["co_models"].split(";") if x)
+            if target in profiles and all(c in profiles for c in co):
+                ds.samples.append(Sample(row["gpu"], target, co, float(row["decay"])))
+                if len(co) == 1:
+                    ds._speed[(row["gpu"], target, co[0])] = 1.0 - float(row["decay"])
+    return ds
