@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--limit", type=int, default=None, help="first N jobs by arrival")
     ap.add_argument("--tolerance", type=float, default=0.35, help="decay each shared job accepts")
+    ap.add_argument("--prefer-gain", type=float, default=None, help="share instead of a free GPU above this gain")
     ap.add_argument("--estimator", default="extra_trees")
     ap.add_argument("--seed", type=int, default=0, help="which half of the V100 pairs the model never sees")
     args = ap.parse_args()
@@ -46,7 +47,13 @@ def main() -> None:
     shared = sum(1 for j in jobs if j.gpus == 1)
     print(f"{len(jobs)} jobs ({shared} one-GPU, shareable), {args.nodes} x {args.gpus_per_node} V100\n")
     outs = compare(
-        ds, jobs, mf.predictor(), nodes=args.nodes, gpus_per_node=args.gpus_per_node, tolerance=args.tolerance
+        ds,
+        jobs,
+        mf.predictor(),
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        tolerance=args.tolerance,
+        prefer_gain=args.prefer_gain,
     )
     base = outs[0]
     print(

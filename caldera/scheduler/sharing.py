@@ -12,6 +12,10 @@ shareable job it did not start, in queue order, may join an occupied GPU when
   grows it most. A mix with a job the predictions do not cover (no profile yet) is not formed: unknown jobs run
   alone.
 
+With ``SharingInfo.prefer_gain``, a shareable job the inner policy started on a free GPU is moved onto an occupied
+one where the predicted gain is at least that high, leaving the free GPU to others (gangs behind it, with FIFO).
+The inner policy approved the start, so no quota is bypassed.
+
 Naive mode (``aware=False``) shares whenever memory fits, on the GPU with the fewest jobs.
 
 Predictions are data in the snapshot (:class:`SharingInfo`), filled by the live loop or the simulator from the
@@ -45,6 +49,9 @@ class SharingInfo:
     default_tolerance: float = 0.3
     queue_tolerance: Mapping[str, float] = field(default_factory=dict)
     max_jobs_per_gpu: int = 2
+    # a shareable job the inner policy starts on a free GPU joins an occupied one instead when that raises the
+    # occupied GPU's predicted normalised throughput by more than this (keeps free GPUs for gangs); None: never
+    prefer_gain: float | None = None
 
     def tolerance(self, job: SchedJob) -> float:
         if job.decay_tolerance is not None:
@@ -131,32 +138,40 @@ def _gain(info: SharingInfo, job: SchedJob, gpu: _Gpu) -> float | None:
     return sum(1.0 - d for d in after.values()) - sum(1.0 - d for d in before.values())
 
 
-def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -> list[Start]:
-    """Starts on shared GPUs for queued shareable jobs the inner policy's ``decisions`` left waiting."""
+def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -> tuple[list[Start], set[str]]:
+    """Starts on shared GPUs for queued shareable jobs the inner policy's ``decisions`` left waiting, and (with
+    ``SharingInfo.prefer_gain``) for shareable jobs it started on a free GPU that gain enough by sharing instead;
+    returns the starts and the ids whose inner start they replace."""
     info = snap.sharing
     if info is None:
-        return []
-    started = {s.job_id for s in decisions.starts}
+        return [], set()
+    inner = {s.job_id: s for s in decisions.starts}
+    queued = {j.id: j for j in snap.queued}
+    movable = {i for i in inner if aware and info.prefer_gain is not None and i in queued and can_share(queued[i])}
+    order = sorted(snap.queued, key=lambda j: (j.id not in movable, j.queued_since or j.submitted_at, j.id))
     occ: _Occupancy | None = None
     out: list[Start] = []
-    for job in sorted(snap.queued, key=lambda j: (j.queued_since or j.submitted_at, j.id)):
-        if job.id in started or not can_share(job):
+    moved: set[str] = set()
+    for job in order:
+        if job.id in inner and job.id not in movable or not can_share(job):
             continue
         reasons = decisions.pending.get(job.id, ())
         if any(r.code not in CAPACITY_CODES for r in reasons):
             continue
         if occ is None:
-            occ = _Occupancy(snap, decisions.starts)
-        best, best_gain = None, 0.0
+            occ = _Occupancy(snap, [st for st in decisions.starts if st.job_id not in movable])
+        best, best_gain = None, info.prefer_gain if job.id in movable else 0.0
         for gpu in occ.gpus:
             if not occ.room(job, gpu, info.max_jobs_per_gpu):
                 continue
             gain = _gain(info, job, gpu) if aware else 1.0 / (1 + len(gpu.jobs))
-            if gain is not None and gain > best_gain + 1e-12:
+            if gain is not None and gain > best_gain + 1e-12:  # type: ignore[operator]
                 best, best_gain = gpu, gain
         if best is not None:
             out.append(Start(job.id, (occ.take(job, best),)))
-    return out
+            if job.id in movable:
+                moved.add(job.id)
+    return out, moved
 
 
 class SharingPolicy:
@@ -169,10 +184,12 @@ class SharingPolicy:
 
     def __call__(self, snap: Snapshot, /) -> Decisions:
         d = self.inner(snap)
-        extra = share_placements(snap, d, self.aware)
+        extra, moved = share_placements(snap, d, self.aware)
         if not extra:
             return d
         ids = {s.job_id for s in extra}
         pending = {k: v for k, v in d.pending.items() if k not in ids}
-        # a start changes what the inner policy may do next (e.g. FIFO's blocked head now runs): call again soon
-        return Decisions([*d.starts, *extra], d.preemptions, pending, wake_at=snap.now)
+        starts = [s for s in d.starts if s.job_id not in moved] + extra
+        # a start changes what the inner policy may do next (e.g. FIFO's blocked head now runs, or a GPU a job
+        # would have taken is free after all): call again soon
+        return Decisions(starts, d.preemptions, pending, wake_at=snap.now)

@@ -296,6 +296,7 @@ def compare(
     gpus_per_node: int,
     gpu: str = "v100",
     tolerance: float = 0.35,
+    prefer_gain: float | None = None,
 ) -> list[Outcome]:
     """Run the three policies on ``jobs``; ``predictor`` is what the interference-aware scheduler is told."""
     types = sorted({j.job for j in jobs if j.gpus == 1}, key=lambda t: t.key)
@@ -305,7 +306,9 @@ def compare(
         return ds.ratio(gpu, a, b)
 
     workload = {j.id: j.job.key for j in jobs if j.gpus == 1}
-    aware_info = SharingInfo(prediction_table(types, predictor, gpu), workload, default_tolerance=tolerance)
+    aware_info = SharingInfo(
+        prediction_table(types, predictor, gpu), workload, default_tolerance=tolerance, prefer_gain=prefer_gain
+    )
     naive_info = SharingInfo({}, workload)
     runs: list[tuple[str, SharingInfo | None, Policy]] = [
         ("exclusive FIFO", None, FifoPolicy()),

@@ -111,3 +111,17 @@ def test_spec_shareable_needs_one_gpu_and_a_memory_request():
         parse_spec({"name": "s", "command": "x", "shareable": True, "resources": {"gpu": 2, "gpu_memory_mib": 1}})
     with pytest.raises(SpecError):
         parse_spec({"name": "s", "command": "x", "decay_tolerance": 1.5})
+
+
+def test_prefer_gain_moves_a_start_from_a_free_gpu_onto_a_good_partner():
+    r0 = shared(running("r0", {"n0": [0]}))
+    q = shared(job("q"))
+    table = pair("a", "b", 0.05, 0.1)  # gain 0.85
+    for prefer, gpu in ((0.8, 0), (0.9, 1), (None, 1)):
+        snap = snapshot([node("n0", gpus=2)], [q], [r0])
+        snap.sharing = info(table, {"r0": "a", "q": "b"}, prefer_gain=prefer)
+        d = run(snap)
+        assert [(s.job_id, s.allocations[0].gpus) for s in d.starts] == [("q", (gpu,))], prefer
+    # never in naive mode, and never for a job the inner policy did not approve
+    snap.sharing = info(table, {"r0": "a", "q": "b"}, prefer_gain=0.1)
+    assert [s.allocations[0].gpus for s in run(snap, aware=False).starts] == [(1,)]
