@@ -69,12 +69,12 @@ class Dataset:
     samples: list[Sample]
     infeasible: set[tuple[str, frozenset[JobType]]] = field(default_factory=set)  # (gpu, the mix) that did not fit
     # co-located speed of the target divided by its solo speed, for every measured (gpu, target, co-runner)
-    _speed: dict[tuple[str, JobType, JobType], float] = field(default_factory=dict)
+    ratios: dict[tuple[str, JobType, JobType], float] = field(default_factory=dict)
 
     def ratio(self, gpu: str, target: JobType, corunner: JobType) -> float | None:
         """Measured ``co_speed / solo_speed`` of ``target`` next to ``corunner`` (0.0: did not fit; None: not
         measured)."""
-        return self._speed.get((gpu, target, corunner))
+        return self.ratios.get((gpu, target, corunner))
 
 
 def gavel_path(data_dir: str | Path) -> Path:
@@ -100,7 +100,7 @@ def load_gavel_pairs(path: str | Path, gpus: tuple[str, ...] = GAVEL_GPUS) -> Da
     for gpu, job, other, ratio in raw:
         if other not in profiles:
             continue
-        ds._speed[(gpu, job, other)] = ratio
+        ds.ratios[(gpu, job, other)] = ratio
         if ratio <= 0:
             ds.infeasible.add((gpu, frozenset((job, other))))
         else:
@@ -146,5 +146,5 @@ def load_profile_records(directory: str | Path) -> Dataset:
             if target in profiles and all(c in profiles for c in co):
                 ds.samples.append(Sample(row["gpu"], target, co, float(row["decay"])))
                 if len(co) == 1:
-                    ds._speed[(row["gpu"], target, co[0])] = 1.0 - float(row["decay"])
+                    ds.ratios[(row["gpu"], target, co[0])] = 1.0 - float(row["decay"])
     return ds

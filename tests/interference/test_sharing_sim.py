@@ -17,7 +17,7 @@ def tiny_world() -> Dataset:
     ratios = {(A, B): 0.8, (B, A): 0.9, (A, A): 0.5, (B, B): 0.5, (C, C): 0.3}
     for x in (A, B):
         ratios[(x, C)] = ratios[(C, x)] = 0.3
-    ds._speed.update({("v100", x, y): r for (x, y), r in ratios.items()})
+    ds.ratios.update({("v100", x, y): r for (x, y), r in ratios.items()})
     return ds
 
 
@@ -27,7 +27,7 @@ def jobs(*spec: tuple[str, JobType, float, float]) -> list[ShareJob]:
 
 def test_co_located_jobs_run_at_ground_truth_speed_and_aware_avoids_bad_pairs():
     ds = tiny_world()
-    truth = TablePredictor({("v100", x, y): 1 - r for (_, x, y), r in ds._speed.items()})
+    truth = TablePredictor({("v100", x, y): 1 - r for (_, x, y), r in ds.ratios.items()})
     # one GPU; A runs, then B and C arrive: aware pairs A with B only, naive takes whatever comes first
     js = jobs(("a", A, 0.0, 100.0), ("c", C, 1.0, 100.0), ("b", B, 2.0, 100.0))
     exclusive, naive, aware = compare(ds, js, truth, nodes=1, gpus_per_node=1, tolerance=0.3)
