@@ -1,7 +1,7 @@
 """GPU sharing on Gavel's traces: exclusive FIFO vs naive packing vs interference-aware sharing
 (caldera/sim/sharing_sim.py), printed as a Markdown table.
 
-    python benchmarks/interference_sharing.py [--nodes 12] [--gpus-per-node 8] [--limit N] [--tolerance 0.35]
+    python benchmarks/interference_sharing.py [--nodes 12] [--gpus-per-node 8] [--limit N] [--tolerance 0.45] [--prefer-gain 0.6]
 
 The simulated cluster is V100; the measured V100 pairwise throughputs drive the jobs' real speeds. The scheduler
 sees only the decay model's predictions; the model is trained without the V100 measurements of half the job-type
@@ -28,8 +28,8 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=12)
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--limit", type=int, default=None, help="first N jobs by arrival")
-    ap.add_argument("--tolerance", type=float, default=0.35, help="decay each shared job accepts")
-    ap.add_argument("--prefer-gain", type=float, default=None, help="share instead of a free GPU above this gain")
+    ap.add_argument("--tolerance", type=float, default=0.45, help="decay each shared job accepts")
+    ap.add_argument("--prefer-gain", type=float, default=0.6, help="share instead of a free GPU above this gain")
     ap.add_argument("--estimator", default="extra_trees")
     ap.add_argument("--seed", type=int, default=0, help="which half of the V100 pairs the model never sees")
     args = ap.parse_args()
