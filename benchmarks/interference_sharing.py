@@ -1,7 +1,8 @@
 """GPU sharing on Gavel's traces: exclusive FIFO vs naive packing vs interference-aware sharing
 (caldera/sim/sharing_sim.py), printed as a Markdown table.
 
-    python benchmarks/interference_sharing.py [--nodes 12] [--gpus-per-node 8] [--limit N] [--tolerance 0.45] [--prefer-gain 0.6]
+    python benchmarks/interference_sharing.py [--nodes 12] [--gpus-per-node 8] [--limit N] [--tolerance 0.45]
+        [--prefer-gain 0.6]
 
 The simulated cluster is V100; the measured V100 pairwise throughputs drive the jobs' real speeds. The scheduler
 sees only the decay model's predictions; the model is trained without the V100 measurements of half the job-type
