@@ -32,6 +32,10 @@ def _default_traces_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 
 
+def _default_shared_data_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CALDERA_", env_nested_delimiter="__", extra="ignore")
 
@@ -58,6 +62,8 @@ class Settings(BaseSettings):
     )
     initial_admin_password: str | None = Field(None, description="first admin's password; generated when empty")
     traces_dir: Path = Field(default_factory=_default_traces_dir)
+    shared_data_dir: Path = Field(default_factory=_default_shared_data_dir, description="public reference data")
+    interference_model: Path | None = Field(None, description="decay model file; <data_dir>/interference.model")
     isolate_distributed_network: bool = True  # ranks of a local distributed job share a private network namespace
     # "owner": every job runs as its owner's unprivileged OS uid (needs a root server). "server": jobs run as the
     # server's own user, isolated from nothing -- an admin must choose it explicitly

@@ -496,5 +496,11 @@ from caldera.sim.cli import app as sim_app  # noqa: E402 - sub-app mounted after
 
 app.add_typer(sim_app, name="sim")
 
+from caldera.cli.interference import app as interference_app  # noqa: E402
+from caldera.cli.profile import profile_command  # noqa: E402
+
+app.add_typer(interference_app, name="interference")
+app.command("profile")(profile_command)
+
 if __name__ == "__main__":
     app()

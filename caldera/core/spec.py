@@ -75,6 +75,8 @@ class JobSpec(BaseModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$",
         description="container image the job runs in; the platform's default image when empty",
     )
+    shareable: bool = Field(False, description="may share a GPU; needs resources.gpu == 1 and gpu_memory_mib")
+    decay_tolerance: float | None = Field(None, gt=0, le=1, description="largest slowdown accepted when shared")
 
     @field_validator("command", mode="before")
     @classmethod
@@ -142,6 +144,8 @@ class JobSpec(BaseModel):
             raise ValueError(f"a {self.kind.value} job needs a command")
         if self.kind is not JobKind.DISTRIBUTED and (self.replicas != 1 or self.procs_per_replica != 1):
             raise ValueError("replicas and procs_per_replica apply to distributed jobs only")
+        if self.shareable and (self.resources.gpu != 1 or self.resources.gpu_memory_mib is None or self.replicas != 1):
+            raise ValueError("a shareable job asks for one GPU (resources.gpu: 1) and its resources.gpu_memory_mib")
         return self
 
     @property

@@ -16,6 +16,7 @@ from caldera.core.tenancy import PriorityClass, QueueConfig
 
 if TYPE_CHECKING:
     from caldera.scheduler.placement import ClusterIndex
+    from caldera.scheduler.sharing import SharingInfo
 
 
 @dataclass(slots=True)
@@ -39,6 +40,8 @@ class SchedJob:
     preempted_by: str | None = None  # terminating because it was preempted for this queued job (the
     # Preempt.by_job_id that caused it); its resources are soon-free for
     # that job only. None while terminating: soon-free for anyone
+    shareable: bool = False  # may share its GPU with other shareable jobs (caldera/scheduler/sharing.py)
+    decay_tolerance: float | None = None  # the slowdown it accepts when shared; the queue's default when None
 
     @property
     def gpus(self) -> int:
@@ -59,6 +62,8 @@ class Snapshot:
     capacity: ClusterIndex | None = None
     # False when the caller never reads ``Decisions.pending`` (the simulator): policies may leave it empty.
     explain: bool = True
+    # Predicted interference for GPU sharing, filled by the caller from the decay model; None: no sharing
+    sharing: SharingInfo | None = None
 
 
 @dataclass(slots=True, frozen=True)

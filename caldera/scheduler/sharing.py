@@ -1,0 +1,195 @@
+"""GPU sharing: shareable one-GPU jobs placed on GPUs other shareable jobs already use.
+
+:class:`SharingPolicy` wraps any policy. The inner policy decides as if GPUs were exclusive; then each queued
+shareable job it did not start, in queue order, may join an occupied GPU when
+
+* every job on that GPU is shareable (exclusive jobs are never co-located) and the GPU has room for one more
+  (``SharingInfo.max_jobs_per_gpu``);
+* the GPU-memory requests (``Resources.gpu_memory_mib``) of all of them fit the device's memory, and the node has
+  the job's CPU and memory;
+* (interference-aware mode) the predicted decay of *every* job of the new mix stays within that job's tolerance,
+  and the mix's predicted normalised throughput (sum of ``1 - decay``) grows. Among such GPUs it takes the one that
+  grows it most. A mix with a job the predictions do not cover (no profile yet) is not formed: unknown jobs run
+  alone.
+
+With ``SharingInfo.prefer_gain``, a shareable job the inner policy started on a free GPU is moved onto an occupied
+one where the predicted gain is at least that high, leaving the free GPU to others (gangs behind it, with FIFO).
+The inner policy approved the start, so no quota is bypassed.
+
+Naive mode (``aware=False``) shares whenever memory fits, on the GPU with the fewest jobs.
+
+Predictions are data in the snapshot (:class:`SharingInfo`), filled by the live loop or the simulator from the
+decay model; this module never imports the ML stack. A job the inner policy holds back for a policy reason (a quota,
+a user cap, a reservation) is not shared past it: only jobs waiting for capacity are (with ``Snapshot.explain``
+off there are no reasons, and every waiting shareable job is a candidate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from caldera.scheduler.reasons import GANG_NO_FIT, QUEUE_POSITION
+from caldera.scheduler.snapshot import Allocation, Decisions, Policy, SchedJob, Snapshot, Start
+
+CAPACITY_CODES = frozenset({GANG_NO_FIT, QUEUE_POSITION})
+Mix = tuple[str, ...]  # workload keys, sorted
+
+
+@dataclass(slots=True, frozen=True)
+class SharingInfo:
+    """What the scheduler knows about interference, as plain data.
+
+    ``decay[(gpu_model, mix)]`` holds the predicted decay of each workload of the sorted ``mix`` (same order);
+    ``workload[job_id]`` is a job's workload key (its profile); a job without one is unknown.
+    """
+
+    decay: Mapping[tuple[str, Mix], tuple[float, ...]] = field(default_factory=dict)
+    workload: Mapping[str, str] = field(default_factory=dict)
+    default_tolerance: float = 0.3
+    queue_tolerance: Mapping[str, float] = field(default_factory=dict)
+    max_jobs_per_gpu: int = 2
+    # a shareable job the inner policy starts on a free GPU joins an occupied one instead when that raises the
+    # occupied GPU's predicted normalised throughput by more than this (keeps free GPUs for gangs); None: never
+    prefer_gain: float | None = None
+
+    def tolerance(self, job: SchedJob) -> float:
+        if job.decay_tolerance is not None:
+            return job.decay_tolerance
+        return self.queue_tolerance.get(job.queue, self.default_tolerance)
+
+    def predicted(self, gpu_model: str, jobs: list[SchedJob]) -> dict[str, float] | None:
+        """Each job's predicted decay in this mix, by job id; None when a job or the mix is unknown."""
+        if len(jobs) == 1:
+            return {jobs[0].id: 0.0}
+        keys = [self.workload.get(j.id) for j in jobs]
+        if any(k is None for k in keys):
+            return None
+        order = sorted(range(len(jobs)), key=lambda i: keys[i])  # type: ignore[arg-type, return-value]
+        decays = self.decay.get((gpu_model, tuple(keys[i] for i in order)))  # type: ignore[misc]
+        if decays is None:
+            return None
+        return {jobs[i].id: d for i, d in zip(order, decays)}
+
+
+def can_share(job: SchedJob) -> bool:
+    return job.shareable and job.request.gpu == 1 and job.replicas == 1 and job.request.gpu_memory_mib is not None
+
+
+@dataclass(slots=True)
+class _Gpu:
+    node: str
+    index: int
+    model: str
+    memory_mib: int
+    jobs: list[SchedJob]
+
+
+class _Occupancy:
+    """Occupied GPUs open to sharing and each node's free CPU and memory, after the inner policy's starts."""
+
+    def __init__(self, snap: Snapshot, starts: list[Start]) -> None:
+        queued = {j.id: j for j in snap.queued}
+        placed: list[tuple[SchedJob, tuple[Allocation, ...]]] = [(j, j.allocations) for j in snap.running]
+        placed += [(queued[s.job_id], s.allocations) for s in starts if s.job_id in queued]
+        self.cpu = {n.name: n.cpu for n in snap.nodes if n.schedulable}
+        self.mem = {n.name: n.memory_mib for n in snap.nodes if n.schedulable}
+        devices = {(n.name, d.index): d for n in snap.nodes if n.schedulable for d in n.gpus}
+        by_gpu: dict[tuple[str, int], list[SchedJob]] = {}
+        for job, allocs in placed:
+            for a in allocs:
+                if a.node in self.cpu:
+                    self.cpu[a.node] -= a.cpu
+                    self.mem[a.node] -= a.memory_mib
+                for g in a.gpus:
+                    by_gpu.setdefault((a.node, g), []).append(job)
+        self.gpus = [
+            _Gpu(node, g, devices[(node, g)].model, devices[(node, g)].memory_mib, jobs)
+            for (node, g), jobs in by_gpu.items()
+            if (node, g) in devices and all(can_share(j) and not j.terminating for j in jobs)
+        ]
+
+    def room(self, job: SchedJob, gpu: _Gpu, max_jobs: int) -> bool:
+        req = job.request
+        if req.gpu_model and gpu.model != req.gpu_model or len(gpu.jobs) >= max_jobs:
+            return False
+        if self.cpu[gpu.node] + 1e-9 < req.cpu or self.mem[gpu.node] < req.memory_mib:
+            return False
+        used = sum(j.request.gpu_memory_mib or 0 for j in gpu.jobs)
+        return used + (req.gpu_memory_mib or 0) <= gpu.memory_mib
+
+    def take(self, job: SchedJob, gpu: _Gpu) -> Allocation:
+        self.cpu[gpu.node] -= job.request.cpu
+        self.mem[gpu.node] -= job.request.memory_mib
+        gpu.jobs.append(job)
+        return Allocation(gpu.node, (gpu.index,), job.request.cpu, job.request.memory_mib)
+
+
+def _gain(info: SharingInfo, job: SchedJob, gpu: _Gpu) -> float | None:
+    """How much the GPU's predicted normalised throughput grows with ``job`` on it; None when a job of the new mix
+    would decay past its tolerance, or the mix is unknown."""
+    before = info.predicted(gpu.model, gpu.jobs)
+    after = info.predicted(gpu.model, [*gpu.jobs, job])
+    if before is None or after is None:
+        return None
+    by_id = {j.id: j for j in (*gpu.jobs, job)}
+    if any(d > info.tolerance(by_id[i]) for i, d in after.items()):
+        return None
+    return sum(1.0 - d for d in after.values()) - sum(1.0 - d for d in before.values())
+
+
+def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -> tuple[list[Start], set[str]]:
+    """Starts on shared GPUs for queued shareable jobs the inner policy's ``decisions`` left waiting, and (with
+    ``SharingInfo.prefer_gain``) for shareable jobs it started on a free GPU that gain enough by sharing instead;
+    returns the starts and the ids whose inner start they replace."""
+    info = snap.sharing
+    if info is None:
+        return [], set()
+    inner = {s.job_id: s for s in decisions.starts}
+    queued = {j.id: j for j in snap.queued}
+    movable = {i for i in inner if aware and info.prefer_gain is not None and i in queued and can_share(queued[i])}
+    order = sorted(snap.queued, key=lambda j: (j.id not in movable, j.queued_since or j.submitted_at, j.id))
+    occ: _Occupancy | None = None
+    out: list[Start] = []
+    moved: set[str] = set()
+    for job in order:
+        if job.id in inner and job.id not in movable or not can_share(job):
+            continue
+        reasons = decisions.pending.get(job.id, ())
+        if any(r.code not in CAPACITY_CODES for r in reasons):
+            continue
+        if occ is None:
+            occ = _Occupancy(snap, [st for st in decisions.starts if st.job_id not in movable])
+        best, best_gain = None, info.prefer_gain if job.id in movable else 0.0
+        for gpu in occ.gpus:
+            if not occ.room(job, gpu, info.max_jobs_per_gpu):
+                continue
+            gain = _gain(info, job, gpu) if aware else 1.0 / (1 + len(gpu.jobs))
+            if gain is not None and gain > best_gain + 1e-12:  # type: ignore[operator]
+                best, best_gain = gpu, gain
+        if best is not None:
+            out.append(Start(job.id, (occ.take(job, best),)))
+            if job.id in movable:
+                moved.add(job.id)
+    return out, moved
+
+
+class SharingPolicy:
+    """``inner`` plus sharing (see the module docstring). ``aware=False`` is naive packing."""
+
+    def __init__(self, inner: Policy, *, aware: bool = True) -> None:
+        self.inner = inner
+        self.aware = aware
+        self.name = f"{inner.name}+{'share' if aware else 'pack'}"
+
+    def __call__(self, snap: Snapshot, /) -> Decisions:
+        d = self.inner(snap)
+        extra, moved = share_placements(snap, d, self.aware)
+        if not extra:
+            return d
+        ids = {s.job_id for s in extra}
+        pending = {k: v for k, v in d.pending.items() if k not in ids}
+        starts = [s for s in d.starts if s.job_id not in moved] + extra
+        # a start changes what the inner policy may do next (e.g. FIFO's blocked head now runs, or a GPU a job
+        # would have taken is free after all): call again soon
+        return Decisions(starts, d.preemptions, pending, wake_at=snap.now)

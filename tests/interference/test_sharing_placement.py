@@ -1,0 +1,127 @@
+"""Sharing placement (caldera/scheduler/sharing.py): pure, on snapshots built by tests/builders.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from caldera.core.spec import SpecError, parse_spec
+from caldera.scheduler.fifo import FifoPolicy
+from caldera.scheduler.sharing import SharingInfo, SharingPolicy
+from caldera.scheduler.snapshot import SchedJob
+from tests.builders import job, node, running, snapshot
+
+GPU_MEM = 81920  # the builders' a100
+
+
+def shared(j: SchedJob, mem: int = 20000, tolerance: float | None = None, shareable: bool = True) -> SchedJob:
+    req = j.request.model_copy(update={"gpu_memory_mib": mem})
+    return dataclasses.replace(j, request=req, shareable=shareable, decay_tolerance=tolerance)
+
+
+def info(decay: dict, workload: dict, **kw) -> SharingInfo:
+    return SharingInfo({("a100", tuple(sorted(k))): v for k, v in decay.items()}, workload, **kw)
+
+
+def pair(a: str, b: str, da: float, db: float) -> dict:
+    """The table entry for the mix {a, b}: decays in the sorted order of the keys."""
+    return {(a, b): (da, db) if a < b else (db, da)}
+
+
+def run(snap, aware=True):
+    return SharingPolicy(FifoPolicy(), aware=aware)(snap)
+
+
+def full_cluster(*occupants: SchedJob, queued: list[SchedJob], sharing: SharingInfo):
+    snap = snapshot([node("n0", gpus=len(occupants))], queued, list(occupants))
+    snap.sharing = sharing
+    return snap
+
+
+def test_shares_where_predicted_decays_fit_and_picks_the_best_gpu():
+    r0 = shared(running("r0", {"n0": [0]}))
+    r1 = shared(running("r1", {"n0": [1]}))
+    q = shared(job("q"))
+    table = {**pair("heavy", "new", 0.25, 0.28), **pair("light", "new", 0.05, 0.1)}
+    snap = full_cluster(r0, r1, queued=[q], sharing=info(table, {"r0": "heavy", "r1": "light", "q": "new"}))
+    d = run(snap)
+    assert [(s.job_id, s.allocations[0].gpus) for s in d.starts] == [("q", (1,))]  # next to the light job
+    assert "q" not in d.pending and d.wake_at == snap.now
+
+
+def test_no_share_when_any_job_of_the_mix_would_decay_past_its_tolerance():
+    r0 = shared(running("r0", {"n0": [0]}), tolerance=0.1)  # the running job accepts little slowdown
+    q = shared(job("q"), tolerance=0.9)
+    snap = full_cluster(r0, queued=[q], sharing=info(pair("a", "b", 0.2, 0.05), {"r0": "a", "q": "b"}))
+    assert run(snap).starts == []
+    # a per-queue tolerance applies to jobs without their own
+    r0 = dataclasses.replace(r0, decay_tolerance=None)
+    snap = full_cluster(r0, queued=[q], sharing=info(pair("a", "b", 0.2, 0.05), {"r0": "a", "q": "b"}))
+    snap.sharing = dataclasses.replace(snap.sharing, queue_tolerance={"q": 0.25})
+    assert [s.job_id for s in run(snap).starts] == ["q"]
+
+
+def test_unknown_jobs_exclusive_jobs_and_memory_are_respected():
+    table = pair("a", "b", 0.1, 0.1)
+    # the queued job has no profile: it waits (aware), although memory fits
+    snap = full_cluster(shared(running("r0", {"n0": [0]})), queued=[shared(job("q"))], sharing=info(table, {"r0": "a"}))
+    assert run(snap).starts == []
+    # naive packing shares it anyway
+    assert [s.job_id for s in run(snap, aware=False).starts] == ["q"]
+    # an exclusive running job is never co-located with, even naively
+    excl = running("r0", {"n0": [0]})
+    snap = full_cluster(excl, queued=[shared(job("q"))], sharing=info(table, {"r0": "a", "q": "b"}))
+    assert run(snap).starts == [] and run(snap, aware=False).starts == []
+    # an exclusive queued job never joins a shared GPU
+    snap = full_cluster(
+        shared(running("r0", {"n0": [0]})), queued=[job("q")], sharing=info(table, {"r0": "a", "q": "b"})
+    )
+    assert run(snap, aware=False).starts == []
+    # GPU memory: 60000 + 30000 > 81920
+    r0 = shared(running("r0", {"n0": [0]}), mem=60000)
+    snap = full_cluster(r0, queued=[shared(job("q"), mem=30000)], sharing=info(table, {"r0": "a", "q": "b"}))
+    assert run(snap).starts == [] and run(snap, aware=False).starts == []
+
+
+def test_max_jobs_per_gpu_and_free_gpus_first():
+    table = pair("a", "b", 0.1, 0.1)
+    r0 = shared(running("r0", {"n0": [0]}))
+    q1, q2 = shared(job("q1", queued_since=1.0)), shared(job("q2", queued_since=2.0))
+    snap = full_cluster(r0, queued=[q1, q2], sharing=info(table, {"r0": "a", "q1": "b", "q2": "b"}))
+    assert [s.job_id for s in run(snap, aware=False).starts] == ["q1"]  # two per GPU by default
+    # with a free GPU, the inner policy starts the job there exclusively; sharing only fills the rest
+    snap = snapshot([node("n0", gpus=2)], [q1, q2], [r0])
+    snap.sharing = info(table, {"r0": "a", "q1": "b", "q2": "b"})
+    d = run(snap)
+    assert {s.job_id: s.allocations[0].gpus for s in d.starts} == {"q1": (1,), "q2": (0,)}
+
+
+def test_no_sharing_info_means_plain_inner_policy():
+    snap = snapshot([node("n0", gpus=1)], [shared(job("q"))], [shared(running("r0", {"n0": [0]}))])
+    assert run(snap).starts == []
+
+
+def test_spec_shareable_needs_one_gpu_and_a_memory_request():
+    ok = parse_spec({"name": "s", "command": "x", "shareable": True, "resources": {"gpu": 1, "gpu_memory_mib": 8000}})
+    assert ok.shareable and ok.decay_tolerance is None
+    with pytest.raises(SpecError):
+        parse_spec({"name": "s", "command": "x", "shareable": True, "resources": {"gpu": 1}})
+    with pytest.raises(SpecError):
+        parse_spec({"name": "s", "command": "x", "shareable": True, "resources": {"gpu": 2, "gpu_memory_mib": 1}})
+    with pytest.raises(SpecError):
+        parse_spec({"name": "s", "command": "x", "decay_tolerance": 1.5})
+
+
+def test_prefer_gain_moves_a_start_from_a_free_gpu_onto_a_good_partner():
+    r0 = shared(running("r0", {"n0": [0]}))
+    q = shared(job("q"))
+    table = pair("a", "b", 0.05, 0.1)  # gain 0.85
+    for prefer, gpu in ((0.8, 0), (0.9, 1), (None, 1)):
+        snap = snapshot([node("n0", gpus=2)], [q], [r0])
+        snap.sharing = info(table, {"r0": "a", "q": "b"}, prefer_gain=prefer)
+        d = run(snap)
+        assert [(s.job_id, s.allocations[0].gpus) for s in d.starts] == [("q", (gpu,))], prefer
+    # never in naive mode, and never for a job the inner policy did not approve
+    snap.sharing = info(table, {"r0": "a", "q": "b"}, prefer_gain=0.1)
+    assert [s.allocations[0].gpus for s in run(snap, aware=False).starts] == [(1,)]

@@ -1,0 +1,51 @@
+"""The sharing simulator: real speeds from the ground truth, the scheduler told only predictions."""
+
+from __future__ import annotations
+
+import pytest
+
+from caldera.interference.predictor import TablePredictor
+from caldera.interference.records import Dataset, JobType, Profile
+from caldera.sim.sharing_sim import ShareJob, compare, fit_memory
+
+A, B, C = JobType("A", 8), JobType("B", 8), JobType("C", 8)
+
+
+def tiny_world() -> Dataset:
+    """On one V100: A and B slow each other a little (speed ratios 0.8 / 0.9); anything with C badly (0.3)."""
+    ds = Dataset({t: Profile(t, {"v100": 1.0}) for t in (A, B, C)}, [])
+    ratios = {(A, B): 0.8, (B, A): 0.9, (A, A): 0.5, (B, B): 0.5, (C, C): 0.3}
+    for x in (A, B):
+        ratios[(x, C)] = ratios[(C, x)] = 0.3
+    ds.ratios.update({("v100", x, y): r for (x, y), r in ratios.items()})
+    return ds
+
+
+def jobs(*spec: tuple[str, JobType, float, float]) -> list[ShareJob]:
+    return [ShareJob(i, t, arrival, work, 1, remaining=work) for i, t, arrival, work in spec]
+
+
+def test_co_located_jobs_run_at_ground_truth_speed_and_aware_avoids_bad_pairs():
+    ds = tiny_world()
+    truth = TablePredictor({("v100", x, y): 1 - r for (_, x, y), r in ds.ratios.items()})
+    # one GPU; A runs, then B and C arrive: aware pairs A with B only, naive takes whatever comes first
+    js = jobs(("a", A, 0.0, 100.0), ("c", C, 1.0, 100.0), ("b", B, 2.0, 100.0))
+    exclusive, naive, aware = compare(ds, js, truth, nodes=1, gpus_per_node=1, tolerance=0.3)
+    assert exclusive.colocations == 0 and exclusive.eff_util_busy == pytest.approx(1.0)
+    assert exclusive.makespan_s == pytest.approx(300.0)
+    assert naive.bad_colocations >= 1  # c next to a: decays 0.7
+    assert aware.bad_colocations == 0 and aware.colocations >= 1
+    assert aware.eff_util_busy > 1.0 and aware.avg_jct_s < exclusive.avg_jct_s
+    # a alone for 2 s, then with b (a at 0.8, b at 0.9): b ends at 2 + 100 / 0.9; a, alone again, has
+    # 100 - 2 - 0.8 * 100 / 0.9 left; c never joins a and starts when a ends
+    b_end = 2 + 100 / 0.9
+    a_end = b_end + 100 - 2 - 0.8 * 100 / 0.9
+    assert aware.jobs == 3
+    assert aware.avg_jct_s == pytest.approx((a_end + (b_end - 2) + (a_end + 100 - 1)) / 3)
+
+
+def test_memory_requests_reproduce_the_pairs_that_did_not_fit():
+    ds = tiny_world()
+    ds.infeasible.add(("v100", frozenset((C,))))  # C next to C did not fit
+    mem = fit_memory(ds, "v100", [A, B, C], capacity=1000)
+    assert 2 * mem[C] > 1000 and mem[A] + mem[B] <= 1000 and mem[A] + mem[C] <= 1000
