@@ -15,7 +15,7 @@ from caldera.server import api_jobs, jobs
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import CalderaError, NotFound
 from caldera.server.platform import Platform
-from caldera.server.web import job_forms, job_yaml, overview
+from caldera.server.web import job_forms, job_yaml, overview, queue_view
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 
@@ -38,6 +38,12 @@ def home(request: Request, user: User = Depends(page_user), p: Platform = Depend
 def my_jobs_rows(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
     """The home page's table body, refreshed in place by HTMX."""
     return page(request, "_job_rows.html", jobs=_my_jobs(db, user))
+
+
+@router.get("/queue")
+def queue_page(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
+    """What waits ahead of my jobs in my queues, and my fair-share standing."""
+    return page(request, "queue.html", user=user, **queue_view.queue_view(db, user))
 
 
 def _form_page(
