@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from caldera.core.spec import SpecError, parse_spec
 from caldera.core.states import JobState
 from caldera.db.models import User
-from caldera.server import api_jobs, jobs
+from caldera.server import api_jobs, api_templates, jobs
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import CalderaError, NotFound
 from caldera.server.platform import Platform
@@ -46,7 +46,7 @@ def queue_page(request: Request, user: User = Depends(page_user), db: Session = 
     return page(request, "queue.html", user=user, **queue_view.queue_view(db, user))
 
 
-def _form_page(
+def form_page(
     request: Request, p: Platform, db: Session, user: User, kind: str, form, errors, status=200, yaml_text=""
 ):
     if kind not in job_forms.KINDS:
@@ -71,14 +71,29 @@ def _form_page(
 
 @router.get("/new/{kind}")
 def new_job(
-    request: Request, kind: str, clone: str = "", user=Depends(page_user), p=Depends(platform), db=Depends(db_session)
+    request: Request,
+    kind: str,
+    clone: str = "",
+    template: int | None = None,
+    user=Depends(page_user),
+    p=Depends(platform),
+    db=Depends(db_session),
 ):
-    """An empty form, or with ?clone=<job id> one filled from a job the user may see."""
-    form = job_forms.form_of(_visible(db, user, clone).spec) if clone else job_forms.JobForm()
-    return _form_page(request, p, db, user, kind, form, {})
+    """An empty form; with ?clone=<job id> one filled from a job the user may see, with ?template=<id> from a
+    template of theirs or shared with one of their accounts (the template's kind wins)."""
+    form = job_forms.JobForm()
+    if clone:
+        form = job_forms.form_of(_visible(db, user, clone).spec)
+    elif template is not None:
+        try:
+            t = api_templates.visible(db, user, template)
+        except NotFound:
+            raise PageNotFound() from None
+        form, kind = job_forms.form_of(t.spec), t.kind
+    return form_page(request, p, db, user, kind, form, {})
 
 
-def _errors(exc: CalderaError) -> list[dict[str, str]]:
+def errors_of(exc: CalderaError) -> list[dict[str, str]]:
     return getattr(exc, "errors", None) or [{"field": "", "reason": exc.message}]
 
 
@@ -89,7 +104,7 @@ def _submit(p: Platform, db: Session, user: User, body: dict) -> tuple[str | Non
     except SpecError as exc:
         errors = exc.errors
     except CalderaError as exc:
-        errors = _errors(exc)
+        errors = errors_of(exc)
     db.rollback()
     return None, errors
 
@@ -109,7 +124,7 @@ def submit_job(
         job_id, errors = _submit(p, db, user, body)
         if job_id:
             return RedirectResponse(f"/jobs/{job_id}", 303)
-    return _form_page(request, p, db, user, kind, form, job_forms.by_field(errors), status=400)
+    return form_page(request, p, db, user, kind, form, job_forms.by_field(errors), status=400)
 
 
 def _yaml_file(text: str, name: str) -> Response:
@@ -137,7 +152,7 @@ def export_form(
             return _yaml_file(job_yaml.dump(parse_spec(body).model_dump(mode="json")), form.name or "job")
         except SpecError as exc:
             errors = exc.errors
-    return _form_page(request, p, db, user, kind, form, job_forms.by_field(errors), status=400)
+    return form_page(request, p, db, user, kind, form, job_forms.by_field(errors), status=400)
 
 
 @router.post("/new/{kind}/import")
@@ -154,9 +169,9 @@ def import_yaml(
         spec = job_yaml.load(yaml_text)
     except SpecError as exc:
         errors = {"yaml": [f"{e['field']}: {e['reason']}" for e in exc.errors]}
-        return _form_page(request, p, db, user, kind, job_forms.JobForm(), errors, 400, yaml_text)
+        return form_page(request, p, db, user, kind, job_forms.JobForm(), errors, 400, yaml_text)
     form = job_forms.form_of(spec.model_dump(mode="json"))
-    return _form_page(request, p, db, user, spec.kind.value, form, {})
+    return form_page(request, p, db, user, spec.kind.value, form, {})
 
 
 def _visible(db: Session, user: User, job_id: str):
@@ -215,4 +230,4 @@ def resubmit_job(
     if new_id:
         return RedirectResponse(f"/jobs/{new_id}", 303)
     form = job_forms.form_of(job.spec)
-    return _form_page(request, p, db, user, job.kind, form, job_forms.by_field(errors), status=400)
+    return form_page(request, p, db, user, job.kind, form, job_forms.by_field(errors), status=400)
