@@ -143,3 +143,15 @@ class JobTemplate(Base):
     shared_account: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class AdminAudit(Base):
+    """What an admin did, newest last: who, which action, on what, and the non-secret part of the request."""
+
+    __tablename__ = "admin_audit"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(256))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)

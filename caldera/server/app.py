@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from caldera.core.spec import SpecError, field_path
 from caldera.core.states import InvalidTransition
-from caldera.server import api_admin, api_auth, api_jobs, api_templates, lab_entry, web
+from caldera.server import api_admin, api_auth, api_jobs, api_templates, audit, lab_entry, web
 from caldera.server.csrf import CSRFMiddleware
 from caldera.server.errors import CalderaError
 from caldera.server.headers import DOCS_CSP, SecurityHeadersMiddleware, platform_headers
@@ -79,7 +79,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     def health() -> dict:
         return {"ok": True}
 
-    for r in (api_auth.router, api_jobs.router, api_admin.router, api_templates.router, lab_entry.router):
+    for r in (api_auth.router, api_jobs.router, api_admin.router, api_templates.router, audit.router, lab_entry.router):
         app.include_router(r)
     web.install(app)
     return app
