@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from caldera.core.spec import SpecError, parse_spec
 from caldera.core.states import JobState
 from caldera.db.models import User
-from caldera.server import api_jobs, api_templates, jobs
+from caldera.server import api_jobs, api_templates, jobs, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import CalderaError, NotFound
 from caldera.server.platform import Platform
@@ -69,6 +69,16 @@ def form_page(
     )
 
 
+def _default_queue(db: Session, user: User) -> str:
+    """What an empty form starts with: the default queue of my default account (the one I switched to)."""
+    if not user.default_account:
+        return ""
+    try:
+        return tenancy.default_queue(db, user.default_account)
+    except NotFound:
+        return ""
+
+
 @router.get("/new/{kind}")
 def new_job(
     request: Request,
@@ -81,7 +91,7 @@ def new_job(
 ):
     """An empty form; with ?clone=<job id> one filled from a job the user may see, with ?template=<id> from a
     template of theirs or shared with one of their accounts (the template's kind wins)."""
-    form = job_forms.JobForm()
+    form = job_forms.JobForm(queue=_default_queue(db, user))
     if clone:
         form = job_forms.form_of(_visible(db, user, clone).spec)
     elif template is not None:
