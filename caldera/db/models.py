@@ -126,3 +126,32 @@ class Usage(Base):
     key: Mapped[str] = mapped_column(String(160), primary_key=True)
     value: Mapped[float] = mapped_column(Float, default=0.0)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class JobTemplate(Base):
+    """A saved job body (the API's format, checked by the spec's rules when saved), its owner's, readable by the
+    members of the account it is shared with."""
+
+    __tablename__ = "job_templates"
+    __table_args__ = (UniqueConstraint("owner_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128))
+    description: Mapped[str] = mapped_column(Text, default="")
+    kind: Mapped[str] = mapped_column(String(16))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    shared_account: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class AdminAudit(Base):
+    """What an admin did, newest last: who, which action, on what, and the non-secret part of the request."""
+
+    __tablename__ = "admin_audit"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(256))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)

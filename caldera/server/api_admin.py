@@ -12,7 +12,7 @@ from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass, QueueConfig, Role
 from caldera.db.models import Account, Job, Usage, User
 from caldera.scheduler.quota import validate_queues
-from caldera.server import tenancy
+from caldera.server import audit, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import Invalid, InvalidFields
 from caldera.server.platform import Platform
@@ -56,6 +56,7 @@ def _user_view(db: Session, u: User) -> dict:
 @router.post("/users", status_code=201)
 def create_user(body: UserIn, _: User = Depends(admin_user), db: Session = Depends(db_session)) -> dict:
     user = tenancy.create_user(db, body.username, body.password, body.role, body.accounts or None)
+    audit.record(db, _, "create-user", body.username, {"role": body.role.value, "accounts": body.accounts})
     db.commit()
     return _user_view(db, user)
 
@@ -95,12 +96,15 @@ def reset_password(
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ) -> dict:
-    return _change_password(p, db, admin, tenancy.get_user(db, username), body)
+    target = tenancy.get_user(db, username)
+    audit.record(db, admin, "reset-password", target.username)  # committed with the change, or not at all
+    return _change_password(p, db, admin, target, body)
 
 
 @router.post("/accounts", status_code=201)
 def create_account(body: AccountIn, _: User = Depends(admin_user), db: Session = Depends(db_session)) -> dict:
     acc = tenancy.create_account(db, body.name, body.description)
+    audit.record(db, _, "create-account", body.name)
     db.commit()
     return {"name": acc.name, "description": acc.description}
 
@@ -119,6 +123,7 @@ def list_accounts(user: User = Depends(current_user), db: Session = Depends(db_s
 @router.post("/accounts/{name}/members", status_code=201)
 def add_member(name: str, body: MemberIn, _: User = Depends(admin_user), db: Session = Depends(db_session)) -> dict:
     tenancy.add_member(db, name, tenancy.get_user(db, body.username))
+    audit.record(db, _, "add-member", name, {"username": body.username})
     db.commit()
     return {"account": name, "username": body.username}
 
@@ -126,6 +131,7 @@ def add_member(name: str, body: MemberIn, _: User = Depends(admin_user), db: Ses
 @router.delete("/accounts/{name}/members/{username}")
 def remove_member(name: str, username: str, _: User = Depends(admin_user), db: Session = Depends(db_session)) -> dict:
     tenancy.remove_member(db, name, tenancy.get_user(db, username))
+    audit.record(db, _, "remove-member", name, {"username": username})
     db.commit()
     return {"account": name, "username": username, "removed": True}
 
@@ -152,6 +158,7 @@ def put_queue(
     if problems:
         raise InvalidFields([{"field": "quotas", "reason": m} for m in problems])
     tenancy.put_queue(db, cfg)
+    audit.record(db, _, "put-queue", name, body)
     db.commit()
     return cfg.model_dump(mode="json")
 
@@ -170,6 +177,7 @@ def grant_priority(
     cfg = tenancy.queue_config(q, account)
     cfg.priority_grants[user.username] = body.max_priority
     tenancy.put_queue(db, cfg)
+    audit.record(db, _, "grant-priority", name, {"username": username, "max_priority": body.max_priority.value})
     db.commit()
     return cfg.model_dump(mode="json")
 
@@ -181,6 +189,7 @@ def revoke_priority(name: str, username: str, _: User = Depends(admin_user), db:
     if cfg.priority_grants.pop(username, None) is None:
         raise HTTPException(404, f"{username!r} has no grant in queue {name!r}")
     tenancy.put_queue(db, cfg)
+    audit.record(db, _, "revoke-priority", name, {"username": username})
     db.commit()
     return cfg.model_dump(mode="json")
 

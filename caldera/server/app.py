@@ -11,7 +11,7 @@ from sqlalchemy.exc import DataError
 
 from caldera.core.spec import SpecError, field_path
 from caldera.core.states import InvalidTransition
-from caldera.server import api_admin, api_auth, api_jobs, lab_entry, web
+from caldera.server import api_admin, api_auth, api_jobs, api_templates, audit, lab_entry, web
 from caldera.server.csrf import CSRFMiddleware
 from caldera.server.errors import CalderaError
 from caldera.server.headers import DOCS_CSP, SecurityHeadersMiddleware, platform_headers
@@ -86,7 +86,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     def health() -> dict:
         return {"ok": True}
 
-    for r in (api_auth.router, api_jobs.router, api_admin.router, lab_entry.router):
+    for r in (api_auth.router, api_jobs.router, api_admin.router, api_templates.router, audit.router, lab_entry.router):
         app.include_router(r)
     web.install(app)
     return app

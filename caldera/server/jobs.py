@@ -146,13 +146,24 @@ def visible(db: Session, user: User, job_id: str) -> Job:
 
 
 def list_jobs(
-    db: Session, user: User, everyone: bool = False, states: list[str] | None = None, limit: int = 200
+    db: Session,
+    user: User,
+    everyone: bool = False,
+    states: list[str] | None = None,
+    limit: int = 200,
+    owner_id: int | None = None,
+    queue: str | None = None,
 ) -> list[Job]:
+    """Newest first. ``owner_id`` and ``queue`` narrow an admin's view of everyone's jobs."""
     q = select(Job).order_by(Job.submitted_at.desc()).limit(limit)
     if not (everyone and user.role == Role.ADMIN.value):
         q = q.where(Job.user_id == user.id)
+    elif owner_id is not None:
+        q = q.where(Job.user_id == owner_id)
     if states:
         q = q.where(Job.state.in_(states))
+    if queue:
+        q = q.where(Job.queue == queue)
     return list(db.scalars(q))
 
 

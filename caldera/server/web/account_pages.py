@@ -1,4 +1,5 @@
-"""My personal API tokens (for the CLI and scripts): create (the secret is shown once), list, revoke."""
+"""My accounts (switch the default one: where jobs go when they name none, and what the new-job form starts
+with) and my personal API tokens (for the CLI and scripts): create (the secret is shown once), list, revoke."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from sqlalchemy.orm import Session
 
 from caldera.core.spec import spec_errors
 from caldera.db.models import User
-from caldera.server import api_auth
+from caldera.server import api_auth, tenancy
 from caldera.server.deps import db_session
+from caldera.server.web import overview
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 
@@ -50,3 +52,32 @@ def revoke_token(token_id: int, user: User = Depends(page_user), db: Session = D
     except HTTPException:  # not the user's: the same 404 as the API's
         raise PageNotFound() from None
     return RedirectResponse("/tokens", 303)
+
+
+def _accounts_page(request: Request, user: User, db: Session, errors=(), status=200):
+    queues: dict[str, list[str]] = {}
+    for q in overview.my_queues(db, user):
+        queues.setdefault(q["account"], []).append(q["queue"])
+    accounts = [{"name": a, "queues": queues.get(a, [])} for a in tenancy.user_accounts(db, user)]
+    return page(request, "accounts.html", status=status, user=user, accounts=accounts, errors=list(errors))
+
+
+@router.get("/accounts")
+def my_accounts(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
+    return _accounts_page(request, user, db)
+
+
+@router.post("/accounts/default")
+def switch_account(
+    request: Request,
+    account: str = Form("", max_length=64),
+    user: User = Depends(page_user),
+    db: Session = Depends(db_session),
+):
+    """Only to an account one is a member of: the same membership rule as a job's submission (jobs.submit)."""
+    if not tenancy.is_member(db, user, account):
+        reason = f"you are not a member of account {account!r}"
+        return _accounts_page(request, user, db, [{"field": "account", "reason": reason}], 400)
+    user.default_account = account
+    db.commit()
+    return RedirectResponse("/accounts", 303)

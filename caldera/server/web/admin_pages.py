@@ -1,19 +1,22 @@
-"""Admin pages: users (create, disable, role), queues and their quotas, nodes. Each one admins only, like the API."""
+"""Admin pages: users (create, disable, role, password reset), queues and their quotas, nodes, everyone's jobs, the
+audit log. Each one admins only, like the API."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.spec import spec_errors
+from caldera.core.states import JobState
 from caldera.core.tenancy import Role
 from caldera.db.models import User
-from caldera.server import api_admin, tenancy
+from caldera.server import api_admin, api_jobs, audit, jobs, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import CalderaError, NotFound
 from caldera.server.platform import Platform
@@ -83,6 +86,7 @@ def set_active(
     if target.id == admin.id:  # an admin cannot lock themselves out
         return _users_page(request, admin, db, [{"field": "", "reason": "you cannot disable yourself"}], status=400)
     target.active = active == "true"  # a disabled user's sessions and tokens stop working at once (deps.py)
+    audit.record(db, admin, "enable-user" if target.active else "disable-user", target.username)
     db.commit()
     return RedirectResponse("/admin/users", 303)
 
@@ -101,7 +105,29 @@ def set_role(
     if target.id == admin.id:
         return _users_page(request, admin, db, [{"field": "", "reason": "you cannot change your own role"}], 400)
     target.role = role
+    audit.record(db, admin, "set-role", target.username, {"role": role})
     db.commit()
+    return RedirectResponse("/admin/users", 303)
+
+
+@router.post("/users/{username}/password")
+def reset_password(
+    request: Request,
+    username: str,
+    password: str = Form("", max_length=1024),
+    admin: User = Depends(page_admin),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """The API's reset: the password rules, the target's logins end, the audit entry; one's own needs the
+    current password, so it is refused here (the API's own rule)."""
+    target = _target(db, username)
+    try:
+        body = api_admin.PasswordIn(password=password)
+        api_admin.reset_password(username=target.username, body=body, admin=admin, p=p, db=db)
+    except CalderaError as exc:
+        db.rollback()
+        return _users_page(request, admin, db, _errors(exc), status=400)
     return RedirectResponse("/admin/users", 303)
 
 
@@ -154,3 +180,53 @@ def save_queue(
 @router.get("/nodes")
 def nodes(request: Request, admin: User = Depends(page_admin), p=Depends(platform), db=Depends(db_session)):
     return page(request, "admin_nodes.html", user=admin, nodes=api_admin.nodes(user=admin, p=p, db=db))
+
+
+AUDIT_PER_PAGE = 50
+
+
+@router.get("/audit")
+def audit_log(
+    request: Request,
+    n: int = Query(1, alias="page", ge=1, le=1_000_000),
+    admin: User = Depends(page_admin),
+    db: Session = Depends(db_session),
+):
+    """Admin actions, newest first, a page at a time."""
+    rows, total = audit.entries(db, (n - 1) * AUDIT_PER_PAGE, AUDIT_PER_PAGE)
+    pages = max(1, math.ceil(total / AUDIT_PER_PAGE))
+    return page(request, "admin_audit.html", user=admin, entries=rows, page_no=n, pages=pages, total=total)
+
+
+ALL_JOBS_LIMIT = 500
+
+
+@router.get("/jobs")
+def all_jobs(
+    request: Request,
+    owner: str = Query("", alias="user", max_length=64),
+    state: str = Query("", max_length=16),
+    queue: str = Query("", max_length=64),
+    admin: User = Depends(page_admin),
+    db: Session = Depends(db_session),
+):
+    """Everyone's jobs, newest first, narrowed by user, state and queue."""
+    errors, owner_id = [], None
+    if owner:
+        try:
+            owner_id = tenancy.get_user(db, owner).id
+        except NotFound as exc:
+            errors.append({"field": "user", "reason": exc.message})
+    states = [s.value for s in JobState]
+    if state and state not in states:
+        errors.append({"field": "state", "reason": f"unknown state {state!r}"})
+    found = []
+    if not errors:
+        found = jobs.list_jobs(db, admin, True, [state] if state else None, ALL_JOBS_LIMIT, owner_id, queue or None)
+    names = api_jobs._usernames(db)
+    return page(
+        request, "admin_jobs.html", status=400 if errors else 200, user=admin, errors=errors,
+        jobs=[jobs.view(j, names.get(j.user_id)) for j in found], limit=ALL_JOBS_LIMIT,
+        filters={"user": owner, "state": state, "queue": queue}, usernames=sorted(names.values()), states=states,
+        queues=sorted(tenancy.all_queue_configs(db)),
+    )  # fmt: skip

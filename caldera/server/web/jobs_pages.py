@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Form, Request
-from fastapi.responses import RedirectResponse
+from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from caldera.core.spec import SpecError, parse_spec
 from caldera.core.states import JobState
 from caldera.db.models import User
-from caldera.server import api_jobs, jobs
+from caldera.server import api_jobs, api_templates, jobs, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import CalderaError, NotFound
 from caldera.server.platform import Platform
-from caldera.server.web import job_forms, overview
+from caldera.server.web import job_forms, job_yaml, overview, queue_view
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 
@@ -40,7 +40,15 @@ def my_jobs_rows(request: Request, user: User = Depends(page_user), db: Session 
     return page(request, "_job_rows.html", jobs=_my_jobs(db, user))
 
 
-def _form_page(request: Request, p: Platform, db: Session, user: User, kind: str, form, errors, status=200):
+@router.get("/queue")
+def queue_page(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
+    """What waits ahead of my jobs in my queues, and my fair-share standing."""
+    return page(request, "queue.html", user=user, **queue_view.queue_view(db, user))
+
+
+def form_page(
+    request: Request, p: Platform, db: Session, user: User, kind: str, form, errors, status=200, yaml_text=""
+):
     if kind not in job_forms.KINDS:
         raise PageNotFound()
     choices = overview.queue_choices(p, overview.my_queues(db, user))
@@ -57,16 +65,58 @@ def _form_page(request: Request, p: Platform, db: Session, user: User, kind: str
         models=sorted({m for c in choices for m in c.models}),
         max_gpu=max((c.max_gpu for c in choices), default=0),
         priorities=job_forms.PRIORITIES,
+        yaml_text=yaml_text,
     )
+
+
+def _default_queue(db: Session, user: User) -> str:
+    """What an empty form starts with: the default queue of my default account (the one I switched to)."""
+    if not user.default_account:
+        return ""
+    try:
+        return tenancy.default_queue(db, user.default_account)
+    except NotFound:
+        return ""
 
 
 @router.get("/new/{kind}")
 def new_job(
-    request: Request, kind: str, clone: str = "", user=Depends(page_user), p=Depends(platform), db=Depends(db_session)
+    request: Request,
+    kind: str,
+    clone: str = "",
+    template: int | None = None,
+    user=Depends(page_user),
+    p=Depends(platform),
+    db=Depends(db_session),
 ):
-    """An empty form, or with ?clone=<job id> one filled from a job the user may see."""
-    form = job_forms.form_of(_visible(db, user, clone).spec) if clone else job_forms.JobForm()
-    return _form_page(request, p, db, user, kind, form, {})
+    """An empty form; with ?clone=<job id> one filled from a job the user may see, with ?template=<id> from a
+    template of theirs or shared with one of their accounts (the template's kind wins)."""
+    form = job_forms.JobForm(queue=_default_queue(db, user))
+    if clone:
+        form = job_forms.form_of(_visible(db, user, clone).spec)
+    elif template is not None:
+        try:
+            t = api_templates.visible(db, user, template)
+        except NotFound:
+            raise PageNotFound() from None
+        form, kind = job_forms.form_of(t.spec), t.kind
+    return form_page(request, p, db, user, kind, form, {})
+
+
+def errors_of(exc: CalderaError) -> list[dict[str, str]]:
+    return getattr(exc, "errors", None) or [{"field": "", "reason": exc.message}]
+
+
+def _submit(p: Platform, db: Session, user: User, body: dict) -> tuple[str | None, list[dict[str, str]]]:
+    """The new job's id through the API's own validation and rules, or the API's errors."""
+    try:
+        return api_jobs.submit(spec=parse_spec(body), user=user, p=p, db=db)["id"], []
+    except SpecError as exc:
+        errors = exc.errors
+    except CalderaError as exc:
+        errors = errors_of(exc)
+    db.rollback()
+    return None, errors
 
 
 @router.post("/new/{kind}")
@@ -81,15 +131,57 @@ def submit_job(
     choices = overview.queue_choices(p, overview.my_queues(db, user))
     body, errors = job_forms.body_of(kind, form, choices)
     if not errors:
+        job_id, errors = _submit(p, db, user, body)
+        if job_id:
+            return RedirectResponse(f"/jobs/{job_id}", 303)
+    return form_page(request, p, db, user, kind, form, job_forms.by_field(errors), status=400)
+
+
+def _yaml_file(text: str, name: str) -> Response:
+    return Response(
+        text,
+        media_type="text/plain; charset=utf-8",  # shown by the browser, not run; saved as .yaml through the link
+        headers={"Content-Disposition": f'inline; filename="{name}.yaml"', "X-Content-Type-Options": "nosniff"},
+    )
+
+
+@router.post("/new/{kind}/yaml")
+def export_form(
+    request: Request,
+    kind: str,
+    form: Annotated[job_forms.JobForm, Form()],
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """The form as the YAML `caldera submit` takes; a form the API's spec rules refuse comes back with its errors."""
+    choices = overview.queue_choices(p, overview.my_queues(db, user))
+    body, errors = job_forms.body_of(kind, form, choices)
+    if not errors:
         try:
-            created = api_jobs.submit(spec=parse_spec(body), user=user, p=p, db=db)  # the API's own rules
-            return RedirectResponse(f"/jobs/{created['id']}", 303)
+            return _yaml_file(job_yaml.dump(parse_spec(body).model_dump(mode="json")), form.name or "job")
         except SpecError as exc:
             errors = exc.errors
-        except CalderaError as exc:
-            errors = getattr(exc, "errors", None) or [{"field": "", "reason": exc.message}]
-        db.rollback()
-    return _form_page(request, p, db, user, kind, form, job_forms.by_field(errors), status=400)
+    return form_page(request, p, db, user, kind, form, job_forms.by_field(errors), status=400)
+
+
+@router.post("/new/{kind}/import")
+def import_yaml(
+    request: Request,
+    kind: str,
+    yaml_text: str = Form("", alias="yaml", max_length=job_yaml.MAX_YAML_CHARS),
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """A YAML job file becomes the form of its kind, filled in, to check and submit."""
+    try:
+        spec = job_yaml.load(yaml_text)
+    except SpecError as exc:
+        errors = {"yaml": [f"{e['field']}: {e['reason']}" for e in exc.errors]}
+        return form_page(request, p, db, user, kind, job_forms.JobForm(), errors, 400, yaml_text)
+    form = job_forms.form_of(spec.model_dump(mode="json"))
+    return form_page(request, p, db, user, spec.kind.value, form, {})
 
 
 def _visible(db: Session, user: User, job_id: str):
@@ -99,21 +191,32 @@ def _visible(db: Session, user: User, job_id: str):
         raise PageNotFound() from None
 
 
-def _status(db: Session, job) -> dict:
-    return {"job": job, "events": jobs.events(db, job), "terminal": JobState(job.state).terminal}
+def _status(db: Session, user: User, job) -> dict:
+    return {
+        "job": job,
+        "events": jobs.events(db, job),
+        "terminal": JobState(job.state).terminal,
+        "mine": job.user_id == user.id,
+    }
 
 
 @router.get("/jobs/{job_id}")
 def job_page(request: Request, job_id: str, user: User = Depends(page_user), db: Session = Depends(db_session)):
     job = _visible(db, user, job_id)
     ranks = job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1)
-    return page(request, "job.html", user=user, ranks=ranks, **_status(db, job))
+    return page(request, "job.html", user=user, ranks=ranks, **_status(db, user, job))
 
 
 @router.get("/jobs/{job_id}/partials/status")
 def job_status(request: Request, job_id: str, user: User = Depends(page_user), db: Session = Depends(db_session)):
     """State, why pending and the events, refreshed in place by HTMX."""
-    return page(request, "_job_status.html", **_status(db, _visible(db, user, job_id)))
+    return page(request, "_job_status.html", **_status(db, user, _visible(db, user, job_id)))
+
+
+@router.get("/jobs/{job_id}/job.yaml")
+def job_as_yaml(job_id: str, user: User = Depends(page_user), db: Session = Depends(db_session)):
+    job = _visible(db, user, job_id)
+    return _yaml_file(job_yaml.dump(job_yaml.body_of_job(job)), job.name)
 
 
 @router.post("/jobs/{job_id}/cancel")
@@ -121,3 +224,20 @@ def cancel_job(job_id: str, user: User = Depends(page_user), p=Depends(platform)
     _visible(db, user, job_id)
     api_jobs.cancel(job_id=job_id, user=user, p=p, db=db)
     return RedirectResponse(f"/jobs/{job_id}", 303)
+
+
+@router.post("/jobs/{job_id}/resubmit")
+def resubmit_job(
+    request: Request, job_id: str, user: User = Depends(page_user), p=Depends(platform), db=Depends(db_session)
+):
+    """A finished job of one's own again, as a new job with the same spec, account and queue. Only the owner's:
+    an admin resubmitting someone's job would run their command as the admin. If the API refuses it now (a queue
+    gone, a cap lowered), the form opens with the job and the API's errors."""
+    job = _visible(db, user, job_id)
+    if job.user_id != user.id or not JobState(job.state).terminal:
+        raise PageNotFound()
+    new_id, errors = _submit(p, db, user, job_yaml.body_of_job(job))
+    if new_id:
+        return RedirectResponse(f"/jobs/{new_id}", 303)
+    form = job_forms.form_of(job.spec)
+    return form_page(request, p, db, user, job.kind, form, job_forms.by_field(errors), status=400)

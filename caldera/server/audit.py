@@ -1,0 +1,49 @@
+"""The audit log of admin actions: one ``record`` call per admin route (in the same transaction as the change, so
+a refused change leaves no entry), read newest first by admins."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from caldera.db.models import AdminAudit, User
+from caldera.server.deps import admin_user, db_session
+
+router = APIRouter(prefix="/api/v1/audit", tags=["admin"])
+MAX_DETAIL_CHARS = 4096  # a queue's whole config fits; what does not is cut, the entry is still written
+
+
+def record(db: Session, actor: User, action: str, target: str, detail: dict[str, Any] | None = None) -> None:
+    """Callers pass no secrets (a password reset records who, not what)."""
+    detail = detail or {}
+    text = json.dumps(detail, default=str)
+    if len(text) > MAX_DETAIL_CHARS:
+        detail = {"truncated": text[:MAX_DETAIL_CHARS]}
+    db.add(AdminAudit(at=time.time(), actor=actor.username, action=action[:64], target=target[:256], detail=detail))
+
+
+def view(e: AdminAudit) -> dict[str, Any]:
+    return {"id": e.id, "at": e.at, "actor": e.actor, "action": e.action, "target": e.target, "detail": e.detail}
+
+
+def entries(db: Session, offset: int, limit: int) -> tuple[list[AdminAudit], int]:
+    """A page of entries, newest first, and how many there are."""
+    total = db.scalar(select(func.count()).select_from(AdminAudit)) or 0
+    rows = db.scalars(select(AdminAudit).order_by(AdminAudit.id.desc()).offset(offset).limit(limit))
+    return list(rows), total
+
+
+@router.get("")
+def audit_log(
+    offset: int = Query(0, ge=0, le=10_000_000),
+    limit: int = Query(50, ge=1, le=500),
+    _: User = Depends(admin_user),
+    db: Session = Depends(db_session),
+) -> dict:
+    rows, total = entries(db, offset, limit)
+    return {"total": total, "offset": offset, "entries": [view(e) for e in rows]}

@@ -1,0 +1,96 @@
+"""The queue view: the jobs waiting in my queues in the scheduler's order, others' without private detail, and my
+fair-share standing computed by the scheduler's own FairShare from the stored usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from caldera.core.states import JobState
+from caldera.db.models import Job, Usage, User
+from caldera.scheduler.fairshare import FairShare
+from caldera.scheduler.reasons import QUEUE_POSITION
+from caldera.server import api_admin, tenancy
+from caldera.server.loop import ACTIVE
+
+MAX_ROWS = 200  # per queue: enough to see what is ahead, without sending a 100,000-job queue to a browser
+
+
+@dataclass
+class Waiting:
+    """One queued job as anyone in the queue may see it: no name, command, env or logs unless it is mine."""
+
+    position: int | None
+    user: str
+    gpus: int
+    gpu_model: str | None
+    queued_at: float
+    mine: bool
+    id: str | None = None
+    name: str | None = None
+
+
+def position(job: Job) -> int | None:
+    """The job's place in the scheduler's order at its last cycle (its QueuePosition reason); None before one."""
+    for r in job.pending_reasons or ():
+        if r.get("code") == QUEUE_POSITION:
+            return (r.get("details") or {}).get("position")
+    return None
+
+
+def _waiting(job: Job, user: User, names: dict[int, str]) -> Waiting:
+    res = job.spec.get("resources", {})
+    mine = job.user_id == user.id
+    return Waiting(
+        position=position(job),
+        user=names.get(job.user_id, "?"),
+        gpus=res.get("gpu", 0) * job.spec.get("replicas", 1),
+        gpu_model=res.get("gpu_model"),
+        queued_at=job.queued_at or job.submitted_at,
+        mine=mine,
+        id=job.id if mine else None,
+        name=job.name if mine else None,
+    )
+
+
+def _ahead(rows: list[Waiting]) -> list[Waiting]:
+    """In order, up to my last waiting job (what is ahead of mine); the whole queue when none of mine waits."""
+    rows.sort(key=lambda w: (w.position is None, w.position or 0, w.queued_at))
+    last = max((i for i, w in enumerate(rows) if w.mine), default=len(rows) - 1)
+    return rows[: last + 1][:MAX_ROWS]
+
+
+def queue_view(db: Session, user: User) -> dict:
+    mine = api_admin.my_usage(user=user, db=db)
+    names = dict(db.execute(select(User.id, User.username)).all())
+    my_queues = {q["queue"] for q in mine["queues"]}
+    live = list(db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))))
+    waiting: dict[str, list[Waiting]] = {q: [] for q in sorted(my_queues)}
+    for job in live:
+        if job.state == JobState.QUEUED.value and job.queue in my_queues:
+            waiting[job.queue].append(_waiting(job, user, names))
+    usage = {u.key: u.value for u in db.scalars(select(Usage))}
+    fs = FairShare(
+        tenancy.all_queue_configs(db),
+        {k[6:]: v for k, v in usage.items() if k.startswith("queue:")},
+        {k[5:]: v for k, v in usage.items() if k.startswith("user:")},
+        active_queues={j.queue for j in live} | my_queues,
+        active_users={names.get(j.user_id, "?") for j in live} | {user.username},
+    )
+    standing = [
+        {
+            "queue": q,
+            "queue_factor": fs.queue_factor(q),
+            "user_factor": fs.user_factor(user.username),
+            "factor": fs.factor(q, user.username),
+        }
+        for q in sorted(my_queues)
+    ]
+    return {
+        "queues": {q: _ahead(rows) for q, rows in waiting.items()},
+        "standing": standing,
+        "gpu_hours": mine["decayed_gpu_seconds"] / 3600,
+        "active_users": fs.n_users,
+    }
