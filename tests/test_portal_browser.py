@@ -108,3 +108,45 @@ def test_student_and_admin_in_the_browser(server, browser):  # noqa: F811
         _shot(page, name)
     assert not violations, violations
     context.close()
+
+
+def test_yaml_templates_queue_and_admin_pages_in_the_browser(server, browser):  # noqa: F811
+    """The form's extra buttons post the same form elsewhere (formaction): YAML view, save as template; then start
+    from the template, the queue view, accounts, and the admin's all-jobs and audit pages, with screenshots."""
+    admin = token(server)
+    r = httpx.put(server.url + "/api/v1/queues/default", json={"account": "default", "weight": 2}, headers=admin)
+    assert r.status_code == 200, r.text
+    context = browser.new_context(locale="en-US")
+    page = context.new_page()
+    violations = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and violations.append(m.text))
+    _login(page, server, "admin", "admin-password")
+    page.wait_for_selector("text=Jobs of admin")
+
+    page.goto(server.url + "/new/batch")
+    page.fill("input[name=name]", "sweep")
+    page.fill("input[name=command]", "python sweep.py --lr 0.1")
+    page.fill("textarea[name=env]", "SEED=1")
+    page.click("#export-yaml")
+    page.wait_for_selector("text=python sweep.py --lr 0.1")
+    assert "SEED: '1'" in page.inner_text("body")
+    page.go_back()
+    page.wait_for_selector("#save-template")
+    page.click("#save-template")
+    page.wait_for_url("**/templates")
+    _shot(page, "templates")
+    page.click("#templates a.use")
+    page.wait_for_selector("input[name=name][value=sweep]")
+    assert page.input_value("input[name=command]") == "python sweep.py --lr 0.1"
+    _shot(page, "new-job-from-template")
+    page.click("#submit")
+    page.wait_for_url("**/jobs/*")
+    page.wait_for_selector("#job-yaml")
+
+    for path, name in (("/queue", "queue"), ("/accounts", "accounts"), ("/admin/jobs?user=admin", "admin-jobs"),
+                       ("/admin/audit", "admin-audit")):  # fmt: skip
+        assert page.goto(server.url + path).status == 200, path
+        _shot(page, name)
+    assert "put-queue" in page.inner_text("#audit")
+    assert not violations, violations
+    context.close()
