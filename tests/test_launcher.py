@@ -54,3 +54,16 @@ def test_cancel_during_launch_stops_the_job_once_launched(api, admin, platform, 
     wait_for(lambda: not loop.launcher.in_flight(jid, 1), what="the launch to return")
     job = _until(api, admin, jid, {"Cancelled", "Failed", "Succeeded"})
     assert job["state"] == "Cancelled"
+
+
+def test_a_stored_spec_that_todays_rules_refuse_fails_its_job_not_the_cycle(api, admin, platform):
+    from caldera.db.models import Job
+
+    old = _submit(api, admin, name="old", command=["true"])
+    with platform.session() as db:  # as stored by an earlier version, which took absolute paths
+        job = db.get(Job, old)
+        job.spec = {**job.spec, "workdir": "/etc"}
+        db.commit()
+    fine = _submit(api, admin, name="fine", command=["true"])
+    assert _until(api, admin, old, {"Failed"})["events"][-1]["reason"] == "LaunchFailed"
+    assert _until(api, admin, fine, {"Succeeded"})["state"] == "Succeeded"

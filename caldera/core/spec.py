@@ -75,7 +75,9 @@ class JobSpec(BaseModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$",
         description="container image the job runs in; the platform's default image when empty",
     )
-    shareable: bool = Field(False, strict=True, description="may share a GPU; needs resources.gpu == 1 and gpu_memory_mib")
+    shareable: bool = Field(
+        False, strict=True, description="may share a GPU; needs resources.gpu == 1 and gpu_memory_mib"
+    )
     decay_tolerance: float | None = Field(None, gt=0, le=1, description="largest slowdown accepted when shared")
 
     @field_validator("command", mode="before")

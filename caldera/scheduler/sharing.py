@@ -29,8 +29,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from caldera.core.cluster import Allocation
 from caldera.scheduler.reasons import GANG_NO_FIT, QUEUE_POSITION
-from caldera.scheduler.snapshot import Allocation, Decisions, Policy, SchedJob, Snapshot, Start
+from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
 
 CAPACITY_CODES = frozenset({GANG_NO_FIT, QUEUE_POSITION})
 Mix = tuple[str, ...]  # workload keys, sorted

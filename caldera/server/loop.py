@@ -273,9 +273,9 @@ class SchedulerLoop:
 
     def _launch(self, db: Session, job: Job, allocations: tuple[Allocation, ...], now: float) -> None:
         owner = db.get(User, job.user_id)
-        spec = JobSpec.model_validate(job.spec)
         home = self.p.settings.workspaces / owner.username
-        try:
+        try:  # a spec stored before today's rules (ValidationError is a ValueError) fails its job, not the cycle
+            spec = JobSpec.model_validate(job.spec)
             run_as = identity.run_as(self.p.settings, db, owner)
             job.workdir = job.workdir or str(workdir_for(home, job.id, spec.workdir))
         except (identity.IdentityError, ValueError) as exc:

@@ -27,13 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
+from caldera.core.cluster import Device, Node
 from caldera.core.resources import Resources
 from caldera.core.tenancy import PriorityClass
 from caldera.interference.predictor import Predictor
 from caldera.interference.records import Dataset, JobType, Sample
 from caldera.scheduler.fifo import FifoPolicy
 from caldera.scheduler.sharing import Mix, SharingInfo, SharingPolicy
-from caldera.scheduler.snapshot import Device, Node, Policy, SchedJob, Snapshot
+from caldera.scheduler.snapshot import Policy, SchedJob, Snapshot
 
 BAD_DECAY = 0.5
 GPU_MEM_MIB = 16 * 1024  # a V100-16GB
