@@ -77,7 +77,9 @@ def test_cli_end_to_end(server, tmp_path):
 def test_sigkill_restart_loses_no_job(server, tmp_path):
     h = token(server)
     post = lambda spec: httpx.post(server.url + "/api/v1/jobs", json=spec, headers=h).json()["id"]  # noqa: E731
-    survivor = post({"name": "survivor", "command": ["sh", "-c", "sleep 10; echo survived"], "resources": {"gpu": 2}})
+    # the survivor runs until the test says so (a file in its working directory): however slow the restart is
+    wait_for_go = "for i in $(seq 1200); do [ -e go ] && break; sleep 0.1; done; echo survived"
+    survivor = post({"name": "survivor", "command": ["sh", "-c", wait_for_go], "resources": {"gpu": 2}})
     victim = post({"name": "victim", "command": ["sleep", "300"]})
     until(server, h, survivor, {"Running"})
     until(server, h, victim, {"Running"})
@@ -96,8 +98,9 @@ def test_sigkill_restart_loses_no_job(server, tmp_path):
     h = token(server)
     lost = until(server, h, victim, {"Lost"})
     assert lost["events"][-1]["reason"] in ("ProcessGone", "ReattachFailed")
+    assert "Reattached" in [e["reason"] for e in job(server, h, survivor)["events"]]
+    (tmp_path / "data" / "workspaces" / "admin" / "jobs" / survivor / "go").touch()
     done = until(server, h, survivor, {"Succeeded"}, timeout=60)
-    assert "Reattached" in [e["reason"] for e in done["events"]]
     assert httpx.get(f"{server.url}/api/v1/jobs/{survivor}/logs", headers=h).text.strip() == "survived"
     assert until(server, h, waiting, {"Succeeded"})["state"] == "Succeeded"
 
