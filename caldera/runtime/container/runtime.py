@@ -542,17 +542,7 @@ class ContainerRuntime:
             return []
         if not cookie:
             return []
-        return [
-            Endpoint(
-                "lab",
-                jupyter.HOST,
-                0,
-                meta["base_url"],
-                headers={"Cookie": cookie},
-                socket=meta["socket"],
-                secrets=(token,),
-            )
-        ]
+        return [jupyter.lab_endpoint(meta["base_url"], meta["socket"], cookie, token)]
 
 
 def _mkdir_as(path: Path, run_as: RunAs | None) -> None:

@@ -24,6 +24,8 @@ import sys
 from http.cookies import SimpleCookie
 from pathlib import Path
 
+from caldera.runtime.base import Endpoint
+
 HOST = "localhost"
 
 
@@ -81,3 +83,8 @@ def login(sock: str, base_url: str, token: str, timeout_s: float = 1.0) -> str |
         return None
     finally:
         conn.close()
+
+
+def lab_endpoint(base_url: str, sock: str, cookie: str, token: str) -> Endpoint:
+    """Lab as the platform's proxy reaches it: its socket, logged in with Lab's cookie, the token to cut out."""
+    return Endpoint("lab", HOST, 0, base_url, headers={"Cookie": cookie}, socket=sock, secrets=(token,))

@@ -670,17 +670,7 @@ class LocalRuntime:
         cookie, token = self._lab_login(key, meta, rd), self._token(key, rd)
         if not cookie or not token:
             return []
-        return [
-            Endpoint(
-                "lab",
-                jupyter.HOST,
-                0,
-                meta["base_url"],
-                headers={"Cookie": cookie},
-                socket=meta["socket"],
-                secrets=(token,),
-            )
-        ]
+        return [jupyter.lab_endpoint(meta["base_url"], meta["socket"], cookie, token)]
 
 
 def _notice(scratch: Path) -> Path:

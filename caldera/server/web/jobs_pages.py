@@ -119,6 +119,11 @@ def _submit(p: Platform, db: Session, user: User, body: dict) -> tuple[str | Non
     return None, errors
 
 
+def form_body(p: Platform, db: Session, user: User, kind: str, form: job_forms.JobForm):
+    """The API body of a job form, with the user's queues deciding the account; and the form's own errors."""
+    return job_forms.body_of(kind, form, overview.queue_choices(p, overview.my_queues(db, user)))
+
+
 @router.post("/new/{kind}")
 def submit_job(
     request: Request,
@@ -128,8 +133,7 @@ def submit_job(
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ):
-    choices = overview.queue_choices(p, overview.my_queues(db, user))
-    body, errors = job_forms.body_of(kind, form, choices)
+    body, errors = form_body(p, db, user, kind, form)
     if not errors:
         job_id, errors = _submit(p, db, user, body)
         if job_id:
@@ -155,8 +159,7 @@ def export_form(
     db: Session = Depends(db_session),
 ):
     """The form as the YAML `caldera submit` takes; a form the API's spec rules refuse comes back with its errors."""
-    choices = overview.queue_choices(p, overview.my_queues(db, user))
-    body, errors = job_forms.body_of(kind, form, choices)
+    body, errors = form_body(p, db, user, kind, form)
     if not errors:
         try:
             return _yaml_file(job_yaml.dump(parse_spec(body).model_dump(mode="json")), form.name or "job")

@@ -16,7 +16,7 @@ from caldera.server import api_templates, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import CalderaError, NotFound
 from caldera.server.platform import Platform
-from caldera.server.web import job_forms, jobs_pages, overview
+from caldera.server.web import job_forms, jobs_pages
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 
@@ -45,8 +45,7 @@ def save_form_as_template(
     db: Session = Depends(db_session),
 ):
     """The form as a template named after the job (the same name again replaces my template of that name)."""
-    choices = overview.queue_choices(p, overview.my_queues(db, user))
-    body, errors = job_forms.body_of(kind, form, choices)
+    body, errors = jobs_pages.form_body(p, db, user, kind, form)
     if not errors:
         try:
             api_templates.create_template(body=api_templates.TemplateIn(name=form.name, spec=body), user=user, db=db)
