@@ -23,11 +23,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--quick", action="store_true", help="baseline and extra trees only")
+    ap.add_argument("--only", nargs="*", default=None, help="just these models (with profile+enc)")
     args = ap.parse_args()
     ds = load_gavel_pairs(gavel_path(args.data_dir or Settings().shared_data_dir))
     combos = BASELINE + (
         [("extra_trees", "profile+enc")] if args.quick else ABLATION + [(m, "profile+enc") for m in model_names()]
     )
+    if args.only:
+        combos = [(m, "profile+enc") for m in args.only]
     print(f"{len(ds.samples)} samples (ordered pairs x GPU type), {len(ds.infeasible)} infeasible mixes left out\n")
     head = " | ".join(f"{sp} MSE | {sp} MAE | {sp} R²" for sp in SPLITS)
     print(f"| model | features | {head} |")

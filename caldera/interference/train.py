@@ -43,7 +43,9 @@ def _models() -> dict[str, Callable[[], Any]]:
 
     return {
         "random_forest": lambda: RandomForestRegressor(n_estimators=200, random_state=0, n_jobs=1),
-        "gradient_boosting": lambda: GradientBoostingRegressor(random_state=0),
+        "gradient_boosting": lambda: make_pipeline(
+            SimpleImputer(keep_empty_features=True), GradientBoostingRegressor(random_state=0)
+        ),
         "svr": lambda: scaled(SVR(C=1.0, epsilon=0.02)),
         "linear": lambda: scaled(LinearRegression()),
         "bayesian_ridge": lambda: scaled(BayesianRidge()),

