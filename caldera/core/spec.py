@@ -34,6 +34,9 @@ class JobSpec(BaseModel):
     replicas: int = Field(1, ge=1, le=1024)
     procs_per_replica: int = Field(1, ge=1, le=64)
     max_runtime_s: int | None = Field(None, ge=1, description="runtime limit; lets the job backfill")
+    preemptible: bool = Field(
+        True, description="false: the job is not preempted for jobs with less attained service (batch jobs only)"
+    )
 
     @field_validator("command", mode="before")
     @classmethod

@@ -49,6 +49,8 @@ preempt.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.scheduler.caldera_admission import _EPS, _Queue
 from caldera.scheduler.caldera_ordering import Ordering
@@ -82,6 +84,9 @@ class CalderaPolicy:
         reclaim: bool = True,
         fair_share: bool = True,
         max_preemptions_per_cycle: int | None = 32,
+        starvation_factor: float = 1.0,
+        las_thresholds_gpu_s: Sequence[float] | None = (3600.0, 36000.0),
+        las_min_run_s: float = 300.0,
     ) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
@@ -90,6 +95,11 @@ class CalderaPolicy:
         self.reclaim = bool(reclaim)
         self.fair_share = bool(fair_share)
         self.max_preemptions_per_cycle = max_preemptions_per_cycle
+        self.starvation_factor = float(starvation_factor)
+        self.las_thresholds_gpu_s = (
+            None if las_thresholds_gpu_s is None else tuple(sorted(float(t) for t in las_thresholds_gpu_s))
+        )
+        self.las_min_run_s = float(las_min_run_s)
 
     def __call__(self, snapshot: Snapshot) -> Decisions:
         return _Cycle.decide(self, snapshot)
@@ -158,6 +168,8 @@ class _Cycle(Ordering):
             if not gpus:
                 continue
             listed.append((job, rank, gpus, model))
+            if rank > 0 and self.las_on and job.las and not job.interactive and self.las_level(job.attained_gpu_s):
+                self.las_avail += gpus
             if rank == 0:
                 self.be_avail += gpus
             else:
@@ -212,11 +224,7 @@ class _Cycle(Ordering):
             if preempting is not None:
                 return preempting
         # 5. starvation: reservation
-        if (
-            self.thr is not None
-            and len(self.reservations) < self.pol.max_reservations
-            and self.now - (job.queued_since if job.queued_since is not None else job.submitted_at) >= self.thr
-        ):
+        if len(self.reservations) < self.pol.max_reservations and self.starving(job):
             reserved = self._reserve(job, g, model, cpu, mem, n, exclude_models)
             if reserved is not None:
                 return reserved

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from caldera.scheduler.registry import POLICIES, get_policy
 from caldera.sim.cluster import ClusterSpec
-from caldera.sim.metrics import compute_metrics
+from caldera.sim.metrics import compute_metrics, write_job_results
 from caldera.sim.simulator import DEFAULT_HALF_LIFE_S, SimOptions, SimProgress, Simulator, load_queue_file
 from caldera.sim.traces import TraceJob, load_trace, summarize, trace_path
 
@@ -47,6 +47,7 @@ def comparison_table(
         ("jobs done", "right"),
         ("avg JCT", "right"),
         ("p50 JCT", "right"),
+        ("p95 JCT", "right"),
         ("p99 JCT", "right"),
         ("avg wait", "right"),
         ("p99 wait", "right"),
@@ -68,6 +69,7 @@ def comparison_table(
             done,
             fmt_s(m["jct_s"]["mean"]),
             fmt_s(m["jct_s"]["p50"]),
+            fmt_s(m["jct_s"]["p95"]),
             fmt_s(m["jct_s"]["p99"]),
             fmt_s(m["queueing_delay_s"]["mean"]),
             fmt_s(m["queueing_delay_s"]["p99"]),
@@ -198,6 +200,9 @@ def run_sim(
 
                 res = Simulator(jobs, spec, policy, options, progress=show).run()
         m = compute_metrics(res, series_points=series_points)
+        if out_dir is not None:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            m["jobs_csv"] = str(write_job_results(res, Path(out_dir) / f"jobs_{name}.csv"))
         m["policy"] = name  # the registry name, even if the object calls itself otherwise
         wall[name] = time.perf_counter() - w0
         m["sim"]["total_wall_s"] = wall[name]

@@ -71,8 +71,21 @@ def test_starving_jobs_go_first_within_their_class():
     ns = nodes(1)
     q = [job("young", 8, queued_since=NOW - 10, user="light"), job("old", 8, queued_since=OLD, user="heavy")]
     snap = snapshot(ns, q, user_usage={"heavy": 1e9, "light": 0.0})
-    assert [s.job_id for s in CalderaPolicy()(snap).starts] == ["old"]
+    assert [s.job_id for s in CalderaPolicy(las_thresholds_gpu_s=None)(snap).starts] == ["old"]
     assert [s.job_id for s in CalderaPolicy(starvation_threshold_s=None)(snap).starts] == ["young"]
+
+
+def test_with_least_attained_service_a_starving_job_is_promoted_but_keeps_its_fair_share_turn():
+    """Put first, old jobs with much service would undo what LAS gains; promoted to the lowest level, the starving
+    job takes its fair-share turn there, and the reservation keeps it from waiting forever."""
+    ns = nodes(1)
+    veteran = job("old", 8, queued_since=OLD, user="heavy", attained_gpu_s=1e6)
+    climbing = job("young", 8, queued_since=NOW - 10, user="light", attained_gpu_s=4000)  # level 1
+    d = CalderaPolicy()(snapshot(ns, [climbing, veteran], user_usage={"heavy": 1e9, "light": 0.0}))
+    assert [s.job_id for s in d.starts] == ["old"]  # promoted to level 0, despite its service
+    fresh = job("young", 8, queued_since=NOW - 10, user="light")  # level 0 too: fair share decides
+    d = CalderaPolicy()(snapshot(ns, [fresh, veteran], user_usage={"heavy": 1e9, "light": 0.0}))
+    assert [s.job_id for s in d.starts] == ["young"] and d.pending["old"][0].code == "Reserved"
 
 
 def test_default_runtime_estimate_for_jobs_without_a_limit():
