@@ -50,11 +50,9 @@ def test_interactive_opted_out_and_just_started_jobs_are_not_preempted():
     opted_out[0].las = False
     assert preempted(snapshot(nodes(1, 2), [job("new")], opted_out))[0] == []
     young = full()
-    young[0].started_at = NOW - 100  # ran less than las_min_run_s (300 s) since its last start
-    assert preempted(snapshot(nodes(1, 2), [job("new")], young))[0] == []
-    assert preempted(snapshot(nodes(1, 2), [job("new")], young), las_min_run_s=0)[0] == [
-        ("long", "new", "LeastAttainedService")
-    ]
+    young[0].started_at = NOW - 100  # ran less than las_min_run_s since its last start
+    assert preempted(snapshot(nodes(1, 2), [job("new")], young), las_min_run_s=300)[0] == []
+    assert preempted(snapshot(nodes(1, 2), [job("new")], young))[0] == [("long", "new", "LeastAttainedService")]
 
 
 def test_a_waiting_job_that_opted_out_does_not_preempt_either():
