@@ -132,6 +132,13 @@ class Ordering(Reservations):
         return self.grank[group] == 0
 
     def timed_wake(self) -> float | None:
+        cap = self.pol.max_preemptions_per_cycle
+        if self.las_on and (self.gave_up or (cap is not None and len(self.preemptions) >= cap)):
+            return None  # preemption search stopped early: the next cycle may go on where this one stopped
+        if self.las_on and self.las_avail > 0 and any(j.las and not j.interactive for j in self.snap.queued):
+            # Fair share moves as usage decays, and with it who preempts whom among the levels: not predicted yet
+            # (_las_wake alone missed cases on Philly), so ask again soon.
+            return None
         w = self._timed_wake()
         return None if w is None else min(w, self._las_wake())
 
