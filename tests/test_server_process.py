@@ -100,7 +100,7 @@ def test_sigkill_restart_loses_no_job(server, tmp_path):
     assert lost["events"][-1]["reason"] in ("ProcessGone", "ReattachFailed")
     assert "Reattached" in [e["reason"] for e in job(server, h, survivor)["events"]]
     (tmp_path / "data" / "workspaces" / "admin" / "jobs" / survivor / "go").touch()
-    done = until(server, h, survivor, {"Succeeded"}, timeout=60)
+    until(server, h, survivor, {"Succeeded"}, timeout=60)
     assert httpx.get(f"{server.url}/api/v1/jobs/{survivor}/logs", headers=h).text.strip() == "survived"
     assert until(server, h, waiting, {"Succeeded"})["state"] == "Succeeded"
 

@@ -79,6 +79,11 @@ class JobSpec(BaseModel):
         False, strict=True, description="may share a GPU; needs resources.gpu == 1 and gpu_memory_mib"
     )
     decay_tolerance: float | None = Field(None, gt=0, le=1, description="largest slowdown accepted when shared")
+    preemptible: bool = Field(
+        True,
+        strict=True,
+        description="false: the job is not preempted for jobs with less attained service (batch jobs only)",
+    )
 
     @field_validator("command", mode="before")
     @classmethod

@@ -4,8 +4,11 @@ and the reasons a job is held back by them. The per-cycle state every part of th
 
 from __future__ import annotations
 
+import bisect
 from operator import attrgetter
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.tenancy import QueueConfig
@@ -112,6 +115,10 @@ class Admission(CycleBase):
         super().__init__(snap, pol.default_runtime_estimate_s)
         self.pol = pol
         self.thr = pol.starvation_threshold_s
+        self.las_on = pol.las_thresholds_gpu_s is not None
+        self.las_avail = 0  # GPUs of running batch jobs above the lowest attained-service level
+        self.las_victims: list[Victim] = []  # those jobs, highest level first, then youngest
+        self._why: dict[str, str] = {}  # victim id -> why the candidate search offered it, when not by its kind
         self.queues: dict[str, _Queue] = {}
         self.users: dict[tuple[str, str], list[int]] = {}
         self._listed: list[tuple[SchedJob, int, int, str | None]] | None = []  # victims to be (see _setup_running)
@@ -130,6 +137,18 @@ class Admission(CycleBase):
         self.nopre: set[tuple] = set()
         self._pot_cache: dict = {}
         self.max_pool = max((p.size for p in self.idx.pools.values()), default=0)
+
+    def starving(self, job: SchedJob) -> bool:
+        """Waited past its patience: the starvation threshold, or ``starvation_factor`` times its expected run time
+        when longer (:func:`patience_s`)."""
+        if self.thr is None:
+            return False
+        since = job.queued_since if job.queued_since is not None else job.submitted_at
+        return self.now - since >= patience_s(self.thr, self.pol.starvation_factor, job.runtime_s or 0.0)
+
+    def las_level(self, attained_gpu_s: float) -> int:
+        """0 below the first attained-service threshold, 1 up to the second, and so on."""
+        return bisect.bisect_right(self.pol.las_thresholds_gpu_s or (), attained_gpu_s)
 
     def q(self, name: str) -> _Queue:
         st = self.queues.get(name)
@@ -222,3 +241,10 @@ class Admission(CycleBase):
             key = GPU + "/" + sorted(ex)[0]
             return self._capability_reason(q, key, used.get(key, 0.0), q.cap[key], need_g), None
         return None, frozenset(ex)
+
+
+def patience_s(threshold_s: float, factor: float, runtime_s):
+    """How long a job may wait before it is starving: the threshold, or ``factor`` times its expected run time
+    when that is longer (works on floats and arrays). On a busy week every job waits past a fixed threshold;
+    relative to the run time, only those whose wait is long for their size are starving."""
+    return np.maximum(threshold_s, factor * runtime_s)

@@ -11,11 +11,12 @@ from itertools import count
 import numpy as np
 
 from caldera.core.resources import GPU
-from caldera.scheduler.caldera_admission import _EPS, _GKEY
+from caldera.scheduler.caldera_admission import _EPS, _GKEY, patience_s
 from caldera.scheduler.caldera_reservations import Reservations
 from caldera.scheduler.engine import rank_of
 from caldera.scheduler.fairshare import FairShare
 from caldera.scheduler.ordering import gpus_per_replica, queued_since, sort_order
+from caldera.scheduler.snapshot import SchedJob
 
 
 class Ordering(Reservations):
@@ -52,18 +53,29 @@ class Ordering(Reservations):
         # Queues below their GPU guarantee go first: a job of another queue started ahead of theirs would only be
         # reclaimed by them again (and, freed at once, started again: a ping-pong without end).
         owed = [0 if r > 0 and q.gpu_keys_guar and q.headroom_open() else 1 for r, q in zip(grank, self.gq)]
-        ns = [(o, 3 - r, 1, s) for o, r, s in zip(owed, grank, scores)]
-        st = [(o, 3 - r, 0, 0.0) if r > 0 else key for o, r, key in zip(owed, grank, ns)]
-        dense = {k: i for i, k in enumerate(sorted(set(ns) | set(st)))}
-        major_ns = np.array([dense[k] for k in ns], dtype=np.int64)
-        major_s = np.array([dense[k] for k in st], dtype=np.int64)
+        # major key, per job: (owed, class), then its attained-service level, then (not starving, fair share)
+        tier = [(o, 3 - r) for o, r in zip(owed, grank)]
+        tdense = {k: i for i, k in enumerate(sorted(set(tier)))}
+        rest_ns = [(1, s) for s in scores]
+        rest_st = [(0, 0.0) if r > 0 else key for r, key in zip(grank, rest_ns)]
+        rdense = {k: i for i, k in enumerate(sorted(set(rest_ns) | set(rest_st)))}
+        t_of = np.array([tdense[k] for k in tier], dtype=np.int64)
+        r_ns = np.array([rdense[k] for k in rest_ns], dtype=np.int64)
+        r_st = np.array([rdense[k] for k in rest_st], dtype=np.int64)
+        levels = len(self.pol.las_thresholds_gpu_s or ()) + 1
+        lev = self._las_levels(queued) if levels > 1 and n else np.zeros(n, dtype=np.int64)
+        nr = len(rdense)
         qs = queued_since(queued)
-        maj = major_ns[gi] if n else np.zeros(0, dtype=np.int64)
+        maj = (t_of[gi] * levels + lev) * nr + r_ns[gi] if n else np.zeros(0, dtype=np.int64)
         starving = None
         if self.thr is not None and n and self.pol.max_reservations > 0:
-            starving = (qs <= (self.now - self.thr)) & (np.asarray(grank, dtype=np.int64)[gi] > 0)
+            rt = np.fromiter((j.runtime_s or 0.0 for j in queued), dtype=np.float64, count=n)
+            waited = self.now - qs
+            starving = (waited >= patience_s(self.thr, self.pol.starvation_factor, rt)) & (
+                np.asarray(grank, dtype=np.int64)[gi] > 0
+            )
             if starving.any():
-                maj = np.where(starving, major_s[gi], maj)
+                maj = np.where(starving, self._starving_key(t_of[gi], levels, nr, r_ns[gi], r_st[gi]), maj)
             else:
                 starving = None
         oia = sort_order(queued, qs, maj)
@@ -102,10 +114,54 @@ class Ordering(Reservations):
                         self.block(k, self._user_reason("max_gpus", q.max_gpus, us[0], q, u), True)
         self._refresh_pre()
 
+    def _starving_key(self, tier, levels: int, nr: int, r_ns, r_st):
+        """With least-attained-service, a starving job is promoted to the lowest level and takes its turn there by
+        fair share (as Tiresias promotes jobs that waited too long): put first, old jobs with much service would
+        undo what LAS gains. Without, starving jobs go first in their tier."""
+        if levels > 1:
+            return tier * levels * nr + r_ns
+        return tier * levels * nr + r_st
+
+    def _las_levels(self, queued: list[SchedJob]) -> np.ndarray:
+        """Attained-service level of each queued job; 0 for jobs that take no part (interactive, opted out)."""
+        th = np.asarray(self.pol.las_thresholds_gpu_s, dtype=np.float64)
+        att = np.fromiter((j.attained_gpu_s if j.las and not j.interactive else 0.0 for j in queued), np.float64)
+        return np.searchsorted(th, att, side="right").astype(np.int64)
+
     def best_effort_group(self, group: int) -> bool:
         return self.grank[group] == 0
 
     def timed_wake(self) -> float | None:
+        cap = self.pol.max_preemptions_per_cycle
+        if self.las_on and (self.gave_up or (cap is not None and len(self.preemptions) >= cap)):
+            return None  # preemption search stopped early: the next cycle may go on where this one stopped
+        if self.las_on and self.las_avail > 0 and any(j.las and not j.interactive for j in self.snap.queued):
+            # Fair share moves as usage decays, and with it who preempts whom among the levels: not predicted yet
+            # (_las_wake alone missed cases on Philly), so ask again soon.
+            return None
+        w = self._timed_wake()
+        return None if w is None else min(w, self._las_wake())
+
+    def _las_wake(self) -> float:
+        """Running batch jobs climb the attained-service levels, and become preemptible once they have run
+        ``las_min_run_s``: the next such moment, while some waiting batch job could use it."""
+        if not self.las_on or not any(j.las and not j.interactive for j in self.snap.queued):
+            return math.inf
+        th = self.pol.las_thresholds_gpu_s or ()
+        min_run = self.pol.las_min_run_s
+        t = math.inf
+        for job in self.snap.running:
+            g = job.request.gpu * job.replicas
+            if not g or job.terminating or not job.las or job.interactive:
+                continue
+            L = self.las_level(job.attained_gpu_s)
+            if len(th) > L:
+                t = min(t, self.now + (th[L] - job.attained_gpu_s) / g)
+            if L and job.started_at is not None and job.started_at + min_run > self.now:
+                t = min(t, job.started_at + min_run)
+        return t
+
+    def _timed_wake(self) -> float | None:
         """Time reorders the queue (fair-share decay, starvation) and moves reservations. A reordered queue starts
         nothing on capacity none of its jobs fit and preempts nothing it could not preempt before, and a reservation
         only keeps jobs off nodes; so time matters only while reservations hold back capacity, or victims, that

@@ -13,6 +13,7 @@ from caldera.scheduler.caldera_admission import _CLASS, _EPS, Admission, _add, _
 from caldera.scheduler.engine import Victim, rank_of
 from caldera.scheduler.reasons import (
     PREEMPT_BEST_EFFORT,
+    PREEMPT_LAS,
     PREEMPT_PRIORITY,
     PREEMPT_RECLAIM,
     WAITING_FOR_PREEMPTION,
@@ -41,7 +42,12 @@ class Preemption(Admission):
                 if lst is None:
                     lst = qvictims[job.queue] = []
                 lst.append(v)
+            if rank > 0 and self.las_on and job.las and not job.interactive:
+                v.level = self.las_level(job.attained_gpu_s)
+                if v.level:
+                    self.las_victims.append(v)
         self._listed = None
+        self.las_victims.sort(key=lambda v: (-v.level, -v.started))
         be_victims.sort(key=lambda v: -v.started)
         for lst in qvictims.values():
             lst.sort(key=_VKEY)
@@ -116,9 +122,10 @@ class Preemption(Admission):
         cap = pol.max_preemptions_per_cycle
         more = (cap is None or len(self.preemptions) < cap) and not self.gave_up
         be = more and self.be_avail > 0
+        las = more and self.las_on and self.las_avail > 0
         rec = more and pol.reclaim and self.reclaimable > 0
         prio = more and pol.priority_preemption
-        flags = (anon, be, rec, prio)
+        flags = (anon, be, rec, prio, las)
         if flags != self._flags or queues is None:
             self._flags = flags
             keys: Iterable[tuple[str, int]] = self.qr_groups
@@ -132,7 +139,7 @@ class Preemption(Admission):
             ok = anon
             if not ok and r > 0:
                 q = self.queues[qn]
-                ok = be or (rec and q.headroom_open()) or (prio and sum(q.rank_gpus[:r]) > 0)
+                ok = be or (rec and q.headroom_open()) or (prio and sum(q.rank_gpus[:r]) > 0) or las
             if ok == self.qr_open.get(key):
                 continue
             self.qr_open[key] = ok
@@ -178,10 +185,11 @@ class Preemption(Admission):
         bound: float = self.idx.free_gpus(model) + sum(v.gpus for v in directed) + self.anon_open + self.be_avail
         if reclaim_ok:
             bound += self.reclaimable
-        bound += low
+        las = self.las_avail if self.las_on and job.las else 0
+        bound += low + las
         if bound < need:
             return None
-        if not directed and not self.anon_open and not self.be_avail and not reclaim_ok and not low:
+        if not directed and not self.anon_open and not self.be_avail and not reclaim_ok and not low and not las:
             return None
         cap = pol.max_preemptions_per_cycle
         allow_new = (cap is None or len(self.preemptions) < cap) and not self.gave_up
@@ -197,7 +205,7 @@ class Preemption(Admission):
             excluded,
             exclude_models,
             cands,
-            self._potential(q, rank, reclaim_ok and allow_new, allow_new, directed),
+            self._potential(q, rank, reclaim_ok and allow_new, allow_new, directed, allow_new and las > 0),
         )
         if got is None:
             if not directed:
@@ -237,7 +245,9 @@ class Preemption(Admission):
                 out[i] = out.get(i, 0) + m.bit_count()
         return out
 
-    def _potential(self, q: _Queue, rank: int, reclaim: bool, allow_new: bool, directed: list[Victim]):
+    def _potential(
+        self, q: _Queue, rank: int, reclaim: bool, allow_new: bool, directed: list[Victim], las: bool = False
+    ):
         """Upper bound, per node, of the GPUs this claimer could get there: free ones plus those of every victim it
         may take (built once per cycle per category; victims taken since only make it looser)."""
         self._ensure_victims()
@@ -258,6 +268,10 @@ class Preemption(Admission):
                 parts.append(own)
             if reclaim:
                 parts.append(pc["rec"])
+            if las:
+                if "las" not in pc:
+                    pc["las"] = self._node_gpus(self.las_victims)
+                parts.append(pc["las"])
         if directed:
             parts.append(self._node_gpus(directed))
         free = self.idx.free
@@ -306,18 +320,49 @@ class Preemption(Admission):
             for name, lst in self.qvictims.items():
                 if name != q.name and lst and self._contrib.get(name, 0.0) > 0:
                     gens.append(self._over(self.queues[name], lst, ckey, model))
+        seen: set[str] = set()
         if len(gens) == 1:
-            yield from gens[0]
-        elif gens:
-            yield from heapq.merge(*gens, key=_VKEY)
+            merged: Iterator[Victim] = gens[0]
+        else:
+            merged = heapq.merge(*gens, key=_VKEY)
+        for v in merged:
+            seen.add(v.id)
+            yield v
+        if self.las_on and self.las_avail > 0:
+            for v in self._las_candidates(job, q, rank, model, ckey):
+                if v.id not in seen:
+                    self._why[v.id] = PREEMPT_LAS
+                    yield v
 
     @staticmethod
     def _lower(lst: list[Victim], rank: int, model: str | None) -> Iterator[Victim]:
         for v in lst:
             if v.rank >= rank:
                 return
-            if not v.chosen and (model is None or v.model == model):
+            if not v.chosen and not v.job.interactive and (model is None or v.model == model):
                 yield v
+
+    def _las_candidates(self, job: SchedJob, q: _Queue, rank: int, model: str | None, ckey: str) -> Iterator[Victim]:
+        """Batch jobs (that did not opt out) with more attained service than ``job``, most first: of its own queue,
+        or of queues above their deserved share that stay at their guarantee; not of a higher class, and not
+        before they have run ``las_min_run_s`` since their last start (a preemption costs them a restart)."""
+        if not job.las:
+            return
+        level = self.las_level(job.attained_gpu_s)
+        latest = self.now - self.pol.las_min_run_s
+        taken: dict[str, float] = {}
+        for v in self.las_victims:
+            if v.level <= level:
+                return  # sorted by level, highest first
+            if v.chosen or v.rank > rank or v.started > latest or (model is not None and v.model != model):
+                continue
+            if v.queue != q.name:
+                vq = self.queues[v.queue]
+                t = taken.get(v.queue, 0.0)
+                if not vq.over_share(ckey, t, v.gpus):
+                    continue
+                taken[v.queue] = t + v.gpus
+            yield v
 
     @staticmethod
     def _over(vq: _Queue, lst: list[Victim], ckey: str, model: str | None) -> Iterator[Victim]:
@@ -336,6 +381,9 @@ class Preemption(Admission):
         self.chosen.append(v)
         vq = self.queues[v.queue]
         vq.rank_gpus[v.rank] -= v.gpus
+        why = self._why.pop(v.id, None)
+        if v.job.las and v.rank > 0 and v.level:
+            self.las_avail -= v.gpus
         if v.rank == 0:
             self.be_avail -= v.gpus
             self._be_chosen += 1
@@ -343,6 +391,13 @@ class Preemption(Admission):
             msg = (
                 f"best-effort job {v.id} (queue {v.queue}) preempted by job {job.id} (queue {job.queue}, "
                 f"{_CLASS[rank]}): best-effort jobs run only on idle capacity"
+            )
+        elif why == PREEMPT_LAS:
+            code = PREEMPT_LAS
+            msg = (
+                f"job {v.id} (queue {v.queue}, attained {num(round(v.attained))} GPU-s) preempted by job {job.id} "
+                f"(queue {job.queue}, attained {num(round(job.attained_gpu_s))} GPU-s): batch jobs with less "
+                f"attained service go first"
             )
         elif v.queue == job.queue:
             code = PREEMPT_PRIORITY

@@ -45,7 +45,7 @@ class Reservations(Preemption):
             self.mver += 1
 
     def _exclusion(self, job: SchedJob) -> tuple[frozenset[int] | None, int]:
-        rt = job.max_runtime_s
+        rt = job.runtime_s
         hit = self._excl_by_rt.get(rt)
         if hit is not None and hit[0] == len(self.reservations):
             return hit[1], hit[2]
@@ -70,8 +70,13 @@ class Reservations(Preemption):
     def _backfill_reason(self, job: SchedJob, rmask: int) -> Reason:
         b = (rmask & -rmask).bit_length() - 1
         t, _, jid = self.reservations[b]
-        rt = job.max_runtime_s
-        limit = "it has no runtime limit" if not rt else f"its runtime limit ({num(float(rt))} s) ends after that"
+        rt = job.runtime_s
+        if not rt:
+            limit = "it has no runtime limit (nor an estimate)"
+        elif job.max_runtime_s:
+            limit = f"its runtime limit ({num(float(rt))} s) ends after that"
+        else:
+            limit = f"its expected run time ({num(float(rt))} s) ends after that"
         key = (BACKFILL_BLOCKED, jid, rt)
         r = self.rcache.get(key)
         if r is None:

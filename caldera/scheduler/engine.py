@@ -123,7 +123,7 @@ class CycleBase:
         self.nmax = self.idx.largest_node
         self.bfree = self.idx.max_block()  # largest free block usable by any job
         self.bres = 0  # largest free block counting reserved nodes (0: no reservations)
-        self._rt: np.ndarray | None = None  # per job in order: max_runtime_s (inf if none), fetched on demand
+        self._rt: np.ndarray | None = None  # per job in order: runtime_s (inf if none), fetched on demand
         self.horizon = 0.0  # a job with max_runtime_s up to this may backfill some reserved node
         self.mver = 0  # bumped whenever what the loop's skip test reads changes
         self.must_see: np.ndarray | None = None  # per job in order: never skip (e.g. starving, may reserve)
@@ -207,7 +207,7 @@ class CycleBase:
         return self._ids
 
     def runtime_estimate(self, job: SchedJob) -> float:
-        return job.max_runtime_s or self.default_rt
+        return job.runtime_s or self.default_rt
 
     def add_soon_free(self, v: Victim) -> None:
         v.soon = True
@@ -585,7 +585,7 @@ class CycleBase:
             req.memory_mib,
             job.replicas,
             self.best_effort_group(group),
-            job.max_runtime_s,
+            job.runtime_s,
             self.mver,
         )  # mver moves with free blocks and reservations
         r = self._xcache.get(key)
@@ -621,7 +621,7 @@ class CycleBase:
         """Subclasses: set ``pre`` to 0 wherever only preemption could help."""
 
     def _runtimes(self, i: int, mask: np.ndarray) -> np.ndarray:
-        """max_runtime_s (inf when unset) of the jobs at order positions ``i + flatnonzero(mask)``; the others are
+        """runtime_s (inf when unknown) of the jobs at order positions ``i + flatnonzero(mask)``; the others are
         left as they are (NaN when never fetched)."""
         rt = self._rt
         if rt is None:
@@ -631,7 +631,7 @@ class CycleBase:
         if len(todo):
             queued = self.queued
             ks = self.oia[todo + i].tolist()
-            vals = [queued[k].max_runtime_s for k in ks]
+            vals = [queued[k].runtime_s for k in ks]
             seg[todo] = [v if v else np.inf for v in vals]
         return seg
 
@@ -740,7 +740,7 @@ class CycleBase:
                 and g > pre[k]
                 and not (must is not None and self.must_see is not None and must[p])
                 and not (
-                    self.bres > bfree and g <= self.bres and (queued[order[p]].max_runtime_s or np.inf) <= self.horizon
+                    self.bres > bfree and g <= self.bres and (queued[order[p]].runtime_s or np.inf) <= self.horizon
                 )
             ):
                 if p < head:
@@ -781,7 +781,7 @@ class CycleBase:
         default_rt = self.default_rt
 
         def runtime(job: SchedJob) -> float:
-            return job.max_runtime_s or default_rt
+            return job.runtime_s or default_rt
 
         ctx = PositionContext(
             self.now,

@@ -43,9 +43,19 @@ class SchedJob:
     shareable: bool = False  # may share its GPU with other shareable jobs (caldera/scheduler/sharing.py)
     decay_tolerance: float | None = None  # the slowdown it accepts when shared; the queue's default when None
 
+    # last: what the caller expects the job to run (e.g. learned from its user's past jobs), used like
+    # max_runtime_s for backfill and reservations when the job declares none; None: unknown
+    expected_runtime_s: float | None = None
+    las: bool = True  # may be preempted for jobs with less attained service (a batch job that did not opt out)
+
     @property
     def gpus(self) -> int:
         return self.request.gpu * self.replicas
+
+    @property
+    def runtime_s(self) -> float | None:
+        """How long it is expected to run: its limit if it has one, else the caller's estimate (None: unknown)."""
+        return self.max_runtime_s or self.expected_runtime_s
 
 
 @dataclass(slots=True)

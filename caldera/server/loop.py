@@ -226,6 +226,7 @@ class SchedulerLoop:
                 interactive=job.kind == "jupyter",
                 max_runtime_s=spec.get("max_runtime_s"),
                 attained_gpu_s=job.attained_gpu_s,
+                las=job.kind != "jupyter" and spec.get("preemptible", True),
             )
             if job.state == JobState.QUEUED.value:
                 queued.append(sj)

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from caldera.scheduler.registry import POLICIES, get_policy
 from caldera.sim.cluster import ClusterSpec
-from caldera.sim.metrics import compute_metrics
+from caldera.sim.metrics import compute_metrics, write_job_results
 from caldera.sim.simulator import DEFAULT_HALF_LIFE_S, SimOptions, SimProgress, Simulator, load_queue_file
 from caldera.sim.traces import TraceJob, load_trace, summarize, trace_path
 
@@ -47,6 +47,7 @@ def comparison_table(
         ("jobs done", "right"),
         ("avg JCT", "right"),
         ("p50 JCT", "right"),
+        ("p95 JCT", "right"),
         ("p99 JCT", "right"),
         ("avg wait", "right"),
         ("p99 wait", "right"),
@@ -68,6 +69,7 @@ def comparison_table(
             done,
             fmt_s(m["jct_s"]["mean"]),
             fmt_s(m["jct_s"]["p50"]),
+            fmt_s(m["jct_s"]["p95"]),
             fmt_s(m["jct_s"]["p99"]),
             fmt_s(m["queueing_delay_s"]["mean"]),
             fmt_s(m["queueing_delay_s"]["p99"]),
@@ -198,6 +200,9 @@ def run_sim(
 
                 res = Simulator(jobs, spec, policy, options, progress=show).run()
         m = compute_metrics(res, series_points=series_points)
+        if out_dir is not None:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            m["jobs_csv"] = str(write_job_results(res, Path(out_dir) / f"jobs_{name}.csv"))
         m["policy"] = name  # the registry name, even if the object calls itself otherwise
         wall[name] = time.perf_counter() - w0
         m["sim"]["total_wall_s"] = wall[name]
@@ -304,41 +309,47 @@ def run_cmd(
     strict: bool = typer.Option(False, help="fail on decisions that cannot be applied"),
     out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="directory for results.json and comparison.png"),
     no_plot: bool = typer.Option(False, "--no-plot", help="skip the PNG"),
+    throughputs: Path | None = typer.Option(None, help="Gavel's throughputs JSON, for Gavel traces"),
 ) -> None:
     """Replay a trace under one or more policies and print a side-by-side comparison."""
     names = _split_policies(policy)
     unknown = [p for p in names if p not in POLICIES]
     if unknown:
         raise typer.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(sorted(POLICIES))}")
-    run_sim(
-        trace,
-        names,
-        traces_dir=traces_dir,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        gpu_model=gpu_model,
-        cpu_per_node=cpu_per_node,
-        memory_gib_per_node=memory_gib_per_node,
-        cluster=cluster,
-        nodes_csv=nodes_csv,
-        limit=limit,
-        time_scale=time_scale,
-        arrival_scale=arrival_scale,
-        tick_s=tick or None,
-        wake_hints=wake_hints,
-        cycle_quantum_s=cycle_quantum,
-        half_life_s=half_life,
-        preempt_grace_s=preempt_grace,
-        restart_overhead_s=restart_overhead,
-        share=share,
-        runtime_estimate=runtime_estimate,
-        queue_file=queue_file,
-        policy_options=json.loads(policy_options) if policy_options else None,
-        max_time_s=max_time,
-        strict=strict,
-        out_dir=out,
-        plot=not no_plot,
-    )
+    try:
+        run_sim(
+            trace,
+            names,
+            traces_dir=traces_dir,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            gpu_model=gpu_model,
+            cpu_per_node=cpu_per_node,
+            memory_gib_per_node=memory_gib_per_node,
+            cluster=cluster,
+            nodes_csv=nodes_csv,
+            limit=limit,
+            time_scale=time_scale,
+            arrival_scale=arrival_scale,
+            tick_s=tick or None,
+            wake_hints=wake_hints,
+            cycle_quantum_s=cycle_quantum,
+            half_life_s=half_life,
+            preempt_grace_s=preempt_grace,
+            restart_overhead_s=restart_overhead,
+            share=share,
+            runtime_estimate=runtime_estimate,
+            queue_file=queue_file,
+            policy_options=json.loads(policy_options) if policy_options else None,
+            max_time_s=max_time,
+            strict=strict,
+            out_dir=out,
+            plot=not no_plot,
+            trace_options={"throughputs": throughputs} if throughputs else None,
+        )
+    except (FileNotFoundError, ValueError) as exc:  # a missing or bad input file: say so, no traceback
+        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
 
 
 @app.command("info")

@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -161,6 +163,7 @@ def compute_metrics(
             "by_reason": dict(result.preemptions_by_reason),
         },
         "invalid_decisions": dict(result.invalid_decisions),
+        "runtime_estimates": estimate_accuracy(result),
         "stopped": result.stopped,
         "sim": {
             "cycles": result.cycles,
@@ -181,3 +184,40 @@ def _cdf(values: np.ndarray, points: int) -> tuple[list[float], list[float]]:
     lo = max(float(x[0]), 1.0)
     grid = np.unique(np.geomspace(lo, max(float(x[-1]), lo * 1.0001), points))
     return grid.tolist(), (np.searchsorted(x, grid, side="right") / x.size).tolist()
+
+
+JOB_COLUMNS = ("id", "user", "account", "queue", "gpus", "submit_s", "first_start_s", "finish_s", "duration_s",
+               "preemptions", "expected_runtime_s")  # fmt: skip
+
+
+def write_job_results(result: SimResult, path: str | Path) -> Path:
+    """One CSV row per simulated job (times in trace seconds; empty where it never started or finished), so
+    anyone can check the summary's figures."""
+    path = Path(path)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(JOB_COLUMNS)
+        for j in result.jobs:
+            sj = j.sj
+            w.writerow(
+                (sj.id, sj.user, sj.account, sj.queue, j.gpus, j.trace.submit_time_s,
+                 "" if j.first_start is None else j.first_start, "" if j.finish is None else j.finish,
+                 j.trace.duration_s, j.preemptions, "" if j.estimate is None else round(j.estimate, 1))
+            )  # fmt: skip
+    return path
+
+
+def estimate_accuracy(result: SimResult) -> dict[str, float | int | None]:
+    """How good the run-time estimates learned from users' histories were: over jobs that had one, the median
+    of estimate / actual run time, and the fractions within 2x and 10x."""
+    pairs = [(j.estimate, j.trace.duration_s) for j in result.jobs if j.estimate and j.trace.duration_s > 0]
+    if not pairs:
+        return {"jobs": 0, "median_ratio": None, "within_2x": None, "within_10x": None}
+    r = np.array([e / d for e, d in pairs])
+    lr = np.abs(np.log(r))
+    return {
+        "jobs": len(pairs),
+        "median_ratio": float(np.median(r)),
+        "within_2x": float((lr <= math.log(2)).mean()),
+        "within_10x": float((lr <= math.log(10)).mean()),
+    }

@@ -41,6 +41,7 @@ from caldera.scheduler.placement import ClusterIndex
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import FreeCapacity, Problem, preemption_problem
 from caldera.sim.cluster import ClusterSpec
+from caldera.sim.history import RuntimeHistory
 from caldera.sim.traces import TraceJob, _account
 
 log = logging.getLogger("caldera.sim")
@@ -169,6 +170,7 @@ class SimJob:
         "base_attained",
         "gpus",
         "preempt_at",
+        "estimate",
     )
 
     def __init__(self, trace: TraceJob, sj: SchedJob) -> None:
@@ -183,6 +185,7 @@ class SimJob:
         self.base_attained = 0.0
         self.gpus = sj.gpus
         self.preempt_at: float | None = None
+        self.estimate: float | None = None  # run time expected at submission (from the user's history)
 
 
 @dataclass(slots=True)
@@ -200,6 +203,7 @@ class SimOptions:
     stuck_ticks: int = 3
     runtime_estimate: float | None = None  # >= 1: queued jobs get max_runtime_s = remaining work x this (1 = an
     # exact oracle, for backfill/reservations); None: unknown
+    runtime_history: bool = True  # queued jobs get expected_runtime_s from their user's finished jobs
     cpu_per_gpu: float | None = None  # per-GPU CPU/memory of jobs whose trace has none; default: the
     memory_mib_per_gpu: int | None = None  # cluster's scarcest ratio, so only GPUs constrain
 
@@ -285,6 +289,7 @@ class Simulator:
             self.queues[name] = q
             self.queue_of[q.account] = name
 
+        self.history = RuntimeHistory() if self.opt.runtime_history else None
         self.dropped: list[TraceJob] = []
         self.arrivals: list[TraceJob] = []
         fit_cache: dict[tuple, bool] = {}
@@ -331,7 +336,10 @@ class Simulator:
             queued_since=j.submit_time_s,
             max_runtime_s=None if est is None else j.duration_s * est,
         )
-        return SimJob(j, sj)
+        job = SimJob(j, sj)
+        if self.history is not None:
+            job.estimate = sj.expected_runtime_s = self.history.estimate(j.user)
+        return job
 
     # ------------------------------------------------------------------------------------------------- run
     def run(self) -> SimResult:
@@ -442,6 +450,8 @@ class Simulator:
             sj.queued_since = t
             if est is not None:
                 sj.max_runtime_s = job.remaining_s * est
+            if job.estimate is not None:  # what is left of it, at least the restart
+                sj.expected_runtime_s = max(job.estimate - (job.trace.duration_s - job.remaining_s), restart, 60.0)
             queued[sj.id] = sj
 
         def start(st: Start, t: float) -> bool:
@@ -505,6 +515,8 @@ class Simulator:
                     job.remaining_s = 0.0
                     job.finish = t
                     finished += 1
+                    if self.history is not None:
+                        self.history.add(job.sj.user, job.trace.duration_s)
                     release(job)
                     job.attempt += 1
                 else:  # grace over: the victim is gone

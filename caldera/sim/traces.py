@@ -373,6 +373,11 @@ def load_trace(
         if throughputs is None:
             base = Path(traces_dir) if traces_dir else _default_traces_dir()
             throughputs = base.parent / "colocation" / "gavel_simulation_throughputs.json"
+        if not Path(throughputs).is_file():
+            raise FileNotFoundError(
+                f"Gavel's throughputs file {throughputs} is missing: a Gavel trace needs it to turn steps into run "
+                "times; pass its path (--throughputs), or put it at ../shared/data/colocation/"
+            )
         return load_gavel(path, throughputs, gpu_type=gpu_type, gpus_per_node=gpus_per_node, limit=limit, **options)
     return load_alibaba(path, gpus_per_node=gpus_per_node, limit=limit, **options)
 

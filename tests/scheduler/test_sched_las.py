@@ -1,0 +1,80 @@
+"""Least-attained-service in the caldera policy: batch jobs with less service go first and may preempt batch jobs
+with much more (of their own queue, or of queues above their deserved share); never interactive jobs, jobs that
+opted out, jobs of a higher class, or jobs that only just started."""
+
+from __future__ import annotations
+
+from caldera.core.tenancy import QueueConfig, Quota
+from caldera.scheduler.caldera_policy import CalderaPolicy
+from tests.builders import NOW, check_decisions, job, nodes, running, snapshot
+
+LONG = 20 * 3600.0  # GPU-seconds: past both default levels (1 and 10 GPU-hours)
+
+
+def policy(**kw):
+    kw.setdefault("starvation_threshold_s", None)
+    return CalderaPolicy(**kw)
+
+
+def full(**kw):
+    """One 2-GPU node held by an old, long-running batch job and a young one that attained little."""
+    return [
+        running("long", {"n0": [0]}, attained_gpu_s=LONG, started_at=NOW - 3600, **kw),
+        running("short", {"n0": [1]}, attained_gpu_s=60, started_at=NOW - 60),
+    ]
+
+
+def preempted(snap, **kw):
+    d = policy(**kw)(snap)
+    check_decisions(snap, d)
+    return [(p.job_id, p.by_job_id, p.reason) for p in d.preemptions], d
+
+
+def test_a_new_job_preempts_the_job_with_the_most_attained_service():
+    snap = snapshot(nodes(1, 2), [job("new")], full())
+    got, d = preempted(snap)
+    assert got == [("long", "new", "LeastAttainedService")]
+    assert "attained" in d.preemptions[0].message and d.pending["new"][0].code == "WaitingForPreemption"
+
+
+def test_no_preemption_without_las_or_between_equal_levels():
+    assert preempted(snapshot(nodes(1, 2), [job("new")], full()), las_thresholds_gpu_s=None)[0] == []
+    old = job("old", attained_gpu_s=LONG)  # as much service as the victim: same level
+    assert preempted(snapshot(nodes(1, 2), [old], full()))[0] == []
+
+
+def test_interactive_opted_out_and_just_started_jobs_are_not_preempted():
+    interactive = full(interactive=True)
+    assert preempted(snapshot(nodes(1, 2), [job("new")], interactive))[0] == []
+    opted_out = full()
+    opted_out[0].las = False
+    assert preempted(snapshot(nodes(1, 2), [job("new")], opted_out))[0] == []
+    young = full()
+    young[0].started_at = NOW - 100  # ran less than las_min_run_s since its last start
+    assert preempted(snapshot(nodes(1, 2), [job("new")], young), las_min_run_s=300)[0] == []
+    assert preempted(snapshot(nodes(1, 2), [job("new")], young))[0] == [("long", "new", "LeastAttainedService")]
+
+
+def test_a_waiting_job_that_opted_out_does_not_preempt_either():
+    new = job("new")
+    new.las = False
+    assert preempted(snapshot(nodes(1, 2), [new], full()))[0] == []
+
+
+def test_other_queues_only_when_above_their_deserved_share():
+    def q(name, deserved):
+        return QueueConfig(name=name, account=name, quotas={"gpu": Quota(deserved=deserved)})
+
+    other = full()
+    for r in other:
+        r.queue = "b"
+    snap = snapshot(nodes(1, 2), [job("new", queue="a")], other, [q("a", 1), q("b", 2)])
+    assert preempted(snap)[0] == []  # b uses its 2 deserved GPUs: not above
+    snap = snapshot(nodes(1, 2), [job("new", queue="a")], other, [q("a", 1.5), q("b", 0.5)])
+    assert preempted(snap)[0] == [("long", "new", "LeastAttainedService")]
+
+
+def test_less_attained_service_goes_first_within_a_class():
+    queued = [job("veteran", attained_gpu_s=LONG, queued_since=NOW - 500), job("newcomer", queued_since=NOW - 5)]
+    d = policy()(snapshot(nodes(1, 1), queued))
+    assert [s.job_id for s in d.starts] == ["newcomer"]
