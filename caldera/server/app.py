@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 
 from caldera.core.spec import SpecError, field_path
 from caldera.core.states import InvalidTransition
-from caldera.server import api_admin, api_auth, api_jobs, lab_entry, web
+from caldera.images.builds import BuildQueue
+from caldera.server import api_admin, api_auth, api_images, api_jobs, lab_entry, web
 from caldera.server.csrf import CSRFMiddleware
 from caldera.server.errors import CalderaError
 from caldera.server.headers import DOCS_CSP, SecurityHeadersMiddleware, platform_headers
@@ -25,12 +26,14 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     async def lifespan(app: FastAPI):
         loop = SchedulerLoop(platform)
         app.state.loop = loop
+        app.state.builds = BuildQueue(platform)  # its worker starts with the first build
         if run_loop:
             loop.start()
         try:
             yield
         finally:
             loop.stop()
+            app.state.builds.stop()
 
     app = FastAPI(
         title="Caldera",
@@ -79,7 +82,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     def health() -> dict:
         return {"ok": True}
 
-    for r in (api_auth.router, api_jobs.router, api_admin.router, lab_entry.router):
+    for r in (api_auth.router, api_jobs.router, api_images.router, api_admin.router, lab_entry.router):
         app.include_router(r)
     web.install(app)
     return app
