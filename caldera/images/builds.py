@@ -57,7 +57,7 @@ class Builder:
         self.podman = cs.global_args()
         self.buildah = ["buildah", *self.podman[1:]]
 
-    def _run(self, argv: list[str], log: Path, timeout_s: float) -> None:
+    def run(self, argv: list[str], log: Path, timeout_s: float) -> None:
         with log.open("ab") as out:
             out.write(f"$ {' '.join(argv[:3])} ...\n".encode())
             out.flush()
@@ -93,7 +93,7 @@ class Builder:
             ref,
             str(ctx),
         ]
-        self._run(argv, log, s.image_build_timeout_s)
+        self.run(argv, log, s.image_build_timeout_s)
 
     def size(self, ref: str) -> int:
         out = subprocess.run(
@@ -106,7 +106,7 @@ class Builder:
 
     def push(self, ref: str, log: Path) -> None:
         tls = "false" if registry.insecure(self.p.settings) else "true"
-        self._run([*self.buildah, "push", f"--tls-verify={tls}", ref, f"docker://{ref}"], log, 1800)
+        self.run([*self.buildah, "push", f"--tls-verify={tls}", ref, f"docker://{ref}"], log, 1800)
 
     def remove(self, ref: str) -> None:
         subprocess.run([*self.podman, "rmi", "--ignore", ref], capture_output=True, timeout=120)

@@ -65,8 +65,6 @@ def new(db: Session, user: User, ns: str, name: str, tag: str, visibility: str, 
     for old in db.scalars(select(Image).where(Image.namespace == ns, Image.name == name, Image.tag == tag)):
         if old.state == "failed":
             db.delete(old)
-        elif source == "snapshot" and old.state == "ready" and old.owner_id == user.id:
-            continue  # a snapshot may replace its own tag once pushed; see snapshot.py
         else:
             raise Conflict(f"image {ns}/{name}:{tag} exists ({old.state}); choose another tag or delete it")
     img = Image(

@@ -7,16 +7,16 @@ from collections.abc import Iterator
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.spec import field_path
 from caldera.core.tenancy import Role
 from caldera.db.models import Image, ImageQuota, User
-from caldera.images import catalogue, registry
+from caldera.images import catalogue, registry, snapshot
 from caldera.images.builds import BuildQueue, log_path
-from caldera.images.form import BuildForm
+from caldera.images.form import NAME, TAG, BuildForm
 from caldera.server import tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import CalderaError, Forbidden, InvalidFields
@@ -28,6 +28,13 @@ _CHUNK = 64 * 1024
 
 class RegistryDown(CalderaError):
     status = 503
+
+
+class SnapshotForm(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    job_id: str = Field(..., min_length=1, max_length=32, pattern=r"^[a-z0-9]+$")
+    name: str = Field("session", max_length=64, pattern=NAME)
+    tag: str | None = Field(None, max_length=64, pattern=TAG, description="snap-<UTC time> when empty")
 
 
 class Quota(BaseModel):
@@ -75,6 +82,21 @@ def build(
     img = catalogue.new(db, user, ns, form.name, form.tag, form.visibility, "form", form.model_dump(mode="json"))
     db.commit()
     q.submit(img.id)
+    return catalogue.view(p.settings, img, user.username)
+
+
+@router.post("/snapshots", status_code=202)
+def save_session(
+    body: SnapshotForm,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    q: BuildQueue = Depends(builds),
+    db: Session = Depends(db_session),
+) -> dict:
+    """Saves a running Jupyter session of mine as a new tag of my image ``name`` (queued like a build)."""
+    if not registry.ping(p.settings):
+        raise RegistryDown(f"the image registry at {registry.url(p.settings)} is not reachable; ask an admin")
+    img = snapshot.start(p, q, db, user, body.job_id, body.name, body.tag)
     return catalogue.view(p.settings, img, user.username)
 
 
