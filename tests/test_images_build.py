@@ -27,7 +27,7 @@ def db_url():
 def settings(tmp_path, registry_port):  # noqa: F811
     if subprocess.run(["podman", "image", "exists", ContainerSettings().image]).returncode != 0:
         pytest.skip("needs the base image: caldera images bootstrap")
-    return make_settings(tmp_path, None, registry_port=registry_port)
+    return make_settings(tmp_path, None, registry_port=registry_port, image_build_memory_mib=1024)
 
 
 @pytest.fixture
@@ -56,7 +56,9 @@ def _local(ref: str) -> bool:
 
 def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, ana, settings):
     t0 = time.monotonic()
-    img = _built(api, ana, {"name": "six-env", "tag": "1", "pip": ["six==1.16.0"], "apt": ["less"]})
+    limit = "RUN echo memory-limit=$(cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes)"
+    form = {"name": "six-env", "tag": "1", "pip": ["six==1.16.0"], "apt": ["less"], "extra_lines": [limit]}
+    img = _built(api, ana, form)
     assert img["state"] == "ready", img
     ref = img["reference"]
     assert ref == f"{registry.host(settings)}/user/ana/six-env:1"
@@ -71,6 +73,7 @@ def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, an
     log = api.client.get(f"/api/v1/images/{img['id']}/log", headers=ana).text
     assert "Successfully installed six-1.16.0" in log or "six==1.16.0" in log, log[-2000:]
     assert f"ready: {ref}" in log
+    assert f"memory-limit={1024 << 20}" in log  # the build ran under its cgroup limit
     assert [i["id"] for i in api.client.get("/api/v1/images", headers=ana).json()] == [img["id"]]
     # the same reference again is a conflict, not a second record
     r = api.client.post("/api/v1/images", json={"name": "six-env", "tag": "1"}, headers=ana)
@@ -82,7 +85,12 @@ def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, an
     print(f"build+push+checks {time.monotonic() - t0:.1f} s")
 
 
+def _working_containers() -> set[str]:
+    return set(subprocess.run(["buildah", "containers", "-q"], capture_output=True, text=True).stdout.split())
+
+
 def test_a_package_that_does_not_exist_fails_the_build_keeps_its_log_and_leaves_nothing(api, ana, settings):
+    before = _working_containers()
     img = _built(api, ana, {"name": "broken", "pip": ["caldera-no-such-package-xyz"]})
     assert img["state"] == "failed", img
     assert img["message"] == "pip found no package caldera-no-such-package-xyz", img
@@ -101,6 +109,7 @@ def test_a_package_that_does_not_exist_fails_the_build_keeps_its_log_and_leaves_
         what="the apt build to fail",
     )
     assert img["state"] == "failed" and img["message"] == "apt found no package no-such-deb-xyz", img
+    assert _working_containers() <= before  # buildah kept no half-built container
 
 
 def test_a_build_over_the_quota_is_not_pushed_nor_recorded(api, admin, ana, settings):

@@ -81,7 +81,8 @@ class Builder:
             "bud",
             "--pull=never",
             "--layers",
-            "--isolation=chroot",
+            "--force-rm",  # a failed step leaves no working container behind
+            "--isolation=oci",  # runc applies the cgroup limits below; chroot isolation would ignore them
             f"--memory={s.image_build_memory_mib}m",
             f"--cpu-period={period}",
             f"--cpu-quota={int(period * s.image_build_cpus)}",
