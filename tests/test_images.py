@@ -128,3 +128,23 @@ def test_a_job_naming_another_users_private_image_is_refused(api, people):
     refs = {i["reference"] for i in api.client.get("/api/v1/images", headers=bob).json()}
     assert refs == {public, account}
     assert api.client.get("/api/v1/images", headers=ana).status_code == 200
+
+
+def test_a_build_the_server_was_running_when_it_stopped_is_marked_lost_with_its_log_kept(api, people):
+    from caldera.images.builds import BuildQueue, log_path
+
+    p = api.client.app.state.platform
+    with p.session() as db:
+        from caldera.server import tenancy
+
+        img = catalogue.new(db, tenancy.get_user(db, "ana"), "user/ana", "half", "1", "private", "form", GOOD)
+        db.commit()
+        iid = img.id
+    log = log_path(p, iid)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("STEP 1/4: FROM base\n")
+    BuildQueue(p)  # what a restarted server makes
+    got = api.client.get(f"/api/v1/images/{iid}", headers=people[0]).json()
+    assert got["state"] == "failed" and got["message"].startswith("Lost"), got
+    assert api.client.get(f"/api/v1/images/{iid}/log", headers=people[0]).text == "STEP 1/4: FROM base\n"
+    assert api.client.get(f"/api/v1/images/{iid}", headers=people[1]).status_code == 404  # private to ana
