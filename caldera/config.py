@@ -84,6 +84,15 @@ class Settings(BaseSettings):
     login_max_failures_per_address: int = Field(20, ge=1, description="failed logins from one address per window")
     login_window_s: float = Field(300.0, gt=0, description="the window failed logins are counted over")
 
+    # images (README "Images"): the platform's docker-registry on 127.0.0.1:registry_port unless a URL is given
+    registry_url: str | None = Field(None, max_length=256, description="an OCI registry, e.g. http://reg:5000")
+    registry_port: int = Field(8650, ge=1, le=65535, description="port of the registry `caldera up` starts")
+    image_quota_mib: int = Field(20480, ge=0, description="each user's image quota unless an admin set another")
+    image_build_cpus: float = Field(2.0, gt=0, description="CPUs one image build may use")
+    image_build_memory_mib: int = Field(4096, ge=256, description="memory one image build may use")
+    image_build_timeout_s: float = Field(3600.0, gt=0, description="a build running longer fails")
+    snapshot_max_mib: int = Field(10240, ge=1, description="a session snapshot larger than this is refused")
+
     @property
     def sqlite_path(self) -> Path:
         return self.data_dir / "caldera.db"

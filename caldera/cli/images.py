@@ -38,3 +38,87 @@ def bootstrap(
         err.print(f"[red]cannot make the base image:[/red] {exc}")
         raise typer.Exit(1) from None
     console.print(f"[bold green]{tag or cs.image}[/bold green] {image_id.removeprefix('sha256:')[:12]}")
+
+
+def _api(method: str, path: str, *args):
+    from caldera.cli.client import ApiError, Client
+
+    try:
+        return getattr(Client.from_config(), method)(path, *args)
+    except ApiError as exc:
+        err.print(f"[red]error {exc.status}: {exc.detail}[/red]")
+        for e in exc.errors:
+            err.print(f"  [yellow]{e.get('field')}[/yellow]: {e.get('reason')}")
+        raise typer.Exit(1) from None
+
+
+def _follow(image_id: str) -> None:
+    import sys
+
+    from caldera.cli.client import Client
+
+    client = Client.from_config()
+    with client.http.stream("GET", f"/api/v1/images/{image_id}/log", params={"follow": "true"}, timeout=None) as r:
+        for chunk in r.iter_raw():
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+
+
+@images_app.command()
+def build(
+    name: str = typer.Argument(..., help="image name (lower case, digits, . _ -)"),
+    tag: str = typer.Option("latest"),
+    visibility: str = typer.Option("private", help="private, account or public"),
+    account: str | None = typer.Option(None, help="the account of an account image"),
+    python: str = typer.Option("3.11"),
+    cuda: str = typer.Option("none", help="none, 12.1, 12.4 or 12.6 (pip wheels)"),
+    cudnn: str = typer.Option("none", help="none, 9.1 or 9.5 (pip wheels)"),
+    jupyter: bool = typer.Option(False, help="install JupyterLab"),
+    pip: list[str] = typer.Option([], help="a pip requirement (repeat)"),
+    apt: list[str] = typer.Option([], help="a Debian package (repeat)"),
+    line: list[str] = typer.Option([], help="an extra RUN/ENV/WORKDIR/LABEL line (repeat)"),
+    follow: bool = typer.Option(True, help="print the build's log until it ends; exit 1 if it failed"),
+) -> None:
+    """Build an image from a form on the platform (queued), push it to the registry and record it."""
+    form = {
+        "name": name, "tag": tag, "visibility": visibility, "account": account, "python": python, "cuda": cuda,
+        "cudnn": cudnn, "jupyter": jupyter, "pip": pip, "apt": apt, "extra_lines": line,
+    }  # fmt: skip
+    img = _api("post", "/images", form)
+    console.print(f"build [bold]{img['id']}[/bold] of {img['reference']} queued")
+    if not follow:
+        return
+    _follow(img["id"])
+    img = _api("get", f"/images/{img['id']}")
+    if img["state"] != "ready":
+        err.print(f"[red]build failed:[/red] {img['message']}")
+        raise typer.Exit(1)
+    console.print(f"[bold green]{img['reference']}[/bold green] {img['size_bytes'] / (1 << 20):.0f} MiB")
+
+
+@images_app.command("list")
+def list_images() -> None:
+    """Images I may run (and my own builds in any state)."""
+    from rich.table import Table
+
+    t = Table("ID", "REFERENCE", "OWNER", "VISIBILITY", "STATE", "SIZE", "MESSAGE")
+    for i in _api("get", "/images"):
+        size = f"{i['size_bytes'] / (1 << 20):.0f} MiB" if i["size_bytes"] else "-"
+        t.add_row(i["id"], i["reference"], i["owner"], i["visibility"], i["state"], size, i["message"][:60])
+    console.print(t)
+
+
+@images_app.command()
+def delete(image_id: str) -> None:
+    """Delete an image of mine from the registry and the catalogue."""
+    _api("delete", f"/images/{image_id}")
+    console.print(f"deleted {image_id}")
+
+
+@images_app.command()
+def quota(username: str, set_mib: int | None = typer.Option(None, "--set", help="new quota in MiB (admins)")) -> None:
+    """Show a user's image quota, or set it (admins only)."""
+    if set_mib is not None:
+        _api("put", f"/images/quotas/{username}", {"quota_mib": set_mib})
+    q = _api("get", f"/images/quotas/{username}")
+    console.print(f"{username}: {q['used_mib']:.0f} MiB used of {q['quota_mib']} MiB")

@@ -111,7 +111,26 @@ def up(
             f"[bold]First admin[/bold]: user [cyan]{user}[/cyan] password [cyan]{password}[/cyan] "
             "(shown once; change it with `caldera passwd`)"
         )
-    serve(platform)
+    registry_proc = _start_registry(settings)
+    try:
+        serve(platform)
+    finally:
+        if registry_proc is not None:
+            registry_proc.terminate()
+
+
+def _start_registry(settings):
+    """The platform's image registry (docker-registry on 127.0.0.1) when installed and none is given by URL."""
+    from caldera.images import registry
+
+    try:
+        proc = registry.start_local(settings)
+    except registry.RegistryError as exc:
+        err.print(f"[yellow]no image registry:[/yellow] {exc}")
+        return None
+    if proc is not None or settings.registry_url:
+        console.print(f"  images: registry at {registry.url(settings)}")
+    return proc
 
 
 # ---- sessions ----------------------------------------------------------------------------------------------------

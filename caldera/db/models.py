@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -155,3 +155,32 @@ class AdminAudit(Base):
     action: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(256))
     detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class Image(Base):
+    """An image users made (a build from a form or a snapshot): its reference is
+    <registry>/<namespace>/<name>:<tag>, the namespace user/<owner>, account/<account> or public."""
+
+    __tablename__ = "images"
+    __table_args__ = (Index("ix_images_ref", "namespace", "name", "tag"), Index("ix_images_owner", "owner_id"))
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    namespace: Mapped[str] = mapped_column(String(80))
+    name: Mapped[str] = mapped_column(String(64))
+    tag: Mapped[str] = mapped_column(String(64))
+    visibility: Mapped[str] = mapped_column(String(16))  # private | account | public
+    source: Mapped[str] = mapped_column(String(16))  # form | snapshot
+    form: Mapped[dict[str, Any]] = mapped_column(JSON)  # the build form, or the snapshot's session
+    state: Mapped[str] = mapped_column(String(16))  # building | ready | failed
+    message: Mapped[str] = mapped_column(Text, default="")
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class ImageQuota(Base):
+    """A user's image quota when an admin set one; the settings' default otherwise."""
+
+    __tablename__ = "image_quotas"
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    quota_bytes: Mapped[int] = mapped_column(BigInteger)

@@ -11,7 +11,8 @@ from sqlalchemy.exc import DataError
 
 from caldera.core.spec import SpecError, field_path
 from caldera.core.states import InvalidTransition
-from caldera.server import api_admin, api_auth, api_jobs, api_templates, audit, lab_entry, web
+from caldera.images.builds import BuildQueue
+from caldera.server import api_admin, api_auth, api_images, api_jobs, api_templates, audit, lab_entry, web
 from caldera.server.csrf import CSRFMiddleware
 from caldera.server.errors import CalderaError
 from caldera.server.headers import DOCS_CSP, SecurityHeadersMiddleware, platform_headers
@@ -26,12 +27,14 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     async def lifespan(app: FastAPI):
         loop = SchedulerLoop(platform)
         app.state.loop = loop
+        app.state.builds = BuildQueue(platform)  # its worker starts with the first build
         if run_loop:
             loop.start()
         try:
             yield
         finally:
             loop.stop()
+            app.state.builds.stop()
 
     app = FastAPI(
         title="Caldera",
@@ -86,7 +89,15 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     def health() -> dict:
         return {"ok": True}
 
-    for r in (api_auth.router, api_jobs.router, api_admin.router, api_templates.router, audit.router, lab_entry.router):
+    routers = (
+        api_auth.router,
+        api_jobs.router,
+        api_images.router,
+        api_admin.router,
+        api_templates.router,
+        audit.router,
+    )
+    for r in (*routers, lab_entry.router):
         app.include_router(r)
     web.install(app)
     return app

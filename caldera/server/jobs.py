@@ -14,6 +14,7 @@ from caldera.core.spec import JobSpec
 from caldera.core.states import JobState, check_transition
 from caldera.core.tenancy import PriorityClass, QueueConfig, Role
 from caldera.db.models import Job, JobEventRow, User
+from caldera.images import catalogue
 from caldera.scheduler.quota import never_fits
 from caldera.server import tenancy
 from caldera.server.errors import Forbidden, Invalid, NotFound
@@ -60,6 +61,8 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
         raise Invalid("account", f"unknown account {account!r}") from None
     if user.role != Role.ADMIN.value and not tenancy.is_member(db, user, account):
         raise Invalid("account", f"you are not a member of account {account!r}")
+    if spec.image:
+        catalogue.check_job_image(db, p.settings, user, spec.image)
     if spec.queue:
         try:
             _, owner = tenancy.get_queue(db, spec.queue)

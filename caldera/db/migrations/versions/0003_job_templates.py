@@ -1,14 +1,14 @@
 """job templates: saved job bodies, shared with an account
 
-Revision ID: 0004
+Revision ID: 0003
 Revises: 0002
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0002"  # the head when this was written; 0003 did not exist yet
+revision = "0003"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,77 @@
+"""The build form: every field checked against a closed pattern, so nothing a user types can reach the
+Containerfile as anything but a package name or one expert line of an allowed instruction."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# bookworm's own Python; other versions would need a base image of another release
+PYTHONS = ("3.11",)
+# CUDA and cuDNN come as pip wheels, pinned as PyTorch's releases pin them (torch 2.5 for 12.1/12.4, 2.7 for 12.6)
+CUDA = {
+    "none": (),
+    "12.1": ("nvidia-cuda-runtime-cu12==12.1.105", "nvidia-cublas-cu12==12.1.3.1", "nvidia-cuda-nvrtc-cu12==12.1.105"),
+    "12.4": ("nvidia-cuda-runtime-cu12==12.4.127", "nvidia-cublas-cu12==12.4.5.8", "nvidia-cuda-nvrtc-cu12==12.4.127"),
+    "12.6": ("nvidia-cuda-runtime-cu12==12.6.77", "nvidia-cublas-cu12==12.6.4.1", "nvidia-cuda-nvrtc-cu12==12.6.77"),
+}
+CUDNN = {"none": (), "9.1": ("nvidia-cudnn-cu12==9.1.0.70",), "9.5": ("nvidia-cudnn-cu12==9.5.1.17",)}
+
+NAME = r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$"
+TAG = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
+_OP = r"(?:==|>=|<=|~=|!=|>|<)[A-Za-z0-9.*+!-]{1,64}"
+_EXTRAS = r"(?:\[[A-Za-z0-9._,-]{1,100}\])?"
+PIP = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,99}}{_EXTRAS}(?:{_OP}(?:,{_OP}){{0,3}})?$")
+APT = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,99}(?:=[A-Za-z0-9.+:~-]{1,64})?$")
+EXTRA_INSTRUCTIONS = ("RUN", "ENV", "WORKDIR", "LABEL")
+MAX_PACKAGES = 100
+MAX_EXTRA_LINES = 50
+MAX_EXTRA_LINE = 500
+
+
+class BuildForm(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(..., min_length=1, max_length=64, pattern=NAME)
+    tag: str = Field("latest", max_length=64, pattern=TAG)
+    visibility: Literal["private", "account", "public"] = "private"
+    account: str | None = Field(None, max_length=64, pattern=NAME, description="the namespace of an account image")
+    python: Literal[PYTHONS] = "3.11"  # type: ignore[valid-type]
+    cuda: Literal[tuple(CUDA)] = "none"  # type: ignore[valid-type]
+    cudnn: Literal[tuple(CUDNN)] = "none"  # type: ignore[valid-type]
+    jupyter: bool = False
+    pip: list[str] = Field(default_factory=list, max_length=MAX_PACKAGES)
+    apt: list[str] = Field(default_factory=list, max_length=MAX_PACKAGES)
+    extra_lines: list[str] = Field(default_factory=list, max_length=MAX_EXTRA_LINES)
+
+    @field_validator("pip")
+    @classmethod
+    def _pip(cls, v: list[str]) -> list[str]:
+        return _each(v, PIP, "a pip requirement (name[extras] and version conditions, no spaces or URLs)")
+
+    @field_validator("apt")
+    @classmethod
+    def _apt(cls, v: list[str]) -> list[str]:
+        return _each(v, APT, "a Debian package name (optionally =version)")
+
+    @field_validator("extra_lines")
+    @classmethod
+    def _extra(cls, v: list[str]) -> list[str]:
+        for line in v:
+            if len(line) > MAX_EXTRA_LINE or any(c in line for c in "\r\n\0"):
+                raise ValueError(f"each line is one line of at most {MAX_EXTRA_LINE} characters")
+            if line.split(" ", 1)[0].upper() not in EXTRA_INSTRUCTIONS or line.rstrip().endswith("\\"):
+                raise ValueError(f"each line is one {'/'.join(EXTRA_INSTRUCTIONS)} instruction, without continuation")
+        return v
+
+    def wheels(self) -> list[str]:
+        return [*CUDA[self.cuda], *CUDNN[self.cudnn], *(["jupyterlab"] if self.jupyter else []), *self.pip]
+
+
+def _each(values: list[str], pattern: re.Pattern, what: str) -> list[str]:
+    for x in values:
+        if not pattern.match(x):
+            raise ValueError(f"{x[:100]!r} is not {what}")
+    return values

@@ -1,0 +1,199 @@
+"""Images: list what I may use, build from a form, describe, follow a build's log, delete; image quotas."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from caldera.core.spec import field_path
+from caldera.core.tenancy import Role
+from caldera.db.models import Image, ImageQuota, User
+from caldera.images import catalogue, registry, snapshot
+from caldera.images.builds import BuildQueue, log_path
+from caldera.images.form import NAME, TAG, BuildForm
+from caldera.server import tenancy
+from caldera.server.deps import admin_user, current_user, db_session, platform
+from caldera.server.errors import CalderaError, Forbidden, InvalidFields
+from caldera.server.platform import Platform
+
+router = APIRouter(prefix="/api/v1/images", tags=["images"])
+_CHUNK = 64 * 1024
+
+
+class RegistryDown(CalderaError):
+    status = 503
+
+
+class SnapshotForm(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    job_id: str = Field(..., min_length=1, max_length=32, pattern=r"^[a-z0-9]+$")
+    name: str = Field("session", max_length=64, pattern=NAME)
+    tag: str | None = Field(None, max_length=64, pattern=TAG, description="snap-<UTC time> when empty")
+
+
+class Quota(BaseModel):
+    quota_mib: int = Field(..., ge=0, le=1 << 30, strict=True)
+
+
+def builds(request: Request) -> BuildQueue:
+    return request.app.state.builds
+
+
+def _owners(db: Session) -> dict[int, str]:
+    return dict(db.execute(select(User.id, User.username)).all())
+
+
+def parse_form(body: dict) -> BuildForm:
+    try:
+        return BuildForm.model_validate(body)
+    except ValidationError as exc:
+        raise InvalidFields(
+            [{"field": field_path(tuple(e["loc"])) or "form", "reason": e["msg"]} for e in exc.errors()]
+        ) from None
+
+
+@router.get("")
+def list_images(user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)):
+    names = _owners(db)
+    return [catalogue.view(p.settings, i, names.get(i.owner_id)) for i in catalogue.usable(db, user)]
+
+
+@router.post("", status_code=202)
+def build(
+    body: dict = Body(...),
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    q: BuildQueue = Depends(builds),
+    db: Session = Depends(db_session),
+) -> dict:
+    """Queues a build of the form; its state and log tell how it went (GET /images/{id}, /images/{id}/log)."""
+    form = parse_form(body)
+    catalogue.check_namespace(db, user, form.visibility, form.account)
+    catalogue.check_quota(db, p.settings, user)
+    if not registry.ping(p.settings):
+        raise RegistryDown(f"the image registry at {registry.url(p.settings)} is not reachable; ask an admin")
+    ns = catalogue.namespace(user, form.visibility, form.account)
+    img = catalogue.new(db, user, ns, form.name, form.tag, form.visibility, "form", form.model_dump(mode="json"))
+    db.commit()
+    q.submit(img.id)
+    return catalogue.view(p.settings, img, user.username)
+
+
+@router.post("/snapshots", status_code=202)
+def save_session(
+    body: SnapshotForm,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    q: BuildQueue = Depends(builds),
+    db: Session = Depends(db_session),
+) -> dict:
+    """Saves a running Jupyter session of mine as a new tag of my image ``name`` (queued like a build)."""
+    if not registry.ping(p.settings):
+        raise RegistryDown(f"the image registry at {registry.url(p.settings)} is not reachable; ask an admin")
+    img = snapshot.start(p, q, db, user, body.job_id, body.name, body.tag)
+    return catalogue.view(p.settings, img, user.username)
+
+
+@router.get("/quotas/{username}")
+def get_quota(
+    username: str,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
+    if user.username != username and user.role != Role.ADMIN.value:
+        raise Forbidden("only admins see other users' quotas")
+    who = tenancy.get_user(db, username)
+    used, quota = catalogue.used_bytes(db, who), catalogue.quota_bytes(db, p.settings, who)
+    return {"username": username, "used_mib": used / catalogue.MIB, "quota_mib": quota // catalogue.MIB}
+
+
+@router.put("/quotas/{username}")
+def set_quota(
+    username: str,
+    body: Quota,
+    _: User = Depends(admin_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
+    who = tenancy.get_user(db, username)
+    row = db.get(ImageQuota, who.id) or ImageQuota(user_id=who.id, quota_bytes=0)
+    row.quota_bytes = body.quota_mib * catalogue.MIB
+    db.add(row)
+    db.commit()
+    return {"username": username, "quota_mib": body.quota_mib}
+
+
+@router.get("/{image_id}")
+def describe(
+    image_id: str,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
+    img = catalogue.visible(db, user, image_id)
+    return catalogue.view(p.settings, img, _owners(db).get(img.owner_id))
+
+
+@router.get("/{image_id}/log")
+def build_log(
+    image_id: str,
+    follow: bool = False,
+    offset: int = Query(0, ge=0, le=1 << 40),
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> StreamingResponse:
+    """Plain bytes of a build's log; with follow, open until the build ends (as a job's log)."""
+    img = catalogue.visible(db, user, image_id)
+    if img.owner_id != user.id and user.role != Role.ADMIN.value:
+        raise Forbidden("only the image's owner reads its build log")
+    path, image_id = log_path(p, img.id), img.id
+
+    def stream() -> Iterator[bytes]:
+        pos = offset
+        while True:
+            with p.session() as s:
+                row = s.get(Image, image_id)
+                done = row is None or row.state != "building"
+            if path.exists():
+                with path.open("rb") as f:
+                    f.seek(pos)
+                    while chunk := f.read(_CHUNK):
+                        pos += len(chunk)
+                        yield chunk
+            if done or not follow:
+                return
+            time.sleep(0.3)
+
+    return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
+
+
+@router.delete("/{image_id}", status_code=204)
+def delete(
+    image_id: str,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    q: BuildQueue = Depends(builds),
+    db: Session = Depends(db_session),
+) -> None:
+    img = catalogue.visible(db, user, image_id)
+    if img.owner_id != user.id and user.role != Role.ADMIN.value:
+        raise Forbidden("only the image's owner or an admin deletes it")
+    if img.state == "building":
+        raise CalderaError("the image is still building")
+    if img.state == "ready":
+        try:
+            registry.delete(p.settings, f"{img.namespace}/{img.name}", img.tag)
+        except registry.RegistryError as exc:
+            raise RegistryDown(str(exc)) from None
+        q.builder.remove(catalogue.reference(p.settings, img))
+    db.delete(img)
+    db.commit()
+    log_path(p, img.id).unlink(missing_ok=True)

@@ -1,0 +1,150 @@
+"""Images API without building: form validation, registry down, quotas, namespaces, and the visibility check
+at job submission (against catalogue rows and a real docker-registry)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from caldera.db.models import Image
+from caldera.images import catalogue
+from tests.conftest import free_port, make_settings
+from tests.images_fixtures import registry_port  # noqa: F401 - fixture
+
+GOOD = {"name": "tools", "pip": ["six"]}
+
+
+@pytest.fixture
+def settings(tmp_path, db_url, registry_port):  # noqa: F811
+    return make_settings(tmp_path, db_url, registry_port=registry_port)
+
+
+@pytest.fixture
+def people(api, admin):
+    api.client.post("/api/v1/accounts", json={"name": "lab"}, headers=admin)
+    ana = api.user(admin, "ana", default_account="lab")
+    bob = api.user(admin, "bob", default_account="lab")
+    for who in ("ana", "bob"):
+        r = api.client.post("/api/v1/accounts/lab/members", json={"username": who}, headers=admin)
+        assert r.status_code == 201, r.text
+    return ana, bob
+
+
+BAD = [
+    ("pip", ["six; rm -rf /"]),
+    ("pip", ["six $(id)"]),
+    ("pip", ["git+https://example.org/x.git"]),
+    ("apt", ["curl && curl evil"]),
+    ("apt", ["Curl"]),
+    ("extra_lines", ["FROM busybox"]),
+    ("extra_lines", ["RUN echo a\nFROM busybox"]),
+    ("extra_lines", ["RUN echo a \\"]),
+    ("extra_lines", ["RUN " + "x" * 600]),
+    ("pip", ["six"] * 101),
+    ("name", "Tools"),
+    ("name", "../etc"),
+    ("tag", "a/b"),
+    ("cuda", "11.8"),
+    ("python", "2.7"),
+    ("visibility", "everyone"),
+    ("shell", "bash"),
+]
+
+
+def test_a_bad_form_field_is_a_400_naming_it(api, people):
+    for field, value in BAD:
+        r = api.client.post("/api/v1/images", json={**GOOD, field: value}, headers=people[0])
+        assert r.status_code == 400, (field, value, r.text)
+        assert r.json()["errors"][0]["field"].startswith(field), r.json()
+    with api.client.app.state.platform.session() as db:
+        assert db.query(Image).count() == 0
+
+
+def test_a_registry_that_is_down_is_a_503_and_records_nothing(tmp_path, db_url):
+    from caldera.server.app import create_app
+    from caldera.server.platform import Platform
+    from caldera.server.tenancy import bootstrap
+
+    p = Platform.create(make_settings(tmp_path, db_url, registry_port=free_port()))
+    with p.session() as db:
+        bootstrap(db, "admin-password")
+        db.commit()
+    with TestClient(create_app(p, run_loop=False)) as c:
+        tok = c.post("/api/v1/auth/login", json={"username": "admin", "password": "admin-password"}).json()
+        r = c.post("/api/v1/images", json=GOOD, headers={"Authorization": f"Bearer {tok['access_token']}"})
+    assert r.status_code == 503 and "not reachable" in r.json()["detail"], r.text
+    with p.session() as db:
+        assert db.query(Image).count() == 0
+    p.engine.dispose()
+
+
+def test_only_an_admin_sets_a_quota_and_a_user_over_it_cannot_build(api, admin, people):
+    ana, _ = people
+    assert api.client.put("/api/v1/images/quotas/ana", json={"quota_mib": 99999}, headers=ana).status_code == 403
+    assert api.client.get("/api/v1/images/quotas/bob", headers=ana).status_code == 403
+    r = api.client.put("/api/v1/images/quotas/ana", json={"quota_mib": 0}, headers=admin)
+    assert r.status_code == 200, r.text
+    assert api.client.get("/api/v1/images/quotas/ana", headers=ana).json()["quota_mib"] == 0
+    r = api.client.post("/api/v1/images", json=GOOD, headers=ana)
+    assert r.status_code == 403 and "quota exceeded" in r.json()["detail"], r.text
+
+
+def test_an_account_image_needs_membership(api, admin, people):
+    ana, _ = people
+    api.client.post("/api/v1/accounts", json={"name": "other"}, headers=admin)
+    r = api.client.post("/api/v1/images", json={**GOOD, "visibility": "account", "account": "other"}, headers=ana)
+    assert r.status_code == 403 and "not a member" in r.json()["detail"], r.text
+
+
+def _ready(api, owner: str, ns: str, visibility: str, name: str) -> str:
+    p = api.client.app.state.platform
+    with p.session() as db:
+        from caldera.server import tenancy
+
+        user = tenancy.get_user(db, owner)
+        img = catalogue.new(db, user, ns, name, "1", visibility, "form", {})
+        img.state, img.size_bytes, img.finished_at = "ready", 1000, time.time()
+        db.commit()
+        return catalogue.reference(p.settings, img)
+
+
+def test_a_job_naming_another_users_private_image_is_refused(api, people):
+    ana, bob = people
+    private = _ready(api, "ana", "user/ana", "private", "mine")
+    public = _ready(api, "ana", "public", "public", "shared")
+    account = _ready(api, "ana", "account/lab", "account", "lab-env")
+    job = {"name": "j", "command": ["true"]}
+    r = api.client.post("/api/v1/jobs", json={**job, "image": private}, headers=bob)
+    assert r.status_code == 403 and "not yours" in r.json()["detail"], r.text
+    for ref in (public, account):
+        assert api.client.post("/api/v1/jobs", json={**job, "image": ref}, headers=bob).status_code == 201
+    assert api.client.post("/api/v1/jobs", json={**job, "image": private}, headers=ana).status_code == 201
+    missing = private.replace("mine", "nothing")
+    r = api.client.post("/api/v1/jobs", json={**job, "image": missing}, headers=ana)
+    assert r.status_code == 400 and r.json()["errors"][0]["field"] == "image", r.text
+    # what bob may use is listed; ana's private image is not
+    refs = {i["reference"] for i in api.client.get("/api/v1/images", headers=bob).json()}
+    assert refs == {public, account}
+    assert api.client.get("/api/v1/images", headers=ana).status_code == 200
+
+
+def test_a_build_the_server_was_running_when_it_stopped_is_marked_lost_with_its_log_kept(api, people):
+    from caldera.images.builds import BuildQueue, log_path
+
+    p = api.client.app.state.platform
+    with p.session() as db:
+        from caldera.server import tenancy
+
+        img = catalogue.new(db, tenancy.get_user(db, "ana"), "user/ana", "half", "1", "private", "form", GOOD)
+        db.commit()
+        iid = img.id
+    log = log_path(p, iid)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("STEP 1/4: FROM base\n")
+    BuildQueue(p)  # what a restarted server makes
+    got = api.client.get(f"/api/v1/images/{iid}", headers=people[0]).json()
+    assert got["state"] == "failed" and got["message"].startswith("Lost"), got
+    assert api.client.get(f"/api/v1/images/{iid}/log", headers=people[0]).text == "STEP 1/4: FROM base\n"
+    assert api.client.get(f"/api/v1/images/{iid}", headers=people[1]).status_code == 404  # private to ana

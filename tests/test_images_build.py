@@ -1,0 +1,119 @@
+"""Real builds: buildah from a form, pushed to a real docker-registry, recorded; a failing build keeps its log and
+leaves nothing; a quota overrun found after the build leaves nothing. Uses the tiny `six`; buildah's layer cache
+makes every build after the first take seconds."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from caldera.images import registry
+from caldera.runtime.container.settings import ContainerSettings
+from tests.conftest import make_settings, wait_for
+from tests.images_fixtures import registry_port  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.skipif(shutil.which("buildah") is None, reason="needs buildah")
+
+
+@pytest.fixture
+def db_url():
+    return None  # one database is enough for builds: the catalogue's SQL is tested by test_images on both
+
+
+@pytest.fixture
+def settings(tmp_path, registry_port):  # noqa: F811
+    if subprocess.run(["podman", "image", "exists", ContainerSettings().image]).returncode != 0:
+        pytest.skip("needs the base image: caldera images bootstrap")
+    return make_settings(tmp_path, None, registry_port=registry_port, image_build_memory_mib=1024)
+
+
+@pytest.fixture
+def ana(api, admin):
+    return api.user(admin, "ana")
+
+
+def _built(api, headers, form: dict) -> dict:
+    r = api.client.post("/api/v1/images", json=form, headers=headers)
+    assert r.status_code == 202, r.text
+    img = r.json()
+    assert img["state"] == "building"
+    return wait_for(
+        lambda: (
+            (i := api.client.get(f"/api/v1/images/{img['id']}", headers=headers).json())["state"] != "building" and i
+        ),
+        timeout=600,
+        interval=1,
+        what="the build to end",
+    )
+
+
+def _local(ref: str) -> bool:
+    return subprocess.run(["podman", "image", "exists", ref]).returncode == 0
+
+
+def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, ana, settings):
+    t0 = time.monotonic()
+    limit = "RUN echo memory-limit=$(cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes)"
+    form = {"name": "six-env", "tag": "1", "pip": ["six==1.16.0"], "apt": ["less"], "extra_lines": [limit]}
+    img = _built(api, ana, form)
+    assert img["state"] == "ready", img
+    ref = img["reference"]
+    assert ref == f"{registry.host(settings)}/user/ana/six-env:1"
+    assert registry.tags(settings, "user/ana/six-env") == ["1"]
+    assert img["size_bytes"] > 50 << 20 and img["form"]["pip"] == ["six==1.16.0"]
+    out = subprocess.run(
+        ["podman", "run", "--rm", "--network=none", ref, "sh", "-c", "python3 -c 'import six; print(six.__version__)'"
+         " && command -v less"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.stdout.split() == ["1.16.0", "/usr/bin/less"], out
+    log = api.client.get(f"/api/v1/images/{img['id']}/log", headers=ana).text
+    assert "Successfully installed six-1.16.0" in log or "six==1.16.0" in log, log[-2000:]
+    assert f"ready: {ref}" in log
+    assert f"memory-limit={1024 << 20}" in log  # the build ran under its cgroup limit
+    assert [i["id"] for i in api.client.get("/api/v1/images", headers=ana).json()] == [img["id"]]
+    # the same reference again is a conflict, not a second record
+    r = api.client.post("/api/v1/images", json={"name": "six-env", "tag": "1"}, headers=ana)
+    assert r.status_code == 409, r.text
+    # deleting removes it from the registry, this host and the catalogue
+    assert api.client.delete(f"/api/v1/images/{img['id']}", headers=ana).status_code == 204
+    assert registry.tags(settings, "user/ana/six-env") == [] and not _local(ref)
+    assert api.client.get("/api/v1/images", headers=ana).json() == []
+    print(f"build+push+checks {time.monotonic() - t0:.1f} s")
+
+
+def _working_containers() -> set[str]:
+    return set(subprocess.run(["buildah", "containers", "-q"], capture_output=True, text=True).stdout.split())
+
+
+def test_a_package_that_does_not_exist_fails_the_build_keeps_its_log_and_leaves_nothing(api, ana, settings):
+    before = _working_containers()
+    img = _built(api, ana, {"name": "broken", "pip": ["caldera-no-such-package-xyz"]})
+    assert img["state"] == "failed", img
+    assert img["message"] == "pip found no package caldera-no-such-package-xyz", img
+    assert img["size_bytes"] == 0 and not _local(img["reference"])
+    assert registry.tags(settings, "user/ana/broken") == []
+    log = api.client.get(f"/api/v1/images/{img['id']}/log", headers=ana).text
+    assert "No matching distribution found for caldera-no-such-package-xyz" in log
+    # a failed build does not block a corrected one of the same name
+    r = api.client.post("/api/v1/images", json={"name": "broken", "apt": ["no-such-deb-xyz"]}, headers=ana)
+    assert r.status_code == 202, r.text
+    img = wait_for(
+        lambda: (
+            (i := api.client.get(f"/api/v1/images/{r.json()['id']}", headers=ana).json())["state"] != "building" and i
+        ),
+        timeout=300,
+        what="the apt build to fail",
+    )
+    assert img["state"] == "failed" and img["message"] == "apt found no package no-such-deb-xyz", img
+    assert _working_containers() <= before  # buildah kept no half-built container
+
+
+def test_a_build_over_the_quota_is_not_pushed_nor_recorded(api, admin, ana, settings):
+    assert api.client.put("/api/v1/images/quotas/ana", json={"quota_mib": 1}, headers=admin).status_code == 200
+    img = _built(api, ana, {"name": "big", "pip": ["six==1.16.0"]})
+    assert img["state"] == "failed" and "image quota exceeded" in img["message"], img
+    assert registry.tags(settings, "user/ana/big") == [] and not _local(img["reference"])

@@ -1,0 +1,102 @@
+"""Snapshots: a user installs a package (from a wheel in their workspace: sessions have no network) and a file
+into a running Jupyter session's image, saves the session, starts a new session from the saved image and finds
+both there. Runs a real podman container runtime, buildah and docker-registry."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import select
+
+from caldera.db.models import User
+from caldera.images import registry
+from caldera.runtime.container import probe
+from caldera.runtime.container.runtime import container_name
+from tests.conftest import make_settings, wait_for
+from tests.images_fixtures import registry_port  # noqa: F401 - fixture
+from tests.test_images_build import _built, _local
+from tests.test_runs import _submit, _until
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("buildah") is None or not probe.usable(), reason="needs buildah, podman and the base image"
+)
+
+
+@pytest.fixture
+def db_url():
+    return None
+
+
+@pytest.fixture
+def settings(tmp_path, registry_port):  # noqa: F811
+    return make_settings(tmp_path, None, registry_port=registry_port, runtime="container")
+
+
+def _exec(job: dict, uid: int, script: str) -> subprocess.CompletedProcess:
+    ctr = container_name(job["id"], job["attempt"], 0)
+    argv = ["podman", "exec", "--user", f"{uid}:{uid}", ctr, "sh", "-c", script]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def _snapshot(api, headers, body: dict) -> dict:
+    r = api.client.post("/api/v1/images/snapshots", json=body, headers=headers)
+    assert r.status_code == 202, r.text
+    iid = r.json()["id"]
+    return wait_for(
+        lambda: (i := api.client.get(f"/api/v1/images/{iid}", headers=headers).json())["state"] != "building" and i,
+        timeout=300,
+        what="the snapshot",
+    )
+
+
+def test_a_saved_session_keeps_what_the_user_installed(api, admin, settings, tmp_path):
+    ana, bob = api.user(admin, "ana"), api.user(admin, "bob")
+    lab = _built(api, ana, {"name": "lab", "tag": "1", "jupyter": True})
+    assert lab["state"] == "ready", lab
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels), "six==1.16.0"]
+    subprocess.run(pip, check=True, timeout=300)
+    wheel = next(wheels.glob("six-*.whl"))
+
+    jid = _submit(api, ana, name="lab", kind="jupyter", image=lab["reference"])
+    job = _until(api, ana, jid, {"Running", "Failed"}, timeout=120)
+    assert job["state"] == "Running", job
+    with api.client.app.state.platform.session() as db:
+        uid = db.scalar(select(User.os_uid).where(User.username == "ana"))
+    home = settings.workspaces / "ana"
+    shutil.copy(wheel, home / wheel.name)
+    done = _exec(job, uid, f"pip install -q --no-index {home / wheel.name} && echo kept > /opt/venv/ana-note")
+    assert done.returncode == 0, done
+
+    # nobody else saves ana's session; a job that is not a running session is no snapshot
+    r = api.client.post("/api/v1/images/snapshots", json={"job_id": jid, "name": "stolen"}, headers=bob)
+    assert r.status_code in (403, 404), r.text
+    batch = _submit(api, ana, name="b", command=["true"])
+    r = api.client.post("/api/v1/images/snapshots", json={"job_id": batch, "name": "lab"}, headers=ana)
+    assert r.status_code == 409 and "running Jupyter session" in r.json()["detail"], r.text
+
+    snap = _snapshot(api, ana, {"job_id": jid, "name": "lab", "tag": "2"})
+    assert snap["state"] == "ready" and snap["source"] == "snapshot", snap
+    assert snap["reference"] == f"{registry.host(settings)}/user/ana/lab:2"
+    assert sorted(registry.tags(settings, "user/ana/lab")) == ["1", "2"]
+    assert 0 < snap["size_bytes"] <= settings.snapshot_max_mib << 20
+    # a snapshot over the cap is refused and leaves nothing
+    api.client.app.state.platform.settings.snapshot_max_mib = 1
+    big = _snapshot(api, ana, {"job_id": jid, "name": "lab", "tag": "3"})
+    assert big["state"] == "failed" and "over the 1 MiB cap" in big["message"], big
+    assert "3" not in registry.tags(settings, "user/ana/lab") and not _local(big["reference"])
+    api.client.post(f"/api/v1/jobs/{jid}/cancel", headers=ana)
+
+    again = _submit(api, ana, name="lab-again", kind="jupyter", image=snap["reference"])
+    job = _until(api, ana, again, {"Running", "Failed"}, timeout=120)
+    assert job["state"] == "Running", job
+    found = _exec(job, uid, "python3 -c 'import six; print(six.__version__)'; cat /opt/venv/ana-note")
+    assert found.stdout.split() == ["1.16.0", "kept"], found
+    # and bob may not run ana's private snapshot
+    r = api.client.post("/api/v1/jobs", json={"name": "x", "kind": "jupyter", "image": snap["reference"]}, headers=bob)
+    assert r.status_code == 403, r.text
+    api.client.post(f"/api/v1/jobs/{again}/cancel", headers=ana)
+    _until(api, ana, again, {"Cancelled", "Failed", "Succeeded"}, timeout=60)
