@@ -75,6 +75,8 @@ def _call(client, case, headers):
     kw.pop("verify", None)
     kw.pop("cookies", None)  # no route takes one; the session cookie would only meet the CSRF check
     response = client.request(**kw)
+    if response.status_code == 503 and "image registry" in response.text:
+        return  # no registry runs for this app: its clear 503 is the right answer (tests/test_images.py)
     assert response.status_code < 500, f"{case.method} {case.formatted_path}: {response.status_code} {response.text}"
 
 
