@@ -45,6 +45,7 @@ from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.local import jupyter, owner
 from caldera.runtime.local.gpus import discover_gpus, nvml_devices
 from caldera.runtime.local.rundir import RunDir, create_json_exclusive, read_json, write_json_atomic, write_text_atomic
+from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 
 log = logging.getLogger(__name__)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # what podman accepts in a container name
@@ -290,7 +291,7 @@ class ContainerRuntime:
         env.update(
             CALDERA_JOB_ID=req.job_id,
             CALDERA_ATTEMPT=str(req.attempt),
-            CALDERA_PREEMPT_NOTICE=str(scratch / "preempt-notice"),
+            CALDERA_PREEMPT_NOTICE=str(scratch / NOTICE_FILE),
             CUDA_DEVICE_ORDER="PCI_BUS_ID",
         )
         return env
@@ -501,20 +502,10 @@ class ContainerRuntime:
         live = [c["Names"][0] for c in self.podman.containers(*self._labels(*key)) if c["State"] not in _ENDED]
         if not live:
             return
-        now = time.time()
-        kill_at = now + max(0.0, grace_s)
-        prev = read_json(rd.stop)
-        if prev and prev.get("kill_at") is not None:
-            kill_at = min(kill_at, prev["kill_at"])  # a second stop may shorten the grace, never extend it
-        if notice is not None:
-            text = notice if notice.endswith("\n") else notice + "\n"
-            ids = meta.get("run_as")
-            run_as = RunAs("", ids[0], ids[1]) if ids else None
-            owner.write_owned(Path(meta["scratch"]) / "preempt-notice", text, run_as, mode=0o644)
-        write_json_atomic(
-            rd.stop, {"requested_at": now, "grace_s": grace_s, "kill_at": kill_at, "preempt": notice is not None}
-        )
-        self.podman.detached("stop", f"--time={math.ceil(max(0.0, kill_at - now))}", *live)
+        ids = meta.get("run_as")
+        run_as = RunAs("", ids[0], ids[1]) if ids else None
+        kill_at = record_stop(rd, Path(meta["scratch"]), run_as, grace_s, notice)
+        self.podman.detached("stop", f"--time={math.ceil(max(0.0, kill_at - time.time()))}", *live)
 
     # -- logs ------------------------------------------------------------------------------------------------
     def logs(self, handle: Handle, rank: int | None = None, follow: bool = False, offset: int = 0) -> Iterator[bytes]:

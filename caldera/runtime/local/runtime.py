@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, O
 from caldera.runtime.local import jupyter, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
+from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 
 # the shim runs as ``python -m caldera.runtime.local.shim`` from here, so it imports this very checkout of caldera
 # (``-m`` puts the working directory first on sys.path) without adding PYTHONPATH to the job's environment
@@ -574,21 +574,7 @@ class LocalRuntime:
         if not live:  # a lost job: no supervisor is left to ask, only strays to kill
             procs.kill_all(procs.job_processes(set(), tag_prefix=tag_prefix))
             return
-        now = time.time()
-        kill_at = now + max(0.0, grace_s)
-        prev = read_json(rd.stop)
-        if prev and prev.get("kill_at") is not None:
-            kill_at = min(kill_at, prev["kill_at"])  # a second stop may shorten the grace, never extend it
-        if notice is not None:
-            deadline = datetime.fromtimestamp(kill_at, UTC).isoformat()
-            text = notice if notice.endswith("\n") else notice + "\n"
-            if "deadline" not in notice:
-                text += f"deadline: {deadline}\n"
-            # before any SIGTERM: a handler may look for it
-            owner.write_owned(_notice(Path(meta["scratch"])), text, _run_as(meta), mode=0o644)
-        write_json_atomic(
-            rd.stop, {"requested_at": now, "grace_s": grace_s, "kill_at": kill_at, "preempt": notice is not None}
-        )
+        kill_at = record_stop(rd, Path(meta["scratch"]), _run_as(meta), grace_s, notice)
         for rk in live:
             # the shim forwards SIGTERM to its whole group once: signalling the group ourselves would hand the
             # command a second SIGTERM through the shim
@@ -674,7 +660,7 @@ class LocalRuntime:
 
 
 def _notice(scratch: Path) -> Path:
-    return scratch / "preempt-notice"
+    return scratch / NOTICE_FILE
 
 
 def _run_as(meta: dict[str, Any]) -> RunAs | None:
