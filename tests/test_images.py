@@ -87,6 +87,8 @@ def test_only_an_admin_sets_a_quota_and_a_user_over_it_cannot_build(api, admin, 
     r = api.client.put("/api/v1/images/quotas/ana", json={"quota_mib": 0}, headers=admin)
     assert r.status_code == 200, r.text
     assert api.client.get("/api/v1/images/quotas/ana", headers=ana).json()["quota_mib"] == 0
+    entries = api.client.get("/api/v1/audit", headers=admin).json()["entries"]
+    assert {"action": "set-image-quota", "target": "ana"}.items() <= entries[0].items()
     r = api.client.post("/api/v1/images", json=GOOD, headers=ana)
     assert r.status_code == 403 and "quota exceeded" in r.json()["detail"], r.text
 

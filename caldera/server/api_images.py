@@ -17,7 +17,7 @@ from caldera.db.models import Image, ImageQuota, User
 from caldera.images import catalogue, registry, snapshot
 from caldera.images.builds import BuildQueue, log_path
 from caldera.images.form import NAME, TAG, BuildForm
-from caldera.server import tenancy
+from caldera.server import audit, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import CalderaError, Forbidden, InvalidFields
 from caldera.server.platform import Platform
@@ -76,13 +76,18 @@ def build(
     form = parse_form(body)
     catalogue.check_namespace(db, user, form.visibility, form.account)
     catalogue.check_quota(db, p.settings, user)
-    if not registry.ping(p.settings):
-        raise RegistryDown(f"the image registry at {registry.url(p.settings)} is not reachable; ask an admin")
+    _registry_reachable(p)
     ns = catalogue.namespace(user, form.visibility, form.account)
     img = catalogue.new(db, user, ns, form.name, form.tag, form.visibility, "form", form.model_dump(mode="json"))
     db.commit()
     q.submit(img.id)
     return catalogue.view(p.settings, img, user.username)
+
+
+def _registry_reachable(p: Platform) -> None:
+    """Before anything is recorded: a build or snapshot that cannot be pushed is refused, not queued."""
+    if not registry.ping(p.settings):
+        raise RegistryDown(f"the image registry at {registry.url(p.settings)} is not reachable; ask an admin")
 
 
 @router.post("/snapshots", status_code=202)
@@ -94,8 +99,7 @@ def save_session(
     db: Session = Depends(db_session),
 ) -> dict:
     """Saves a running Jupyter session of mine as a new tag of my image ``name`` (queued like a build)."""
-    if not registry.ping(p.settings):
-        raise RegistryDown(f"the image registry at {registry.url(p.settings)} is not reachable; ask an admin")
+    _registry_reachable(p)
     img = snapshot.start(p, q, db, user, body.job_id, body.name, body.tag)
     return catalogue.view(p.settings, img, user.username)
 
@@ -118,7 +122,7 @@ def get_quota(
 def set_quota(
     username: str,
     body: Quota,
-    _: User = Depends(admin_user),
+    admin: User = Depends(admin_user),
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ) -> dict:
@@ -126,6 +130,7 @@ def set_quota(
     row = db.get(ImageQuota, who.id) or ImageQuota(user_id=who.id, quota_bytes=0)
     row.quota_bytes = body.quota_mib * catalogue.MIB
     db.add(row)
+    audit.record(db, admin, "set-image-quota", username, {"quota_mib": body.quota_mib})
     db.commit()
     return {"username": username, "quota_mib": body.quota_mib}
 
