@@ -32,8 +32,9 @@ from caldera.core.resources import Resources
 from caldera.core.tenancy import PriorityClass
 from caldera.interference.predictor import Predictor
 from caldera.interference.records import Dataset, JobType, Sample
+from caldera.interference.snapshot import pairs, prediction_table
 from caldera.scheduler.fifo import FifoPolicy
-from caldera.scheduler.sharing import Mix, SharingInfo, SharingPolicy
+from caldera.scheduler.sharing import SharingInfo, SharingPolicy
 from caldera.scheduler.snapshot import Policy, SchedJob, Snapshot
 
 BAD_DECAY = 0.5
@@ -278,16 +279,6 @@ class ShareSim:
         )
 
 
-def prediction_table(types: list[JobType], predictor: Predictor, gpu: str) -> dict[tuple[str, Mix], tuple]:
-    """SharingInfo.decay for every pair of ``types`` on ``gpu``, in one batched prediction."""
-    mixes = [sorted([a, b], key=lambda t: t.key) for i, a in enumerate(types) for b in types[i:]]
-    return {
-        (gpu, tuple(t.key for t in mix)): tuple(d)
-        for mix, d in zip(mixes, predictor.predict_many(mixes, gpu))
-        if d is not None
-    }
-
-
 def compare(
     ds: Dataset,
     jobs: list[ShareJob],
@@ -298,6 +289,7 @@ def compare(
     gpu: str = "v100",
     tolerance: float = 0.35,
     prefer_gain: float | None = None,
+    max_jobs_per_gpu: int = 2,
 ) -> list[Outcome]:
     """Run the three policies on ``jobs``; ``predictor`` is what the interference-aware scheduler is told."""
     types = sorted({j.job for j in jobs if j.gpus == 1}, key=lambda t: t.key)
@@ -308,7 +300,11 @@ def compare(
 
     workload = {j.id: j.job.key for j in jobs if j.gpus == 1}
     aware_info = SharingInfo(
-        prediction_table(types, predictor, gpu), workload, default_tolerance=tolerance, prefer_gain=prefer_gain
+        prediction_table(pairs(types), predictor, gpu),
+        workload,
+        default_tolerance=tolerance,
+        prefer_gain=prefer_gain,
+        max_jobs_per_gpu=max_jobs_per_gpu,
     )
     naive_info = SharingInfo({}, workload)
     runs: list[tuple[str, SharingInfo | None, Policy]] = [

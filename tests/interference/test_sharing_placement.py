@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from caldera.core.spec import SpecError, parse_spec
+from caldera.core.tenancy import QueueConfig
 from caldera.scheduler.fifo import FifoPolicy
 from caldera.scheduler.sharing import SharingInfo, SharingPolicy
 from caldera.scheduler.snapshot import SchedJob
@@ -58,7 +59,7 @@ def test_no_share_when_any_job_of_the_mix_would_decay_past_its_tolerance():
     # a per-queue tolerance applies to jobs without their own
     r0 = dataclasses.replace(r0, decay_tolerance=None)
     snap = full_cluster(r0, queued=[q], sharing=info(pair("a", "b", 0.2, 0.05), {"r0": "a", "q": "b"}))
-    snap.sharing = dataclasses.replace(snap.sharing, queue_tolerance={"q": 0.25})
+    snap.queues = {"q": QueueConfig(name="q", account="a", decay_tolerance=0.25)}
     assert [s.job_id for s in run(snap).starts] == ["q"]
 
 
