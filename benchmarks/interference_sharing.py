@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--prefer-gain", type=float, default=0.6, help="share instead of a free GPU above this gain")
     ap.add_argument("--max-jobs-per-gpu", type=int, default=2)
     ap.add_argument("--estimator", default="extra_trees")
+    ap.add_argument("--oracle", action="store_true", help="also the aware policy told the measured decays")
     ap.add_argument("--seeds", default="0", help="which halves of the V100 pairs the model never sees, e.g. 0,1,2")
     args = ap.parse_args()
     data = Settings().shared_data_dir if args.data_dir is None else args.data_dir
@@ -47,10 +48,11 @@ def main() -> None:
             max_jobs_per_gpu=args.max_jobs_per_gpu,
             estimator=args.estimator,
             seed=seed,
+            oracle=args.oracle,
         )
         print(ex.summary(), f"on {args.nodes} x {args.gpus_per_node} V100\n")
         print(markdown_table(ex.outcomes), "\n", flush=True)
-        fifo, naive, aware = ex.outcomes
+        fifo, naive, aware = ex.outcomes[:3]
         gains.append(
             (aware.eff_util_busy / fifo.eff_util_busy, fifo.avg_jct_s / aware.avg_jct_s, aware.bad_colocations)
         )

@@ -49,6 +49,7 @@ def run_experiment(
     max_jobs_per_gpu: int = 2,
     estimator: str = "extra_trees",
     seed: int = 0,
+    oracle: bool = False,
 ) -> SharingExperiment:
     """``skip`` and ``limit``: replay jobs ``skip .. skip + limit`` of the traces by arrival (another window)."""
     from caldera.interference.train import train
@@ -76,6 +77,7 @@ def run_experiment(
         tolerance=tolerance,
         prefer_gain=prefer_gain,
         max_jobs_per_gpu=max_jobs_per_gpu,
+        oracle=oracle,
     )
     one_gpu = sum(1 for j in jobs if j.gpus == 1)
     mae, p95 = float(err.mean()), float(np.percentile(err, 95))
@@ -86,13 +88,13 @@ def markdown_table(outs: list[Outcome]) -> str:
     base = outs[0]
     lines = [
         "| policy | eff. util (busy GPU) | cluster tput | avg JCT h | JCT vs FIFO | makespan h | p95 decay | "
-        "bad co-locations | co-locations | OOMs |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "bad co-locations | co-locations | OOMs | gang share | eff. util (1-GPU jobs' GPUs) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for o in outs:
         lines.append(
             f"| {o.policy} | {o.eff_util_busy:.3f} | {o.cluster_throughput:.3f} | {o.avg_jct_s / 3600:.1f} | "
             f"{base.avg_jct_s / o.avg_jct_s:.2f}x | {o.makespan_s / 3600:.0f} | {o.p95_decay:.3f} | "
-            f"{o.bad_colocations} | {o.colocations} | {o.ooms} |"
+            f"{o.bad_colocations} | {o.colocations} | {o.ooms} | {o.gang_share:.2f} | {o.eff_util_one_gpu:.3f} |"
         )
     return "\n".join(lines)
