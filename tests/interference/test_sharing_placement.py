@@ -126,3 +126,20 @@ def test_prefer_gain_moves_a_start_from_a_free_gpu_onto_a_good_partner():
     # never in naive mode, and never for a job the inner policy did not approve
     snap.sharing = info(table, {"r0": "a", "q": "b"}, prefer_gain=0.1)
     assert [s.allocations[0].gpus for s in run(snap, aware=False).starts] == [(1,)]
+
+
+def test_why_names_the_closest_refused_mix_and_its_tolerance():
+    r0 = shared(running("r0", {"n0": [0]}))
+    q = shared(job("q"))
+    snap = full_cluster(r0, queued=[q], sharing=info(pair("a", "b", 0.2, 0.4), {"r0": "a", "q": "b"}))
+    reasons = run(snap).pending["q"]
+    assert reasons[0].code == "SharingDeclined", reasons
+    assert (
+        reasons[0].message
+        == "not shared: next to r0 on n0 GPU 0 the predicted slowdown of it is 40%, over its tolerance 30%"
+    )
+    assert reasons[-1].code == "QueuePosition"
+    snap.sharing = info({}, {"r0": "a", "q": "b"})
+    assert "no predicted slowdown for it next to r0 on a100" in run(snap).pending["q"][0].message
+    snap.sharing = SharingInfo(unavailable="no interference model at /x (caldera interference train)")
+    assert run(snap).pending["q"][0].message == "not shared: no interference model at /x (caldera interference train)"
