@@ -55,6 +55,11 @@ class SharingInfo:
     # occupied GPU's predicted normalised throughput by more than this (keeps free GPUs for gangs); None: never
     prefer_gain: float | None = None
     unavailable: str = ""  # why there are no predictions at all (e.g. no model file), for the jobs' why
+    # a mix is formed only when it raises the GPU's predicted normalised throughput by more than this: slack for
+    # the model's error (a pair predicted barely worth it is often worse in truth)
+    min_gain: float = 0.0
+    # the first this many waiting shareable jobs are placed best pair first (see share_placements); 1: queue order
+    match_window: int = 1
 
     def tolerance(self, job: SchedJob, queues: Mapping[str, QueueConfig] | None = None) -> float:
         if job.decay_tolerance is not None:
@@ -215,7 +220,11 @@ class Placements:
 
 def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -> Placements:
     """Starts on shared GPUs for queued shareable jobs the inner policy's ``decisions`` left waiting, and (with
-    ``SharingInfo.prefer_gain``) for shareable jobs it started on a free GPU that gain enough by sharing instead."""
+    ``SharingInfo.prefer_gain``) for shareable jobs it started on a free GPU that gain enough by sharing instead.
+
+    The movable jobs go first, in queue order. The waiting ones are then placed best pair first among the first
+    ``SharingInfo.match_window`` of them (the (job, GPU) with the largest predicted gain, then the next, ...), so
+    an early job does not take the partner a later one would have gained more with; 1 is plain queue order."""
     out = Placements([], set(), {})
     info = snap.sharing
     if info is None:
@@ -224,31 +233,60 @@ def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -
     queued = {j.id: j for j in snap.queued}
     movable = {i for i in inner if aware and info.prefer_gain is not None and i in queued and can_share(queued[i])}
     order = sorted(snap.queued, key=lambda j: (j.id not in movable, j.queued_since or j.submitted_at, j.id))
-    occ: _Occupancy | None = None
+    candidates: list[SchedJob] = []
     for job in order:
         if job.id in inner and job.id not in movable or not can_share(job):
             continue
-        reasons = decisions.pending.get(job.id, ())
-        if any(r.code not in CAPACITY_CODES for r in reasons):
+        if any(r.code not in CAPACITY_CODES for r in decisions.pending.get(job.id, ())):
             continue
-        if occ is None:
-            occ = _Occupancy(snap, [st for st in decisions.starts if st.job_id not in movable])
-        judge = _Judge(info, snap.queues, aware, job)
-        best, best_gain, candidates = None, info.prefer_gain if job.id in movable else 0.0, 0
+        candidates.append(job)
+    if not candidates:
+        return out
+    occ = _Occupancy(snap, [st for st in decisions.starts if st.job_id not in movable])
+    judges = {j.id: _Judge(info, snap.queues, aware, j) for j in candidates}
+    rooms: dict[str, int] = {}
+
+    def best_for(job: SchedJob) -> tuple[float, _Gpu | None]:
+        judge, room = judges[job.id], 0
+        best, best_gain = None, info.prefer_gain if job.id in movable else (info.min_gain if aware else 0.0)
         for gpu in occ.gpus:
-            if not occ.room(job, gpu, info.max_jobs_per_gpu):
-                continue
-            candidates += 1
-            gain = judge.gain(gpu)
-            if gain is not None and gain > best_gain + 1e-12:  # type: ignore[operator]
-                best, best_gain = gpu, gain
-        if best is not None:
-            note = judge.note(best)
-            out.starts.append(Start(job.id, (occ.take(job, best),), note))
-            if job.id in movable:
-                out.moved.add(job.id)
-        elif job.id not in inner and snap.explain:
-            out.declined[job.id] = judge.reason(candidates)
+            if occ.room(job, gpu, info.max_jobs_per_gpu):
+                room += 1
+                gain = judge.gain(gpu)
+                if gain is not None and gain > best_gain + 1e-12:  # type: ignore[operator]
+                    best, best_gain = gpu, gain
+        rooms[job.id] = max(rooms.get(job.id, 0), room)
+        return best_gain or 0.0, best
+
+    def place(job: SchedJob, gpu: _Gpu) -> None:
+        note = judges[job.id].note(gpu)
+        out.starts.append(Start(job.id, (occ.take(job, gpu),), note))
+        if job.id in movable:
+            out.moved.add(job.id)
+
+    for job in candidates:
+        if job.id in movable and (gpu := best_for(job)[1]) is not None:
+            place(job, gpu)
+    waiting = [j for j in candidates if j.id not in movable]
+    k = max(1, info.match_window) if aware else 1
+    pool, rest = waiting[:k], waiting[k:]
+    while pool:
+        best: tuple[float, SchedJob, _Gpu] | None = None
+        for job in pool:
+            gain, gpu = best_for(job)
+            if gpu is not None and (best is None or gain > best[0] + 1e-12):
+                best = (gain, job, gpu)
+        if best is None:
+            break
+        place(best[1], best[2])
+        pool.remove(best[1])
+    for job in rest:
+        if (gpu := best_for(job)[1]) is not None:
+            place(job, gpu)
+    placed = {s.job_id for s in out.starts}
+    for job in candidates:
+        if job.id not in placed and job.id not in inner and snap.explain:
+            out.declined[job.id] = judges[job.id].reason(rooms.get(job.id, 0))
     return out
 
 

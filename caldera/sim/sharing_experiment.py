@@ -50,6 +50,8 @@ def run_experiment(
     estimator: str = "extra_trees",
     seed: int = 0,
     oracle: bool = False,
+    match_window: int = 1,
+    min_gain: float = 0.0,
 ) -> SharingExperiment:
     """``skip`` and ``limit``: replay jobs ``skip .. skip + limit`` of the traces by arrival (another window)."""
     from caldera.interference.train import train
@@ -78,6 +80,8 @@ def run_experiment(
         prefer_gain=prefer_gain,
         max_jobs_per_gpu=max_jobs_per_gpu,
         oracle=oracle,
+        match_window=match_window,
+        min_gain=min_gain,
     )
     one_gpu = sum(1 for j in jobs if j.gpus == 1)
     mae, p95 = float(err.mean()), float(np.percentile(err, 95))

@@ -301,6 +301,8 @@ def compare(
     prefer_gain: float | None = None,
     max_jobs_per_gpu: int = 2,
     oracle: bool = False,
+    match_window: int = 1,
+    min_gain: float = 0.0,
 ) -> list[Outcome]:
     """Run the three policies on ``jobs``; ``predictor`` is what the interference-aware scheduler is told."""
     types = sorted({j.job for j in jobs if j.gpus == 1}, key=lambda t: t.key)
@@ -316,6 +318,8 @@ def compare(
         default_tolerance=tolerance,
         prefer_gain=prefer_gain,
         max_jobs_per_gpu=max_jobs_per_gpu,
+        match_window=match_window,
+        min_gain=min_gain,
     )
     naive_info = SharingInfo({}, workload)
     runs: list[tuple[str, SharingInfo | None, Policy]] = [

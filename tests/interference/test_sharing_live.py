@@ -122,3 +122,17 @@ def test_shares_a_gpu_only_where_the_model_predicts_it_pays(v100_server, model_a
         assert f"shares node-0 GPU 0 with {x}" in _scheduled(jy)
         for jid in (x, y):
             c.post(f"/api/v1/jobs/{jid}/cancel")
+
+
+def test_queue_decay_tolerance_is_validated_by_the_admin_api(api, admin):
+    for bad in (1.5, 0, True, "0.5"):
+        r = api.client.put("/api/v1/queues/default", json={"account": "default", "decay_tolerance": bad}, headers=admin)
+        assert r.status_code == 400, (bad, r.text)
+        assert r.json()["errors"][0]["field"] == "decay_tolerance"
+    r = api.client.put("/api/v1/queues/default", json={"account": "default", "decay_tolerance": 0.5}, headers=admin)
+    assert r.status_code == 200, r.text
+    listed = {q["name"]: q for q in api.client.get("/api/v1/queues", headers=admin).json()}
+    assert listed["default"]["decay_tolerance"] == 0.5
+    user = api.user(admin, "ana")
+    r = api.client.put("/api/v1/queues/default", json={"account": "default", "decay_tolerance": 0.9}, headers=user)
+    assert r.status_code == 403
