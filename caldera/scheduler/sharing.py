@@ -58,6 +58,9 @@ class SharingInfo:
     # a mix is formed only when it raises the GPU's predicted normalised throughput by more than this: slack for
     # the model's error (a pair predicted barely worth it is often worse in truth)
     min_gain: float = 0.0
+    # a waiting job shares only if queued before every waiting exclusive GPU job: sharing then never lets it
+    # overtake a blocked gang, whose GPUs a stream of co-runners would otherwise never let drain
+    keep_order: bool = False
     # the first this many waiting shareable jobs are placed best pair first (see share_placements); 1: queue order
     match_window: int = 1
 
@@ -218,6 +221,10 @@ class Placements:
     declined: dict[str, Reason]  # shareable jobs left waiting, and why they were not shared
 
 
+def _since(job: SchedJob) -> float:
+    return job.queued_since or job.submitted_at
+
+
 def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -> Placements:
     """Starts on shared GPUs for queued shareable jobs the inner policy's ``decisions`` left waiting, and (with
     ``SharingInfo.prefer_gain``) for shareable jobs it started on a free GPU that gain enough by sharing instead.
@@ -233,8 +240,15 @@ def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -
     queued = {j.id: j for j in snap.queued}
     movable = {i for i in inner if aware and info.prefer_gain is not None and i in queued and can_share(queued[i])}
     order = sorted(snap.queued, key=lambda j: (j.id not in movable, j.queued_since or j.submitted_at, j.id))
+    barrier = float("inf")
+    if aware and info.keep_order:
+        barrier = min(
+            (_since(j) for j in snap.queued if j.id not in inner and j.gpus and not can_share(j)), default=barrier
+        )
     candidates: list[SchedJob] = []
     for job in order:
+        if job.id not in movable and _since(job) > barrier:
+            continue
         if job.id in inner and job.id not in movable or not can_share(job):
             continue
         if any(r.code not in CAPACITY_CODES for r in decisions.pending.get(job.id, ())):

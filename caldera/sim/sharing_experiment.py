@@ -52,6 +52,7 @@ def run_experiment(
     oracle: bool = False,
     match_window: int = 1,
     min_gain: float = 0.0,
+    keep_order: bool = False,
 ) -> SharingExperiment:
     """``skip`` and ``limit``: replay jobs ``skip .. skip + limit`` of the traces by arrival (another window)."""
     from caldera.interference.train import train
@@ -82,6 +83,7 @@ def run_experiment(
         oracle=oracle,
         match_window=match_window,
         min_gain=min_gain,
+        keep_order=keep_order,
     )
     one_gpu = sum(1 for j in jobs if j.gpus == 1)
     mae, p95 = float(err.mean()), float(np.percentile(err, 95))

@@ -303,6 +303,7 @@ def compare(
     oracle: bool = False,
     match_window: int = 1,
     min_gain: float = 0.0,
+    keep_order: bool = False,
 ) -> list[Outcome]:
     """Run the three policies on ``jobs``; ``predictor`` is what the interference-aware scheduler is told."""
     types = sorted({j.job for j in jobs if j.gpus == 1}, key=lambda t: t.key)
@@ -320,6 +321,7 @@ def compare(
         max_jobs_per_gpu=max_jobs_per_gpu,
         match_window=match_window,
         min_gain=min_gain,
+        keep_order=keep_order,
     )
     naive_info = SharingInfo({}, workload)
     runs: list[tuple[str, SharingInfo | None, Policy]] = [
