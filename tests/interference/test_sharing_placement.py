@@ -143,3 +143,28 @@ def test_why_names_the_closest_refused_mix_and_its_tolerance():
     assert "no predicted slowdown for it next to r0 on a100" in run(snap).pending["q"][0].message
     snap.sharing = SharingInfo(unavailable="no interference model at /x (caldera interference train)")
     assert run(snap).pending["q"][0].message == "not shared: no interference model at /x (caldera interference train)"
+
+
+def test_match_window_places_the_best_pair_first_and_keep_order_respects_a_blocked_gang():
+    r0 = shared(running("r0", {"n0": [0]}))
+    q1, q2 = shared(job("q1", queued_since=1.0)), shared(job("q2", queued_since=2.0))
+    table = {**pair("a", "b", 0.2, 0.2), **pair("a", "c", 0.05, 0.05)}  # q2 (c) gains more next to r0 (a)
+    wl = {"r0": "a", "q1": "b", "q2": "c"}
+    snap = full_cluster(r0, queued=[q1, q2], sharing=info(table, wl))
+    assert [s.job_id for s in run(snap).starts] == ["q1"]  # queue order: the first job takes the only partner
+    snap.sharing = info(table, wl, match_window=2)
+    assert [s.job_id for s in run(snap).starts] == ["q2"]  # best pair first
+    # a waiting 2-GPU gang queued before q1 and q2: with keep_order neither shares past it
+    gang = job("g", gpu=2, queued_since=0.5)
+    snap = full_cluster(r0, queued=[gang, q1, q2], sharing=info(table, wl, keep_order=True))
+    assert run(snap).starts == []
+    snap.sharing = info(table, wl)
+    assert [s.job_id for s in run(snap).starts] == ["q1"]
+
+
+def test_min_gain_asks_for_a_margin_over_the_prediction():
+    r0 = shared(running("r0", {"n0": [0]}))
+    table = pair("a", "b", 0.25, 0.25)  # gain 0.5
+    for margin, started in ((0.4, ["q"]), (0.6, [])):
+        snap = full_cluster(r0, queued=[shared(job("q"))], sharing=info(table, {"r0": "a", "q": "b"}, min_gain=margin))
+        assert [s.job_id for s in run(snap).starts] == started, margin
