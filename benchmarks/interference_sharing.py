@@ -1,26 +1,23 @@
 """GPU sharing on Gavel's traces: exclusive FIFO vs naive packing vs interference-aware sharing
-(caldera/sim/sharing_sim.py), printed as a Markdown table.
+(caldera/sim/sharing_sim.py via caldera/sim/sharing_experiment.py, as ``caldera sim sharing`` runs it), printed as
+Markdown tables, one per split seed, then the aware policy's gains over exclusive FIFO across them.
 
-    python benchmarks/interference_sharing.py [--nodes 12] [--gpus-per-node 8] [--limit N] [--tolerance 0.45]
-        [--prefer-gain 0.6]
+    python benchmarks/interference_sharing.py [--nodes 6] [--limit 1500] [--skip 0] [--seeds 0,1,2]
+        [--tolerance 0.45] [--prefer-gain 0.6]
 
 The simulated cluster is V100; the measured V100 pairwise throughputs drive the jobs' real speeds. The scheduler
 sees only the decay model's predictions; the model is trained without the V100 measurements of half the job-type
-pairs (chosen at random, ``--seed``), and its error on those held-out pairs is printed first.
+pairs (chosen at random by each seed), and its error on those held-out pairs is printed first.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
 
 import numpy as np
 
 from caldera.config import Settings
-from caldera.interference.records import gavel_path, load_gavel_pairs
-from caldera.interference.train import train
-from caldera.sim.sharing_sim import compare, held_out_pairs, is_held_out, load_gavel_jobs
+from caldera.sim.sharing_experiment import markdown_table, run_experiment
 
 
 def main() -> None:
@@ -28,46 +25,49 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--nodes", type=int, default=12)
     ap.add_argument("--gpus-per-node", type=int, default=8)
-    ap.add_argument("--limit", type=int, default=None, help="first N jobs by arrival")
+    ap.add_argument("--limit", type=int, default=None, help="N jobs by arrival")
+    ap.add_argument("--skip", type=int, default=0, help="from the first N (another window of the traces)")
     ap.add_argument("--tolerance", type=float, default=0.45, help="decay each shared job accepts")
     ap.add_argument("--prefer-gain", type=float, default=0.6, help="share instead of a free GPU above this gain")
+    ap.add_argument("--max-jobs-per-gpu", type=int, default=2)
     ap.add_argument("--estimator", default="extra_trees")
-    ap.add_argument("--seed", type=int, default=0, help="which half of the V100 pairs the model never sees")
+    ap.add_argument("--match-window", type=int, default=1, help="waiting jobs placed best pair first (1: in order)")
+    ap.add_argument("--min-gain", type=float, default=0.0, help="share only above this predicted gain")
+    ap.add_argument("--keep-order", action="store_true", help="never share past a waiting exclusive job")
+    ap.add_argument("--oracle", action="store_true", help="also the aware policy told the measured decays")
+    ap.add_argument("--seeds", default="0", help="which halves of the V100 pairs the model never sees, e.g. 0,1,2")
     args = ap.parse_args()
     data = Settings().shared_data_dir if args.data_dir is None else args.data_dir
-    ds = load_gavel_pairs(gavel_path(data))
-    t0 = time.perf_counter()
-    held_out = held_out_pairs(ds, "v100", args.seed)
-    trained = [s for s in ds.samples if not is_held_out(s, held_out)]
-    mf = train(ds, args.estimator, "profile+enc", samples=trained)
-    test = [s for s in ds.samples if is_held_out(s, held_out)]
-    err = np.abs(mf.model.predict_samples(test, ds.profiles) - np.array([s.decay for s in test]))
-    print(f"decay model trained on {len(trained)} samples in {time.perf_counter() - t0:.0f} s; on the {len(test)}")
-    print(f"held-out V100 samples: MAE {err.mean():.3f}, p95 error {np.percentile(err, 95):.3f}")
-    jobs = load_gavel_jobs(Path(data) / "traces" / "gavel_msr_seed0", ds, limit=args.limit)
-    shared = sum(1 for j in jobs if j.gpus == 1)
-    print(f"{len(jobs)} jobs ({shared} one-GPU, shareable), {args.nodes} x {args.gpus_per_node} V100\n")
-    outs = compare(
-        ds,
-        jobs,
-        mf.predictor(),
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        tolerance=args.tolerance,
-        prefer_gain=args.prefer_gain,
-    )
-    base = outs[0]
-    print(
-        "| policy | eff. util (busy GPU) | cluster tput | avg JCT h | JCT vs FIFO | makespan h | p95 decay | "
-        "bad co-locations | co-locations | OOMs |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for o in outs:
-        print(
-            f"| {o.policy} | {o.eff_util_busy:.3f} | {o.cluster_throughput:.3f} | {o.avg_jct_s / 3600:.1f} | "
-            f"{base.avg_jct_s / o.avg_jct_s:.2f}x | {o.makespan_s / 3600:.0f} | {o.p95_decay:.3f} | "
-            f"{o.bad_colocations} | {o.colocations} | {o.ooms} |"
+    gains = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        ex = run_experiment(
+            data,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            limit=args.limit,
+            skip=args.skip,
+            tolerance=args.tolerance,
+            prefer_gain=args.prefer_gain,
+            max_jobs_per_gpu=args.max_jobs_per_gpu,
+            estimator=args.estimator,
+            seed=seed,
+            oracle=args.oracle,
+            match_window=args.match_window,
+            min_gain=args.min_gain,
+            keep_order=args.keep_order,
         )
+        print(ex.summary(), f"on {args.nodes} x {args.gpus_per_node} V100\n")
+        print(markdown_table(ex.outcomes), "\n", flush=True)
+        fifo, naive, aware = ex.outcomes[:3]
+        gains.append(
+            (aware.eff_util_busy / fifo.eff_util_busy, fifo.avg_jct_s / aware.avg_jct_s, aware.bad_colocations)
+        )
+    g = np.array(gains)
+    print(
+        f"aware vs exclusive FIFO over {len(g)} seeds: eff. util x{g[:, 0].mean():.3f} "
+        f"(min {g[:, 0].min():.3f}, max {g[:, 0].max():.3f}), JCT {g[:, 1].mean():.2f}x "
+        f"(min {g[:, 1].min():.2f}x), bad co-locations {g[:, 2].mean():.0f}"
+    )
 
 
 if __name__ == "__main__":

@@ -64,6 +64,13 @@ class Settings(BaseSettings):
     traces_dir: Path = Field(default_factory=_default_traces_dir)
     shared_data_dir: Path = Field(default_factory=_default_shared_data_dir, description="public reference data")
     interference_model: Path | None = Field(None, description="decay model file; <data_dir>/interference.model")
+    # GPU sharing (README "GPU sharing"): shareable jobs join occupied GPUs where the model predicts it pays
+    gpu_sharing: bool = Field(True, description="wrap the policy with interference-aware sharing")
+    sharing_default_tolerance: float = Field(0.3, gt=0, le=1, description="slowdown accepted unless job/queue say")
+    sharing_max_jobs_per_gpu: int = Field(2, ge=2, le=8, description="jobs on one shared GPU at most")
+    sharing_prefer_gain: float | None = Field(
+        None, gt=0, description="a shareable job joins a good partner instead of a free GPU above this gain"
+    )
     isolate_distributed_network: bool = True  # ranks of a local distributed job share a private network namespace
     # "owner": every job runs as its owner's unprivileged OS uid (needs a root server). "server": jobs run as the
     # server's own user, isolated from nothing -- an admin must choose it explicitly

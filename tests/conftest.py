@@ -133,8 +133,9 @@ def free_port() -> int:
 class ServerProcess:
     """`caldera up` as users run it, in its own process, so tests can SIGKILL and restart it."""
 
-    def __init__(self, data_dir: Path, port: int, env: dict[str, str]):
+    def __init__(self, data_dir: Path, port: int, env: dict[str, str], gpus: int = 2, gpu_model: str = "a100"):
         self.data_dir, self.port, self.env = data_dir, port, env
+        self.gpus, self.gpu_model = gpus, gpu_model
         self.lab_port = int(env.setdefault("CALDERA_LAB_PORT", str(free_port())))
         self.url = f"http://127.0.0.1:{port}"
         self.lab_url = f"http://localhost:{self.lab_port}"  # another host than the platform's: no shared cookies
@@ -153,9 +154,9 @@ class ServerProcess:
                 "--port",
                 str(self.port),
                 "--fake-gpus",
-                "2",
+                str(self.gpus),
                 "--fake-gpu-model",
-                "a100",
+                self.gpu_model,
             ],
             env=self.env,
             stdout=subprocess.PIPE,
@@ -191,9 +192,8 @@ class ServerProcess:
                 self.proc.kill()
 
 
-@pytest.fixture
-def server(tmp_path, db_url):
-    env = {
+def server_env(tmp_path: Path, db_url: str) -> dict[str, str]:
+    return {
         **os.environ,
         "CALDERA_INITIAL_ADMIN_PASSWORD": "admin-password",
         "CALDERA_DATABASE_URL": db_url,
@@ -204,7 +204,11 @@ def server(tmp_path, db_url):
         "COLUMNS": "200",
         "CALDERA_RUN_JOBS_AS": RUN_JOBS_AS,
     }
-    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env)
+
+
+@pytest.fixture
+def server(tmp_path, db_url):
+    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), server_env(tmp_path, db_url))
     srv.start()
     yield srv
     srv.stop()

@@ -37,10 +37,6 @@ def _need_sklearn() -> None:
         raise typer.Exit(1) from None
 
 
-def model_path(settings: Settings) -> Path:
-    return settings.interference_model or settings.data_dir / "interference.model"
-
-
 @app.command()
 def train(
     data_dir: Path | None = typer.Option(None, help="shared data (CALDERA_SHARED_DATA_DIR, ../shared/data)"),
@@ -53,6 +49,7 @@ def train(
 ) -> None:
     """Train the decay model on every measured co-location and save it, versioned."""
     _need_sklearn()
+    from caldera.interference.snapshot import model_path
     from caldera.interference.store import save_model
     from caldera.interference.train import train as fit
 

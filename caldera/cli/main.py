@@ -469,6 +469,7 @@ def queue_set(
     user_max_interactive: int | None = typer.Option(None),
     user_max_running: int | None = typer.Option(None),
     max_priority: str | None = typer.Option(None, help="highest class anyone may submit (kept when omitted)"),
+    decay_tolerance: float | None = typer.Option(None, help="slowdown a shared job of this queue accepts (0-1]"),
 ) -> None:
     """Create or replace a queue's quotas and per-user caps (priority grants are kept)."""
     body: dict[str, Any] = {
@@ -483,6 +484,8 @@ def queue_set(
     }
     if max_priority:
         body["max_priority"] = max_priority
+    if decay_tolerance is not None:
+        body["decay_tolerance"] = decay_tolerance
     _call(_client().put, f"/queues/{name}", body)
     console.print(f"queue {name} set")
 

@@ -79,6 +79,12 @@ class JobSpec(BaseModel):
         False, strict=True, description="may share a GPU; needs resources.gpu == 1 and gpu_memory_mib"
     )
     decay_tolerance: float | None = Field(None, gt=0, le=1, description="largest slowdown accepted when shared")
+    workload: str | None = Field(
+        None,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._()+/-]*$",
+        description="the profiled workload this job is, e.g. 'ResNet-50 (batch size 64)': what the decay model knows",
+    )
     preemptible: bool = Field(
         True,
         strict=True,

@@ -66,6 +66,10 @@ class QueueConfig(BaseModel):
     priority_grants: dict[Annotated[str, Field(max_length=64)], PriorityClass] = Field(
         default_factory=dict, max_length=10_000, description="user name -> highest class that user may submit here"
     )
+    # GPU sharing: the predicted slowdown a shareable job of this queue accepts when it names none itself
+    decay_tolerance: float | None = Field(
+        None, gt=0, le=1, strict=True, description="slowdown a shared job accepts; the platform default when empty"
+    )
 
     def allows(self, username: str, priority: PriorityClass) -> bool:
         granted = self.priority_grants.get(username, self.max_priority)

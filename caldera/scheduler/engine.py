@@ -49,6 +49,7 @@ SMALL_QUEUE = 2048  # shorter queues use a plain loop instead of vectorised chun
 _snew = object.__new__
 _set_sid = Start.__dict__["job_id"].__set__
 _set_sallocs = Start.__dict__["allocations"].__set__
+_set_snote = Start.__dict__["note"].__set__
 _RANK_BY_VALUE = {"high": 3, "normal": 2, "low": 1, "best-effort": 0}
 
 
@@ -264,6 +265,7 @@ class CycleBase:
         st = _snew(Start)
         _set_sid(st, job.id)
         _set_sallocs(st, allocs)
+        _set_snote(st, "")
         self.starts.append(st)
         self.started_jobs.append(job)
         self.update_bfree()

@@ -14,6 +14,9 @@ Codes (``Reason.code``; stable, tests and clients match on them):
 ``WaitingForPreemption``   jobs were preempted (now or earlier) to make room for it; waiting for them to go
 ``BestEffortNoIdle``       best-effort jobs run only on idle capacity and none fits now
 ``NeverFits``              the job can never fit this cluster (normally refused at submission)
+``SharingDeclined``        a shareable job was not put on an occupied GPU: the closest predicted slowdown past a
+                           tolerance, an unknown workload, or no GPU with room (caldera/scheduler/sharing.py);
+                           ``details``: ``tolerance``
 =========================  ===========================================================================================
 
 Every queued job that does not start gets at least one reason, and always a ``QueuePosition`` one last. With
@@ -41,6 +44,7 @@ BACKFILL_BLOCKED = "BackfillBlocked"
 WAITING_FOR_PREEMPTION = "WaitingForPreemption"
 BEST_EFFORT_NO_IDLE = "BestEffortNoIdle"
 NEVER_FITS = "NeverFits"
+SHARING_DECLINED = "SharingDeclined"
 
 CODES = (
     QUEUE_CAPABILITY,
@@ -52,6 +56,7 @@ CODES = (
     WAITING_FOR_PREEMPTION,
     BEST_EFFORT_NO_IDLE,
     NEVER_FITS,
+    SHARING_DECLINED,
 )
 
 # Preempt.reason codes

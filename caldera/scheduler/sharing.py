@@ -26,14 +26,15 @@ off there are no reasons, and every waiting shareable job is a candidate).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from caldera.core.cluster import Allocation
-from caldera.scheduler.reasons import GANG_NO_FIT, QUEUE_POSITION
-from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
+from caldera.core.tenancy import QueueConfig
+from caldera.scheduler.reasons import GANG_NO_FIT, QUEUE_POSITION, SHARING_DECLINED
+from caldera.scheduler.snapshot import Decisions, Policy, Reason, SchedJob, Snapshot, Start
 
-CAPACITY_CODES = frozenset({GANG_NO_FIT, QUEUE_POSITION})
+CAPACITY_CODES = frozenset({GANG_NO_FIT, QUEUE_POSITION, SHARING_DECLINED})
 Mix = tuple[str, ...]  # workload keys, sorted
 
 
@@ -42,22 +43,34 @@ class SharingInfo:
     """What the scheduler knows about interference, as plain data.
 
     ``decay[(gpu_model, mix)]`` holds the predicted decay of each workload of the sorted ``mix`` (same order);
-    ``workload[job_id]`` is a job's workload key (its profile); a job without one is unknown.
+    ``workload[job_id]`` is a job's workload key (its profile); a job without one is unknown. A job's tolerance is
+    its own ``decay_tolerance``, else its queue's (``QueueConfig.decay_tolerance``), else ``default_tolerance``.
     """
 
     decay: Mapping[tuple[str, Mix], tuple[float, ...]] = field(default_factory=dict)
     workload: Mapping[str, str] = field(default_factory=dict)
     default_tolerance: float = 0.3
-    queue_tolerance: Mapping[str, float] = field(default_factory=dict)
     max_jobs_per_gpu: int = 2
     # a shareable job the inner policy starts on a free GPU joins an occupied one instead when that raises the
     # occupied GPU's predicted normalised throughput by more than this (keeps free GPUs for gangs); None: never
     prefer_gain: float | None = None
+    unavailable: str = ""  # why there are no predictions at all (e.g. no model file), for the jobs' why
+    # a mix is formed only when it raises the GPU's predicted normalised throughput by more than this: slack for
+    # the model's error (a pair predicted barely worth it is often worse in truth)
+    min_gain: float = 0.0
+    # a waiting job shares only if queued before every waiting exclusive GPU job: sharing then never lets it
+    # overtake a blocked gang, whose GPUs a stream of co-runners would otherwise never let drain
+    keep_order: bool = False
+    # the first this many waiting shareable jobs are placed best pair first (see share_placements); 1: queue order
+    match_window: int = 1
 
-    def tolerance(self, job: SchedJob) -> float:
+    def tolerance(self, job: SchedJob, queues: Mapping[str, QueueConfig] | None = None) -> float:
         if job.decay_tolerance is not None:
             return job.decay_tolerance
-        return self.queue_tolerance.get(job.queue, self.default_tolerance)
+        q = (queues or {}).get(job.queue)
+        if q is not None and q.decay_tolerance is not None:
+            return q.decay_tolerance
+        return self.default_tolerance
 
     def predicted(self, gpu_model: str, jobs: list[SchedJob]) -> dict[str, float] | None:
         """Each job's predicted decay in this mix, by job id; None when a job or the mix is unknown."""
@@ -84,6 +97,10 @@ class _Gpu:
     model: str
     memory_mib: int
     jobs: list[SchedJob]
+
+    @property
+    def where(self) -> str:
+        return f"{self.node} GPU {self.index}"
 
 
 class _Occupancy:
@@ -126,53 +143,186 @@ class _Occupancy:
         return Allocation(gpu.node, (gpu.index,), job.request.cpu, job.request.memory_mib)
 
 
-def _gain(info: SharingInfo, job: SchedJob, gpu: _Gpu) -> float | None:
-    """How much the GPU's predicted normalised throughput grows with ``job`` on it; None when a job of the new mix
-    would decay past its tolerance, or the mix is unknown."""
-    before = info.predicted(gpu.model, gpu.jobs)
-    after = info.predicted(gpu.model, [*gpu.jobs, job])
-    if before is None or after is None:
-        return None
-    by_id = {j.id: j for j in (*gpu.jobs, job)}
-    if any(d > info.tolerance(by_id[i]) for i, d in after.items()):
-        return None
-    return sum(1.0 - d for d in after.values()) - sum(1.0 - d for d in before.values())
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
 
 
-def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -> tuple[list[Start], set[str]]:
+@dataclass(slots=True)
+class _Judge:
+    """Judges one candidate GPU for one job and remembers, for the job's ``why``, the closest miss."""
+
+    info: SharingInfo
+    queues: Mapping[str, QueueConfig]
+    aware: bool
+    job: SchedJob
+    miss: str = ""
+    miss_by: float = float("inf")  # how far past its tolerance the closest refused mix was
+    unknown: str = ""
+
+    def gain(self, gpu: _Gpu) -> float | None:
+        """How much the GPU's predicted normalised throughput grows with the job on it; None when a job of the new
+        mix would decay past its tolerance, or the mix is unknown."""
+        if not self.aware:
+            return 1.0 / (1 + len(gpu.jobs))
+        info, job = self.info, self.job
+        if info.unavailable:
+            self.unknown = info.unavailable
+            return None
+        before = info.predicted(gpu.model, gpu.jobs)
+        after = info.predicted(gpu.model, [*gpu.jobs, job])
+        if before is None or after is None:
+            others = ", ".join(j.id for j in gpu.jobs)
+            if job.id not in info.workload:
+                self.unknown = "it names no profiled workload (spec field workload), so its slowdown is unknown"
+            elif not self.unknown:
+                self.unknown = f"no predicted slowdown for it next to {others} on {gpu.model} (not profiled)"
+            return None
+        by_id = {j.id: j for j in (*gpu.jobs, job)}
+        excess = {i: d - info.tolerance(by_id[i], self.queues) for i, d in after.items()}
+        worst = max(excess, key=lambda i: excess[i])
+        if excess[worst] > 0:
+            if excess[worst] < self.miss_by:
+                self.miss_by = excess[worst]
+                who = "it" if worst == job.id else worst
+                self.miss = (
+                    f"next to {', '.join(j.id for j in gpu.jobs)} on {gpu.where} the predicted slowdown of {who} is "
+                    f"{_pct(after[worst])}, over its tolerance {_pct(info.tolerance(by_id[worst], self.queues))}"
+                )
+            return None
+        return sum(1.0 - d for d in after.values()) - sum(1.0 - d for d in before.values())
+
+    def note(self, gpu: _Gpu) -> str:
+        """The Scheduled event's explanation of a shared start on ``gpu`` (before the job joins it)."""
+        others = ", ".join(j.id for j in gpu.jobs)
+        if not self.aware:
+            return f"shares {gpu.where} with {others} (naive packing: the memory requests fit)"
+        after = self.info.predicted(gpu.model, [*gpu.jobs, self.job]) or {}
+        by_id = {j.id: j for j in (*gpu.jobs, self.job)}
+        tol = {i: self.info.tolerance(j, self.queues) for i, j in by_id.items()}
+        parts = [f"{'it' if i == self.job.id else i} {_pct(d)} (tolerance {_pct(tol[i])})" for i, d in after.items()]
+        return f"shares {gpu.where} with {others}; predicted slowdown: {', '.join(parts)}"
+
+    def reason(self, candidates: int) -> Reason:
+        if self.miss:
+            msg = f"not shared: {self.miss}"
+        elif self.unknown:
+            msg = f"not shared: {self.unknown}"
+        elif not candidates:
+            msg = "not shared: no GPU used only by shareable jobs has room for its GPU memory, CPU and memory"
+        else:
+            msg = "not shared: no GPU where sharing raises the predicted throughput"
+        return Reason(SHARING_DECLINED, msg, {"tolerance": self.info.tolerance(self.job, self.queues)})
+
+
+@dataclass(slots=True)
+class Placements:
+    starts: list[Start]  # on shared GPUs
+    moved: set[str]  # ids whose inner start (on a free GPU) these replace
+    declined: dict[str, Reason]  # shareable jobs left waiting, and why they were not shared
+
+
+def _since(job: SchedJob) -> float:
+    return job.queued_since or job.submitted_at
+
+
+def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -> Placements:
     """Starts on shared GPUs for queued shareable jobs the inner policy's ``decisions`` left waiting, and (with
-    ``SharingInfo.prefer_gain``) for shareable jobs it started on a free GPU that gain enough by sharing instead;
-    returns the starts and the ids whose inner start they replace."""
+    ``SharingInfo.prefer_gain``) for shareable jobs it started on a free GPU that gain enough by sharing instead.
+
+    The movable jobs go first, in queue order. The waiting ones are then placed best pair first among the first
+    ``SharingInfo.match_window`` of them (the (job, GPU) with the largest predicted gain, then the next, ...), so
+    an early job does not take the partner a later one would have gained more with; 1 is plain queue order."""
+    out = Placements([], set(), {})
     info = snap.sharing
     if info is None:
-        return [], set()
+        return out
     inner = {s.job_id: s for s in decisions.starts}
     queued = {j.id: j for j in snap.queued}
     movable = {i for i in inner if aware and info.prefer_gain is not None and i in queued and can_share(queued[i])}
     order = sorted(snap.queued, key=lambda j: (j.id not in movable, j.queued_since or j.submitted_at, j.id))
-    occ: _Occupancy | None = None
-    out: list[Start] = []
-    moved: set[str] = set()
+    barrier = float("inf")
+    if aware and info.keep_order:
+        barrier = min(
+            (_since(j) for j in snap.queued if j.id not in inner and j.gpus and not can_share(j)), default=barrier
+        )
+    candidates: list[SchedJob] = []
     for job in order:
+        if job.id not in movable and _since(job) > barrier:
+            continue
         if job.id in inner and job.id not in movable or not can_share(job):
             continue
-        reasons = decisions.pending.get(job.id, ())
-        if any(r.code not in CAPACITY_CODES for r in reasons):
+        if any(r.code not in CAPACITY_CODES for r in decisions.pending.get(job.id, ())):
             continue
-        if occ is None:
-            occ = _Occupancy(snap, [st for st in decisions.starts if st.job_id not in movable])
-        best, best_gain = None, info.prefer_gain if job.id in movable else 0.0
+        candidates.append(job)
+    if not candidates:
+        return out
+    occ = _Occupancy(snap, [st for st in decisions.starts if st.job_id not in movable])
+    judges = {j.id: _Judge(info, snap.queues, aware, j) for j in candidates}
+    rooms: dict[str, int] = {}
+
+    def best_for(job: SchedJob) -> tuple[float, _Gpu | None]:
+        judge, room = judges[job.id], 0
+        best, best_gain = None, info.prefer_gain if job.id in movable else (info.min_gain if aware else 0.0)
         for gpu in occ.gpus:
-            if not occ.room(job, gpu, info.max_jobs_per_gpu):
-                continue
-            gain = _gain(info, job, gpu) if aware else 1.0 / (1 + len(gpu.jobs))
-            if gain is not None and gain > best_gain + 1e-12:  # type: ignore[operator]
-                best, best_gain = gpu, gain
-        if best is not None:
-            out.append(Start(job.id, (occ.take(job, best),)))
-            if job.id in movable:
-                moved.add(job.id)
-    return out, moved
+            if occ.room(job, gpu, info.max_jobs_per_gpu):
+                room += 1
+                gain = judge.gain(gpu)
+                if gain is not None and gain > best_gain + 1e-12:  # type: ignore[operator]
+                    best, best_gain = gpu, gain
+        rooms[job.id] = max(rooms.get(job.id, 0), room)
+        return best_gain or 0.0, best
+
+    def place(job: SchedJob, gpu: _Gpu) -> None:
+        note = judges[job.id].note(gpu)
+        out.starts.append(Start(job.id, (occ.take(job, gpu),), note))
+        if job.id in movable:
+            out.moved.add(job.id)
+
+    for job in candidates:
+        if job.id in movable and (gpu := best_for(job)[1]) is not None:
+            place(job, gpu)
+    waiting = [j for j in candidates if j.id not in movable]
+    k = max(1, info.match_window) if aware else 1
+    pool, rest = waiting[:k], waiting[k:]
+    while pool:
+        best: tuple[float, SchedJob, _Gpu] | None = None
+        for job in pool:
+            gain, gpu = best_for(job)
+            if gpu is not None and (best is None or gain > best[0] + 1e-12):
+                best = (gain, job, gpu)
+        if best is None:
+            break
+        place(best[1], best[2])
+        pool.remove(best[1])
+    for job in rest:
+        if (gpu := best_for(job)[1]) is not None:
+            place(job, gpu)
+    placed = {s.job_id for s in out.starts}
+    for job in candidates:
+        if job.id not in placed and job.id not in inner and snap.explain:
+            out.declined[job.id] = judges[job.id].reason(rooms.get(job.id, 0))
+    return out
+
+
+class _Pending(Mapping[str, list[Reason]]):
+    """The inner policy's pending reasons without the jobs sharing started, with the sharing reasons added (lazy,
+    like :class:`~caldera.scheduler.reasons.PendingReasons`: nothing is built for the jobs nobody reads)."""
+
+    def __init__(self, inner: Mapping[str, list[Reason]], started: set[str], added: dict[str, Reason]) -> None:
+        self._inner, self._started, self._added = inner, started, added
+
+    def __getitem__(self, job_id: str) -> list[Reason]:
+        if job_id in self._started:
+            raise KeyError(job_id)
+        reasons = self._inner[job_id]
+        extra = self._added.get(job_id)
+        return reasons if extra is None else [extra, *reasons]
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in self._inner if k not in self._started)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class SharingPolicy:
@@ -185,12 +335,14 @@ class SharingPolicy:
 
     def __call__(self, snap: Snapshot, /) -> Decisions:
         d = self.inner(snap)
-        extra, moved = share_placements(snap, d, self.aware)
-        if not extra:
+        placed = share_placements(snap, d, self.aware)
+        if not placed.starts and not placed.declined:
             return d
-        ids = {s.job_id for s in extra}
-        pending = {k: v for k, v in d.pending.items() if k not in ids}
-        starts = [s for s in d.starts if s.job_id not in moved] + extra
+        ids = {s.job_id for s in placed.starts}
+        pending = _Pending(d.pending, ids, placed.declined)
+        if not placed.starts:
+            return Decisions(d.starts, d.preemptions, pending, wake_at=d.wake_at)
+        starts = [s for s in d.starts if s.job_id not in placed.moved] + placed.starts
         # a start changes what the inner policy may do next (e.g. FIFO's blocked head now runs, or a GPU a job
         # would have taken is free after all): call again soon
         return Decisions(starts, d.preemptions, pending, wake_at=snap.now)

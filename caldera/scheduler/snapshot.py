@@ -80,6 +80,7 @@ class Snapshot:
 class Start:
     job_id: str
     allocations: tuple[Allocation, ...]
+    note: str = ""  # for people, added to the job's Scheduled event (e.g. whom it shares a GPU with, and why)
 
 
 @dataclass(slots=True, frozen=True)

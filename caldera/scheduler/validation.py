@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from caldera.core.cluster import Allocation, Node
+from caldera.scheduler.sharing import can_share
 from caldera.scheduler.snapshot import Decisions, Preempt, SchedJob, Snapshot, Start
 
 _CPU_SLACK = 1e-6  # CPU is fractional: sums of floats may exceed a node's CPU by rounding only
@@ -62,9 +63,12 @@ class FreeCapacity:
                 self.cpu[a.node] += a.cpu
                 self.memory[a.node] += a.memory_mib
 
-    def start_problem(self, start: Start, queued: Mapping[str, SchedJob]) -> Problem | None:
+    def start_problem(
+        self, start: Start, queued: Mapping[str, SchedJob], shared: SharedGpus | None = None
+    ) -> Problem | None:
         """Why ``start`` cannot be applied now (None: it can), given the jobs still ``queued`` (a started one is
-        no longer). Takes nothing: a gang is judged whole."""
+        no longer). A GPU in use is acceptable only where ``shared`` admits the job next to its users. Takes
+        nothing: a gang is judged whole."""
         jid = start.job_id
         job = queued.get(jid)
         if job is None:
@@ -89,7 +93,8 @@ class FreeCapacity:
             acc[1] += a.memory_mib
             node_models = self.models[a.node]
             for g in a.gpus:
-                if g not in free or (a.node, g) in used:
+                busy = g not in free and (shared is None or not shared.admits(job, a.node, g))
+                if busy or (a.node, g) in used:
                     return Problem("start_busy", jid, f"start of {jid} on {a.node} GPU {g}, which is not free")
                 used.add((a.node, g))
                 models.add(node_models[g])
@@ -101,6 +106,33 @@ class FreeCapacity:
             if self.cpu[name] + _CPU_SLACK < cpu or self.memory[name] < mem:
                 return Problem("start_cpu_memory", jid, f"start of {jid} over-commits CPU or memory on {name}")
         return None
+
+
+class SharedGpus:
+    """Who holds each GPU, for judging starts on GPUs in use (a snapshot with ``sharing``): the rules of
+    caldera/scheduler/sharing.py that keep co-location safe, whichever policy decided it -- every job on the GPU
+    and the newcomer shareable, none stopping, room for one more, and the GPU-memory requests within the device's."""
+
+    def __init__(self, snapshot: Snapshot, max_jobs: int) -> None:
+        self.max_jobs = max_jobs
+        self.memory = {(n.name, d.index): d.memory_mib for n in snapshot.nodes for d in n.gpus}
+        self.holders: dict[tuple[str, int], list[SchedJob]] = {}
+        for j in snapshot.running:
+            self.add(j, j.allocations)
+
+    def add(self, job: SchedJob, allocations: Iterable[Allocation]) -> None:
+        for a in allocations:
+            for g in a.gpus:
+                self.holders.setdefault((a.node, g), []).append(job)
+
+    def admits(self, job: SchedJob, node: str, gpu: int) -> bool:
+        holders = self.holders.get((node, gpu), [])
+        if not holders or not can_share(job) or len(holders) >= self.max_jobs:
+            return False
+        if not all(can_share(h) and not h.terminating for h in holders):
+            return False
+        used = sum(h.request.gpu_memory_mib or 0 for h in holders)
+        return used + (job.request.gpu_memory_mib or 0) <= self.memory.get((node, gpu), 0)
 
 
 def preemption_problem(pre: Preempt, running: Mapping[str, SchedJob], seen: set[str]) -> Problem | None:
@@ -121,10 +153,14 @@ def _split(snapshot: Snapshot, decisions: Decisions) -> tuple[list[Start], list[
     problems: list[Problem] = []
     free = FreeCapacity(snapshot.nodes, snapshot.running)
     queued = {j.id: j for j in snapshot.queued}
+    shared = None if snapshot.sharing is None else SharedGpus(snapshot, snapshot.sharing.max_jobs_per_gpu)
     starts: list[Start] = []
     for st in decisions.starts:
-        p = free.start_problem(st, queued)
+        job = queued.get(st.job_id)
+        p = free.start_problem(st, queued, shared)
         if p is None:
+            if shared is not None and job is not None:
+                shared.add(job, st.allocations)
             free.take(st.allocations)
             del queued[st.job_id]
             starts.append(st)

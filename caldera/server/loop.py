@@ -23,9 +23,12 @@ from caldera.core.spec import JobSpec
 from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass
 from caldera.db.models import Job, Usage, User
+from caldera.interference.snapshot import LivePredictions
+from caldera.runtime import gpu_share
 from caldera.runtime.base import Handle, LaunchRequest, Phase
 from caldera.scheduler import fairshare
 from caldera.scheduler.registry import get_policy
+from caldera.scheduler.sharing import SharingPolicy
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot
 from caldera.scheduler.validation import valid_decisions
 from caldera.server import identity, tenancy
@@ -77,6 +80,11 @@ class SchedulerLoop:
     def __init__(self, platform: Platform, policy: Policy | None = None):
         self.p = platform
         self.policy = policy or get_policy(platform.settings.policy)
+        # GPU sharing: the policy decides as if GPUs were exclusive, then shareable jobs join occupied GPUs where
+        # the decay model's predictions (put into each snapshot) say it pays
+        self.predictions = LivePredictions(platform.settings) if platform.settings.gpu_sharing else None
+        if self.predictions is not None and not isinstance(self.policy, SharingPolicy):
+            self.policy = SharingPolicy(self.policy)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_charge: float | None = None
@@ -211,6 +219,7 @@ class SchedulerLoop:
     def _snapshot(self, db: Session, now: float, user_usage: dict, queue_usage: dict) -> Snapshot:
         names = dict(db.execute(select(User.id, User.username)).all())
         queued, running = [], []
+        workloads: dict[str, str | None] = {}
         for job in db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))):
             spec = job.spec
             sj = SchedJob(
@@ -227,7 +236,10 @@ class SchedulerLoop:
                 max_runtime_s=spec.get("max_runtime_s"),
                 attained_gpu_s=job.attained_gpu_s,
                 las=job.kind != "jupyter" and spec.get("preemptible", True),
+                shareable=bool(spec.get("shareable", False)),
+                decay_tolerance=spec.get("decay_tolerance"),
             )
+            workloads[job.id] = spec.get("workload")
             if job.state == JobState.QUEUED.value:
                 queued.append(sj)
             else:
@@ -239,7 +251,7 @@ class SchedulerLoop:
                 if job.started_at is not None:
                     sj.attained_gpu_s += (now - job.started_at) * sj.gpus
                 running.append(sj)
-        return Snapshot(
+        snap = Snapshot(
             now=now,
             nodes=self.p.nodes(),
             queued=queued,
@@ -248,6 +260,9 @@ class SchedulerLoop:
             user_usage=user_usage,
             queue_usage=queue_usage,
         )
+        if self.predictions is not None:
+            snap.sharing = self.predictions.info(snap, workloads)
+        return snap
 
     def _apply(self, db: Session, decisions: Decisions, now: float) -> None:
         grace = self.p.settings.preempt_grace_s
@@ -265,14 +280,14 @@ class SchedulerLoop:
             job = db.get(Job, start.job_id)
             if job is None or job.state != JobState.QUEUED.value:
                 continue
-            self._launch(db, job, start.allocations, now)
+            self._launch(db, job, start.allocations, now, start.note)
         for job_id, reasons in decisions.pending.items():
             payload = [{"code": r.code, "message": r.message, "details": r.details} for r in reasons]
             job = db.get(Job, job_id)
             if job is not None and job.state == JobState.QUEUED.value and reasons_changed(job.pending_reasons, payload):
                 job.pending_reasons = payload
 
-    def _launch(self, db: Session, job: Job, allocations: tuple[Allocation, ...], now: float) -> None:
+    def _launch(self, db: Session, job: Job, allocations: tuple[Allocation, ...], now: float, why: str = "") -> None:
         owner = db.get(User, job.user_id)
         home = self.p.settings.workspaces / owner.username
         try:  # a spec stored before today's rules (ValidationError is a ValueError) fails its job, not the cycle
@@ -284,12 +299,14 @@ class SchedulerLoop:
             job.finished_at = now
             db.commit()
             return
+        shared_env, held = gpu_share.for_launch(spec, self.p.nodes(), allocations, self.p.runtime.name)
         job.attempt += 1
         job.allocations = [_alloc_to_json(a) for a in allocations]
         job.pending_reasons = []
         job.started_at = now
         where = ", ".join(f"{a.node}[gpus {','.join(map(str, a.gpus)) or '-'}]" for a in allocations)
-        record(db, job, JobState.STARTING, "Scheduled", f"attempt {job.attempt} on {where}", now)
+        msg = "; ".join(x for x in (f"attempt {job.attempt} on {where}", why, held) if x)
+        record(db, job, JobState.STARTING, "Scheduled", msg, now)
         db.commit()  # durable before any process exists
         req = LaunchRequest(
             job_id=job.id,
@@ -297,7 +314,7 @@ class SchedulerLoop:
             spec=spec,
             allocations=allocations,
             workdir=Path(job.workdir),
-            env={"CALDERA_ACCOUNT": job.account, "CALDERA_QUEUE": job.queue},
+            env={"CALDERA_ACCOUNT": job.account, "CALDERA_QUEUE": job.queue, **shared_env},
             base_url=lab_base_url(job.id),
             run_as=run_as,
             home=home,

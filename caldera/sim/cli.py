@@ -375,3 +375,45 @@ def policies_cmd() -> None:
     """List the policies the registry knows."""
     for name in sorted(POLICIES):
         typer.echo(name)
+
+
+@app.command("sharing")
+def sharing_cmd(
+    data_dir: Path | None = typer.Option(None, help="shared data with colocation/ and traces/ (../shared/data)"),
+    nodes: int = typer.Option(6, help="simulated V100 nodes"),
+    gpus_per_node: int = typer.Option(8, help="GPUs per node"),
+    limit: int | None = typer.Option(1500, help="replay this many jobs of Gavel's traces (0: all)"),
+    skip: int = typer.Option(0, help="starting after this many (another window)"),
+    tolerance: float = typer.Option(0.45, help="the slowdown each shared job accepts"),
+    prefer_gain: float | None = typer.Option(0.6, help="join a partner instead of a free GPU above this gain"),
+    seed: int = typer.Option(0, help="which half of the V100 pairs the decay model never sees"),
+    estimator: str = typer.Option("extra_trees", help="the decay model's regressor"),
+) -> None:
+    """GPU sharing on Gavel's traces: exclusive FIFO, naive packing and interference-aware sharing in one run
+    (real speeds from Gavel's measured pairs; the scheduler sees only the decay model's predictions)."""
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        Console(stderr=True).print("[red]error:[/] scikit-learn is missing: pip install 'caldera[interference]'")
+        raise typer.Exit(1) from None
+    from caldera.config import Settings
+    from caldera.sim.sharing_experiment import markdown_table, run_experiment
+
+    data = data_dir or Settings().shared_data_dir
+    try:
+        ex = run_experiment(
+            data,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            limit=limit or None,
+            skip=skip,
+            tolerance=tolerance,
+            prefer_gain=prefer_gain,
+            estimator=estimator,
+            seed=seed,
+        )
+    except FileNotFoundError as exc:
+        Console(stderr=True).print(f"[red]error:[/] {exc} (set CALDERA_SHARED_DATA_DIR or --data-dir)")
+        raise typer.Exit(1) from None
+    typer.echo(f"{ex.summary()} on {nodes} x {gpus_per_node} V100\n")
+    typer.echo(markdown_table(ex.outcomes))

@@ -30,10 +30,11 @@ import numpy as np
 from caldera.core.cluster import Device, Node
 from caldera.core.resources import Resources
 from caldera.core.tenancy import PriorityClass
-from caldera.interference.predictor import Predictor
+from caldera.interference.predictor import Predictor, TablePredictor
 from caldera.interference.records import Dataset, JobType, Sample
+from caldera.interference.snapshot import pairs, prediction_table
 from caldera.scheduler.fifo import FifoPolicy
-from caldera.scheduler.sharing import Mix, SharingInfo, SharingPolicy
+from caldera.scheduler.sharing import SharingInfo, SharingPolicy
 from caldera.scheduler.snapshot import Policy, SchedJob, Snapshot
 
 BAD_DECAY = 0.5
@@ -125,6 +126,10 @@ class Outcome:
     bad_colocations: int
     colocations: int
     ooms: int
+    # the share of busy GPU time that multi-GPU jobs held (never shareable: Gavel measured one-GPU pairs only),
+    # and the effective utilisation of the rest, the GPUs sharing could act on
+    gang_share: float = 0.0
+    eff_util_one_gpu: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -158,6 +163,7 @@ class ShareSim:
         self.on_gpu: dict[tuple[str, int], list[str]] = {}
         self.bad = self.colocs = self.ooms = 0
         self.busy_area = self.tput_area = 0.0
+        self.gang_area = 0.0  # GPU-seconds of multi-GPU jobs, which never share
 
     def _sched_job(self, j: ShareJob) -> SchedJob:
         share = j.shareable and j.gpus == 1
@@ -219,6 +225,7 @@ class ShareSim:
             j.decay_time += dt * (1.0 - j.rate)
         self.busy_area += dt * len(self.on_gpu)
         self.tput_area += dt * sum(by_id[i].rate for ids in self.on_gpu.values() for i in ids)
+        self.gang_area += dt * sum(1 for ids in self.on_gpu.values() if by_id[ids[0]].gpus > 1)
 
     def _finish(self, j: ShareJob, sj: SchedJob, now: float) -> None:
         j.end = now
@@ -275,17 +282,11 @@ class ShareSim:
             self.bad,
             self.colocs,
             self.ooms,
+            self.gang_area / self.busy_area if self.busy_area else 0.0,
+            (self.tput_area - self.gang_area) / (self.busy_area - self.gang_area)
+            if self.busy_area > self.gang_area
+            else 0.0,
         )
-
-
-def prediction_table(types: list[JobType], predictor: Predictor, gpu: str) -> dict[tuple[str, Mix], tuple]:
-    """SharingInfo.decay for every pair of ``types`` on ``gpu``, in one batched prediction."""
-    mixes = [sorted([a, b], key=lambda t: t.key) for i, a in enumerate(types) for b in types[i:]]
-    return {
-        (gpu, tuple(t.key for t in mix)): tuple(d)
-        for mix, d in zip(mixes, predictor.predict_many(mixes, gpu))
-        if d is not None
-    }
 
 
 def compare(
@@ -298,6 +299,11 @@ def compare(
     gpu: str = "v100",
     tolerance: float = 0.35,
     prefer_gain: float | None = None,
+    max_jobs_per_gpu: int = 2,
+    oracle: bool = False,
+    match_window: int = 1,
+    min_gain: float = 0.0,
+    keep_order: bool = False,
 ) -> list[Outcome]:
     """Run the three policies on ``jobs``; ``predictor`` is what the interference-aware scheduler is told."""
     types = sorted({j.job for j in jobs if j.gpus == 1}, key=lambda t: t.key)
@@ -308,7 +314,14 @@ def compare(
 
     workload = {j.id: j.job.key for j in jobs if j.gpus == 1}
     aware_info = SharingInfo(
-        prediction_table(types, predictor, gpu), workload, default_tolerance=tolerance, prefer_gain=prefer_gain
+        prediction_table(pairs(types), predictor, gpu),
+        workload,
+        default_tolerance=tolerance,
+        prefer_gain=prefer_gain,
+        max_jobs_per_gpu=max_jobs_per_gpu,
+        match_window=match_window,
+        min_gain=min_gain,
+        keep_order=keep_order,
     )
     naive_info = SharingInfo({}, workload)
     runs: list[tuple[str, SharingInfo | None, Policy]] = [
@@ -316,6 +329,10 @@ def compare(
         ("naive packing", naive_info, SharingPolicy(FifoPolicy(), aware=False)),
         ("interference-aware", aware_info, SharingPolicy(FifoPolicy(), aware=True)),
     ]
+    if oracle:  # the same policy told the measured decays: what perfect predictions would buy
+        measured = TablePredictor({(gpu, a, b): 1.0 - r for (g, a, b), r in ds.ratios.items() if g == gpu and r > 0})
+        exact = replace(aware_info, decay=prediction_table(pairs(types), measured, gpu))
+        runs.append(("aware, measured decays", exact, SharingPolicy(FifoPolicy(), aware=True)))
     out = []
     for name, info, pol in runs:
         sim = ShareSim(jobs, truth, memory, info, pol, nodes=nodes, gpus_per_node=gpus_per_node, gpu_model=gpu)

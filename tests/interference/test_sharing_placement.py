@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from caldera.core.spec import SpecError, parse_spec
+from caldera.core.tenancy import QueueConfig
 from caldera.scheduler.fifo import FifoPolicy
 from caldera.scheduler.sharing import SharingInfo, SharingPolicy
 from caldera.scheduler.snapshot import SchedJob
@@ -58,7 +59,7 @@ def test_no_share_when_any_job_of_the_mix_would_decay_past_its_tolerance():
     # a per-queue tolerance applies to jobs without their own
     r0 = dataclasses.replace(r0, decay_tolerance=None)
     snap = full_cluster(r0, queued=[q], sharing=info(pair("a", "b", 0.2, 0.05), {"r0": "a", "q": "b"}))
-    snap.sharing = dataclasses.replace(snap.sharing, queue_tolerance={"q": 0.25})
+    snap.queues = {"q": QueueConfig(name="q", account="a", decay_tolerance=0.25)}
     assert [s.job_id for s in run(snap).starts] == ["q"]
 
 
@@ -125,3 +126,45 @@ def test_prefer_gain_moves_a_start_from_a_free_gpu_onto_a_good_partner():
     # never in naive mode, and never for a job the inner policy did not approve
     snap.sharing = info(table, {"r0": "a", "q": "b"}, prefer_gain=0.1)
     assert [s.allocations[0].gpus for s in run(snap, aware=False).starts] == [(1,)]
+
+
+def test_why_names_the_closest_refused_mix_and_its_tolerance():
+    r0 = shared(running("r0", {"n0": [0]}))
+    q = shared(job("q"))
+    snap = full_cluster(r0, queued=[q], sharing=info(pair("a", "b", 0.2, 0.4), {"r0": "a", "q": "b"}))
+    reasons = run(snap).pending["q"]
+    assert reasons[0].code == "SharingDeclined", reasons
+    assert (
+        reasons[0].message
+        == "not shared: next to r0 on n0 GPU 0 the predicted slowdown of it is 40%, over its tolerance 30%"
+    )
+    assert reasons[-1].code == "QueuePosition"
+    snap.sharing = info({}, {"r0": "a", "q": "b"})
+    assert "no predicted slowdown for it next to r0 on a100" in run(snap).pending["q"][0].message
+    snap.sharing = SharingInfo(unavailable="no interference model at /x (caldera interference train)")
+    assert run(snap).pending["q"][0].message == "not shared: no interference model at /x (caldera interference train)"
+
+
+def test_match_window_places_the_best_pair_first_and_keep_order_respects_a_blocked_gang():
+    r0 = shared(running("r0", {"n0": [0]}))
+    q1, q2 = shared(job("q1", queued_since=1.0)), shared(job("q2", queued_since=2.0))
+    table = {**pair("a", "b", 0.2, 0.2), **pair("a", "c", 0.05, 0.05)}  # q2 (c) gains more next to r0 (a)
+    wl = {"r0": "a", "q1": "b", "q2": "c"}
+    snap = full_cluster(r0, queued=[q1, q2], sharing=info(table, wl))
+    assert [s.job_id for s in run(snap).starts] == ["q1"]  # queue order: the first job takes the only partner
+    snap.sharing = info(table, wl, match_window=2)
+    assert [s.job_id for s in run(snap).starts] == ["q2"]  # best pair first
+    # a waiting 2-GPU gang queued before q1 and q2: with keep_order neither shares past it
+    gang = job("g", gpu=2, queued_since=0.5)
+    snap = full_cluster(r0, queued=[gang, q1, q2], sharing=info(table, wl, keep_order=True))
+    assert run(snap).starts == []
+    snap.sharing = info(table, wl)
+    assert [s.job_id for s in run(snap).starts] == ["q1"]
+
+
+def test_min_gain_asks_for_a_margin_over_the_prediction():
+    r0 = shared(running("r0", {"n0": [0]}))
+    table = pair("a", "b", 0.25, 0.25)  # gain 0.5
+    for margin, started in ((0.4, ["q"]), (0.6, [])):
+        snap = full_cluster(r0, queued=[shared(job("q"))], sharing=info(table, {"r0": "a", "q": "b"}, min_gain=margin))
+        assert [s.job_id for s in run(snap).starts] == started, margin

@@ -28,6 +28,7 @@ def test_codes_are_the_documented_strings():
         "WaitingForPreemption",
         "BestEffortNoIdle",
         "NeverFits",
+        "SharingDeclined",
     )
 
 

@@ -8,8 +8,8 @@ and keeps running until every member has reported, so nobody's tail runs alone. 
 Metrics: always speed (iterations/s), ``iter_avg_ms``, ``cpu_usage`` (percent of one core) and ``cpu_mem_max``
 (peak RSS, MiB); on a GPU also ``gpu_mem_max`` (peak allocated by torch, MiB) and, sampled through NVML every 0.1 s,
 ``gpu_util_*`` (NVML utilisation.gpu), ``mem_copy_util_*`` (utilisation.memory), ``pcie_tx_*``/``pcie_rx_*``
-(KB/s). ``sm_active_*``, ``sm_occupancy_*`` and ``dram_util_*`` are DCGM profiling fields: empty unless DCGM is
-installed (it is not used by this version). Empty means "not measured", never zero.
+(KB/s); ``sm_active_*``, ``sm_occupancy_*`` and ``dram_util_*`` (the DCGM profiling fields) where NVML's GPM has
+them (Hopper and newer; :mod:`.gpu_metrics`). Empty means "not measured", never zero.
 """
 
 from __future__ import annotations
@@ -19,17 +19,15 @@ import itertools
 import multiprocessing as mp
 import queue as queue_mod
 import resource
-import statistics
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from caldera.interference.profile.gpu_metrics import GpuSampler
+
 _STATS = ("avg", "max", "std")
-NVML_METRICS = ("gpu_util", "mem_copy_util", "pcie_tx", "pcie_rx")
-DCGM_METRICS = ("sm_active", "sm_occupancy", "dram_util")
 _SAMPLED = ("gpu_util", "sm_active", "sm_occupancy", "mem_copy_util", "dram_util", "pcie_tx", "pcie_rx")
 SOLO_COLUMNS = (
     ["model", "dataset", "gpu_num", "batchsize", "amp", "speed", "iter_avg_ms"]
@@ -74,34 +72,6 @@ def device_name(device: str) -> str:
     return normalise_model(torch.cuda.get_device_name(torch.device(device)))
 
 
-class _NvmlSampler(threading.Thread):
-    """NVML utilisation and PCIe throughput of one device, every ``period_s``."""
-
-    def __init__(self, index: int, period_s: float = 0.1) -> None:
-        super().__init__(daemon=True)
-        import pynvml
-
-        self.nv = pynvml
-        pynvml.nvmlInit()
-        self.h = pynvml.nvmlDeviceGetHandleByIndex(index)
-        self.period_s = period_s
-        self.samples: dict[str, list[float]] = {m: [] for m in NVML_METRICS}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        nv = self.nv
-        while not self.stop.wait(self.period_s):
-            u = nv.nvmlDeviceGetUtilizationRates(self.h)
-            self.samples["gpu_util"].append(float(u.gpu))
-            self.samples["mem_copy_util"].append(float(u.memory))
-            self.samples["pcie_tx"].append(float(nv.nvmlDeviceGetPcieThroughput(self.h, nv.NVML_PCIE_UTIL_TX_BYTES)))
-            self.samples["pcie_rx"].append(float(nv.nvmlDeviceGetPcieThroughput(self.h, nv.NVML_PCIE_UTIL_RX_BYTES)))
-
-
-def _stats(xs: Sequence[float]) -> dict[str, float]:
-    return {"avg": statistics.fmean(xs), "max": max(xs), "std": statistics.pstdev(xs)} if xs else {}
-
-
 def _worker(spec: RunSpec, device: str, lim: Limits, n_jobs: int, start: Any, done: Any, out: Any) -> None:
     """One measured process (also used alone for solo runs, ``n_jobs == 1``)."""
     try:
@@ -139,7 +109,7 @@ def _measure(spec: RunSpec, device: str, lim: Limits, n_jobs: int, start: Any, d
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    sampler = _NvmlSampler(torch.device(device).index or 0) if cuda else None
+    sampler = GpuSampler(torch.device(device).index or 0) if cuda else None
     start.wait()
     if sampler:
         sampler.start()
@@ -175,8 +145,8 @@ def _measure(spec: RunSpec, device: str, lim: Limits, n_jobs: int, start: Any, d
         "gpu_mem_max": torch.cuda.max_memory_allocated(torch.device(device)) / 2**20 if cuda else None,
         "gpu": device_name(device),
     }
-    for m, xs in (sampler.samples if sampler else {}).items():
-        rec.update({f"{m}_{k}": v for k, v in _stats(xs).items()})
+    if sampler:
+        rec.update(sampler.record())
     return rec
 
 
