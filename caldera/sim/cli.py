@@ -245,9 +245,12 @@ def run_sim(
         out["json"] = str(jpath)
         if plot:
             from caldera.sim.plot import plot_comparison
+            from caldera.sim.plot_distributions import plot_distributions
 
-            out["png"] = str(plot_comparison(results, d / "comparison.png", f"{trace_name} on {spec.describe()}"))
-        say(f"wrote {out['json']}" + (f" and {out['png']}" if out["png"] else ""))
+            title = f"{trace_name} on {spec.describe()}"
+            out["png"] = str(plot_comparison(results, d / "comparison.png", title))
+            out["distributions_png"] = str(plot_distributions(results, d / "distributions.png", title))
+        say(f"wrote {out['json']}" + (f", {out['png']} and {out['distributions_png']}" if out["png"] else ""))
     return out
 
 

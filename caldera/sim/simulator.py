@@ -229,6 +229,7 @@ class SimResult:
     invalid_decisions: dict[str, int] = field(default_factory=dict)
     stopped: str = "done"
     same_instant_capped: int = 0  # cycles not run at an instant that had already had _MAX_SAME_INSTANT
+    preempt_t: list[float] = field(default_factory=list)  # when each applied preemption was decided
 
 
 @dataclass(slots=True, frozen=True)
@@ -383,6 +384,7 @@ class Simulator:
         queue_t: list[float] = [0.0]
         queue_n: list[int] = [0]
         by_reason: dict[str, int] = {}
+        preempt_t: list[float] = []
         invalid: dict[str, int] = {}
         arrivals = self.arrivals
         n_arr = len(arrivals)
@@ -583,6 +585,7 @@ class Simulator:
                     job = running[pre.job_id]
                     job.preemptions += 1
                     by_reason[pre.reason] = by_reason.get(pre.reason, 0) + 1
+                    preempt_t.append(t)
                     acted = True
                     job.sj.terminating = True
                     if _HAS_PREEMPTED_BY:
@@ -649,6 +652,7 @@ class Simulator:
             invalid_decisions=invalid,
             stopped=stopped,
             same_instant_capped=capped,
+            preempt_t=preempt_t,
         )
 
 
