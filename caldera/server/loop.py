@@ -31,6 +31,7 @@ from caldera.scheduler.validation import valid_decisions
 from caldera.server import identity, tenancy
 from caldera.server.jobs import note, preemption_deadline, preemption_notice, record
 from caldera.server.launcher import Launcher
+from caldera.server.learned_runtimes import expected_runtimes
 from caldera.server.platform import Platform
 
 log = logging.getLogger("caldera.loop")
@@ -211,7 +212,9 @@ class SchedulerLoop:
     def _snapshot(self, db: Session, now: float, user_usage: dict, queue_usage: dict) -> Snapshot:
         names = dict(db.execute(select(User.id, User.username)).all())
         queued, running = [], []
-        for job in db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))):
+        jobs = list(db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))))
+        learned = expected_runtimes(db, ((job.user_id, job.kind) for job in jobs))
+        for job in jobs:
             spec = job.spec
             sj = SchedJob(
                 id=job.id,
@@ -227,7 +230,11 @@ class SchedulerLoop:
                 max_runtime_s=spec.get("max_runtime_s"),
                 attained_gpu_s=job.attained_gpu_s,
                 las=job.kind != "jupyter" and spec.get("preemptible", True),
+                expected_runtime_s=learned.get((job.user_id, job.kind)),
             )
+            if sj.expected_runtime_s is not None and job.state == JobState.QUEUED.value and sj.attained_gpu_s:
+                # a re-queued job has done part of its work: what is left of the estimate (at least a minute)
+                sj.expected_runtime_s = max(60.0, sj.expected_runtime_s - sj.attained_gpu_s / max(sj.gpus, 1))
             if job.state == JobState.QUEUED.value:
                 queued.append(sj)
             else:
