@@ -26,7 +26,7 @@ def plot_distributions(metrics: Sequence[dict[str, Any]], path: str | Path, titl
         s = m["slowdown_cdf"]
         if s["slowdown"]:
             ax_s.plot(s["slowdown"], s["fraction"], label=f"{name} (mean {m['slowdown']['mean']:.1f})")
-        p = m["preemptions"]["over_time"]
+        p = m["preemptions_over_time"]
         ax_p.plot([t / 86400 for t in p["t_s"]], p["count"], label=f"{name} ({m['preemptions']['total']:,})")
     _per_account(ax_a, metrics)
     for ax, xlabel, ttl in (
