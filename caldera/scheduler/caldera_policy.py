@@ -85,9 +85,10 @@ class CalderaPolicy:
     this way cost average JCT on every trace measured, even with 5 minutes lost per preemption),
     ``las_across_queues`` (``"guarantee"``: least-attained-service may take from any queue that stays at its
     guarantee; ``"share"``: only from queues above their deserved share, which on Gavel's trace left short jobs of
-    a small-share queue waiting behind long ones, 2% worse JCT and Jain 0.34), ``aging_threshold_s`` (None: off;
-    seconds after which a low or best-effort job is treated as normal, :mod:`caldera_aging`) and
-    ``aging_factor`` (2: or that many times its expected run time, when longer).
+    a small-share queue waiting behind long ones, 2% worse JCT and Jain 0.34), ``aging_threshold_s`` (1800: seconds
+    after which a low or best-effort job is treated as normal, :mod:`caldera_aging`; None turns it off; on
+    Alibaba's trace it took caldera from 12.8 d to 42 h average JCT and bounded the p99 wait) and ``aging_factor``
+    (2: or that many times its expected run time, when longer).
     """
 
     name = "caldera"
@@ -106,7 +107,7 @@ class CalderaPolicy:
         las_thresholds_gpu_s: Sequence[float] | None = (3600.0, 36000.0),
         las_min_run_s: float = 0.0,
         las_across_queues: str = "guarantee",
-        aging_threshold_s: float | None = None,
+        aging_threshold_s: float | None = 1800.0,
         aging_factor: float = 2.0,
     ) -> None:
         self.starvation_threshold_s = starvation_threshold_s

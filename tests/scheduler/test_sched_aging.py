@@ -11,7 +11,7 @@ LONG = 20 * 3600.0  # GPU-seconds: past both default attained-service levels
 
 def decide(snap, **kw):
     kw.setdefault("starvation_threshold_s", None)
-    kw.setdefault("aging_threshold_s", 1800.0)  # off by default (see README): these tests turn it on
+    kw.setdefault("aging_threshold_s", 1800.0)  # the default, spelled out
     d = CalderaPolicy(**kw)(snap)
     check_decisions(snap, d)
     return d
