@@ -1,8 +1,10 @@
 """Scheduling quality: every policy on the Philly, Gavel and Alibaba traces at two cluster sizes each.
 
-    python benchmarks/sim_quality.py [OUT_DIR] [--limit N] [--restart-overhead 300] [--policies fifo,tiresias,caldera]
+    python benchmarks/sim_quality.py [OUT_DIR] [--limit N] [--offset K] [--restart-overhead 300]
+                                     [--policies fifo,tiresias,caldera] [--only TRACE]
 
-For each (trace, cluster) it replays the first ``--limit`` jobs under each policy, with ``--restart-overhead``
+For each (trace, cluster) it replays ``--limit`` jobs from the ``--offset``-th on (another window of the trace, to
+check that a result is not one slice's) under each policy, with ``--restart-overhead``
 seconds of lost work charged per preemption, prints one table (policy x avg / p50 / p99 JCT, p99 wait, makespan,
 GPU allocation, Jain's fairness over accounts, preemptions) and writes, per case, ``results.json``, the per-job
 CSVs and ``comparison.png`` under OUT_DIR (default ``out/sim_quality``), and ``tables.md`` with every table.
@@ -19,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 
 from caldera.sim.cli import fmt_s, run_sim  # noqa: E402
+from caldera.sim.traces import TraceJob, load_trace  # noqa: E402
 
 # (trace, label, cluster, trace options): two sizes each, both loaded enough for queues to form (the first 1,500
 # jobs ask on average for 240 GPUs on Philly, 232 on Gavel's trace, 16 on Alibaba's)
@@ -30,6 +33,15 @@ CASES = [
     ("alibaba", "alibaba", "2x8:v100", {}),
     ("alibaba", "alibaba", "3x8:v100", {}),
 ]
+
+
+def window(trace: str, offset: int, limit: int, traces_dir: str | None) -> list[TraceJob]:
+    """Jobs ``offset`` to ``offset + limit`` of a trace in submission order, with times from the first of them."""
+    jobs = load_trace(trace, traces_dir=traces_dir, limit=offset + limit)[offset:]
+    t0 = jobs[0].submit_time_s if jobs else 0.0
+    for j in jobs:
+        j.submit_time_s -= t0
+    return jobs
 
 
 def markdown(title: str, results: list[dict]) -> str:
@@ -52,7 +64,8 @@ def markdown(title: str, results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", nargs="?", default="out/sim_quality")
-    ap.add_argument("--limit", type=int, default=1500, help="first N jobs of each trace (default 1500)")
+    ap.add_argument("--limit", type=int, default=1500, help="N jobs of each trace (default 1500)")
+    ap.add_argument("--offset", type=int, default=0, help="skip the first K jobs (default 0)")
     ap.add_argument("--restart-overhead", type=float, default=300.0)
     ap.add_argument("--policies", default="fifo,tiresias,caldera")
     ap.add_argument("--only", default=None, help="only the cases whose trace name contains this")
@@ -67,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         case_dir = out / f"{label}_{cluster.replace(':', '_')}"
         res = run_sim(
-            trace,
+            window(trace, args.offset, args.limit, args.traces_dir) if args.offset else trace,
             policies,
             traces_dir=args.traces_dir,
             cluster=cluster,
@@ -77,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             out_dir=case_dir,
             console=console,
         )
-        title = (
-            f"{label}, first {res['config']['jobs']:,} jobs, {cluster}, {args.restart_overhead:.0f} s per preemption"
-        )
+        n = res["config"]["jobs"]
+        which = f"jobs {args.offset:,}-{args.offset + n:,}" if args.offset else f"first {n:,} jobs"
+        title = f"{label}, {which}, {cluster}, {args.restart_overhead:.0f} s per preemption"
         tables.append(markdown(title, res["results"]))
         out.mkdir(parents=True, exist_ok=True)
         (out / "tables.md").write_text("\n".join(tables))

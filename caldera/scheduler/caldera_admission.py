@@ -91,6 +91,12 @@ class _Queue:
         used = self.used_nb.get(k, 0.0) - self.chosen.get(k, 0.0) - taken
         return used > self.des.get(k, 0.0) + _EPS and used - gpus >= self.guar.get(k, 0.0) - _EPS
 
+    def keeps_guarantee(self, key: str, taken: float, gpus: int) -> bool:
+        """Still at or above its guarantee on ``key`` after losing ``gpus`` (and ``taken`` already)."""
+        k = self.share_key(key)
+        used = self.used_nb.get(k, 0.0) - self.chosen.get(k, 0.0) - taken
+        return used - gpus >= self.guar.get(k, 0.0) - _EPS
+
 
 def _add(d: dict[str, float], k: str, x: float) -> None:
     d[k] = d.get(k, 0.0) + x

@@ -26,8 +26,9 @@ Admission, per job in that order (:mod:`caldera_admission`, :mod:`caldera_preemp
    * with ``priority_preemption`` (default on): lower priority classes of the same queue (``Priority``).
    * least-attained-service (``LeastAttainedService``): batch jobs (not interactive, spec ``preemptible`` not
      false) of a class no higher than the job's, in a higher attained-service level than the job's, that have run
-     ``las_min_run_s`` since their last start: of the job's own queue, or of queues above their deserved share
-     that stay at their guarantee. Highest level first. Within a class and tier, jobs are also ordered by level.
+     ``las_min_run_s`` since their last start: of any queue that stays at its guarantee (``las_across_queues``
+     ``"guarantee"``, the default), or only of the job's own queue and queues above their deserved share
+     (``"share"``). Highest level first. Within a class and tier, jobs are also ordered by level.
 
    The job then waits (``WaitingForPreemption``) and the free part of its placement is held for it during the
    cycle; next cycle the victims are ``terminating`` and counted as soon-free, so no more are preempted for it;
@@ -57,6 +58,7 @@ from collections.abc import Sequence
 
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.scheduler.caldera_admission import _EPS, _Queue
+from caldera.scheduler.caldera_aging import promote_waiting
 from caldera.scheduler.caldera_ordering import Ordering
 from caldera.scheduler.engine import _RANK_BY_VALUE, Victim
 from caldera.scheduler.reasons import (
@@ -80,7 +82,13 @@ class CalderaPolicy:
     already counted as soon-free), ``las_thresholds_gpu_s`` (1 and 10 GPU-hours: the attained-service levels of
     least-attained-service among batch jobs; None turns it off), ``las_min_run_s`` (0: a batch job is not
     preempted for less attained service before it has run this long since its last start; protecting young jobs
-    this way cost average JCT on every trace measured, even with 5 minutes lost per preemption).
+    this way cost average JCT on every trace measured, even with 5 minutes lost per preemption),
+    ``las_across_queues`` (``"guarantee"``: least-attained-service may take from any queue that stays at its
+    guarantee; ``"share"``: only from queues above their deserved share, which on Gavel's trace left short jobs of
+    a small-share queue waiting behind long ones, 2% worse JCT and Jain 0.34), ``aging_threshold_s`` (1800: seconds
+    after which a low or best-effort job is treated as normal, :mod:`caldera_aging`; None turns it off; on
+    Alibaba's trace it took caldera from 12.8 d to 42 h average JCT and bounded the p99 wait) and ``aging_factor``
+    (2: or that many times its expected run time, when longer).
     """
 
     name = "caldera"
@@ -98,6 +106,9 @@ class CalderaPolicy:
         starvation_factor: float = 1.0,
         las_thresholds_gpu_s: Sequence[float] | None = (3600.0, 36000.0),
         las_min_run_s: float = 0.0,
+        las_across_queues: str = "guarantee",
+        aging_threshold_s: float | None = 1800.0,
+        aging_factor: float = 2.0,
     ) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
@@ -111,9 +122,20 @@ class CalderaPolicy:
             None if las_thresholds_gpu_s is None else tuple(sorted(float(t) for t in las_thresholds_gpu_s))
         )
         self.las_min_run_s = float(las_min_run_s)
+        if las_across_queues not in ("share", "guarantee"):
+            raise ValueError("las_across_queues must be 'share' or 'guarantee'")
+        self.las_across_queues = las_across_queues
+        self.aging_threshold_s = aging_threshold_s
+        self.aging_factor = float(aging_factor)
 
     def __call__(self, snapshot: Snapshot) -> Decisions:
-        return _Cycle.decide(self, snapshot)
+        if self.aging_threshold_s is None:
+            return _Cycle.decide(self, snapshot)
+        snapshot, next_promotion = promote_waiting(snapshot, self.aging_threshold_s, self.aging_factor)
+        decisions = _Cycle.decide(self, snapshot)
+        if decisions.wake_at is not None and next_promotion < decisions.wake_at:
+            decisions.wake_at = next_promotion  # a promotion may let a job start or preempt
+        return decisions
 
 
 class _Cycle(Ordering):

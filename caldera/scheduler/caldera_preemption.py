@@ -344,11 +344,13 @@ class Preemption(Admission):
 
     def _las_candidates(self, job: SchedJob, q: _Queue, rank: int, model: str | None, ckey: str) -> Iterator[Victim]:
         """Batch jobs (that did not opt out) with more attained service than ``job``, most first: of its own queue,
-        or of queues above their deserved share that stay at their guarantee; not of a higher class, and not
+        or of other queues that stay at their guarantee (with ``las_across_queues="share"``: only of queues above
+        their deserved share); not of a higher class, and not
         before they have run ``las_min_run_s`` since their last start (a preemption costs them a restart)."""
         if not job.las:
             return
         level = self.las_level(job.attained_gpu_s)
+        across = self.pol.las_across_queues == "guarantee"
         latest = self.now - self.pol.las_min_run_s
         taken: dict[str, float] = {}
         for v in self.las_victims:
@@ -359,7 +361,7 @@ class Preemption(Admission):
             if v.queue != q.name:
                 vq = self.queues[v.queue]
                 t = taken.get(v.queue, 0.0)
-                if not vq.over_share(ckey, t, v.gpus):
+                if not (vq.keeps_guarantee(ckey, t, v.gpus) if across else vq.over_share(ckey, t, v.gpus)):
                     continue
                 taken[v.queue] = t + v.gpus
             yield v

@@ -34,6 +34,7 @@ from caldera.scheduler.validation import valid_decisions
 from caldera.server import identity, tenancy
 from caldera.server.jobs import note, preemption_deadline, preemption_notice, record
 from caldera.server.launcher import Launcher
+from caldera.server.learned_runtimes import expected_runtimes
 from caldera.server.platform import Platform
 
 log = logging.getLogger("caldera.loop")
@@ -220,7 +221,9 @@ class SchedulerLoop:
         names = dict(db.execute(select(User.id, User.username)).all())
         queued, running = [], []
         workloads: dict[str, str | None] = {}
-        for job in db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))):
+        jobs = list(db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))))
+        learned = expected_runtimes(db, ((job.user_id, job.kind) for job in jobs))
+        for job in jobs:
             spec = job.spec
             sj = SchedJob(
                 id=job.id,
@@ -238,8 +241,12 @@ class SchedulerLoop:
                 las=job.kind != "jupyter" and spec.get("preemptible", True),
                 shareable=bool(spec.get("shareable", False)),
                 decay_tolerance=spec.get("decay_tolerance"),
+                expected_runtime_s=learned.get((job.user_id, job.kind)),
             )
             workloads[job.id] = spec.get("workload")
+            if sj.expected_runtime_s is not None and job.state == JobState.QUEUED.value and sj.attained_gpu_s:
+                # a re-queued job has done part of its work: what is left of the estimate (at least a minute)
+                sj.expected_runtime_s = max(60.0, sj.expected_runtime_s - sj.attained_gpu_s / max(sj.gpus, 1))
             if job.state == JobState.QUEUED.value:
                 queued.append(sj)
             else:

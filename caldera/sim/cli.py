@@ -112,6 +112,10 @@ def run_sim(
     restart_overhead_s: float = 0.0,
     share: str = "demand",
     runtime_estimate: float | None = None,
+    locality_slowdown: float = 0.0,
+    node_mtbf_s: float | None = None,
+    node_repair_s: float = 3600.0,
+    failure_seed: int = 0,
     queue_file: str | Path | None = None,
     policy_options: dict[str, dict[str, Any]] | None = None,
     max_time_s: float | None = None,
@@ -177,6 +181,10 @@ def run_sim(
         strict=strict,
         max_time_s=max_time_s,
         runtime_estimate=runtime_estimate,
+        locality_slowdown=locality_slowdown,
+        node_mtbf_s=node_mtbf_s,
+        node_repair_s=node_repair_s,
+        failure_seed=failure_seed,
     )
     results: list[dict[str, Any]] = []
     wall: dict[str, float] = {}
@@ -231,6 +239,10 @@ def run_sim(
         "restart_overhead_s": restart_overhead_s,
         "share": share,
         "runtime_estimate": runtime_estimate,
+        "locality_slowdown": locality_slowdown,
+        "node_mtbf_s": node_mtbf_s,
+        "node_repair_s": node_repair_s,
+        "failure_seed": failure_seed,
         "queue_file": str(queue_file) if queue_file else None,
         "max_time_s": max_time_s,
     }
@@ -245,9 +257,12 @@ def run_sim(
         out["json"] = str(jpath)
         if plot:
             from caldera.sim.plot import plot_comparison
+            from caldera.sim.plot_distributions import plot_distributions
 
-            out["png"] = str(plot_comparison(results, d / "comparison.png", f"{trace_name} on {spec.describe()}"))
-        say(f"wrote {out['json']}" + (f" and {out['png']}" if out["png"] else ""))
+            title = f"{trace_name} on {spec.describe()}"
+            out["png"] = str(plot_comparison(results, d / "comparison.png", title))
+            out["distributions_png"] = str(plot_distributions(results, d / "distributions.png", title))
+        say(f"wrote {out['json']}" + (f", {out['png']} and {out['distributions_png']}" if out["png"] else ""))
     return out
 
 
@@ -303,6 +318,11 @@ def run_cmd(
     restart_overhead: float = typer.Option(0.0, help="seconds of work added when a preempted job resumes"),
     share: str = typer.Option("demand", help="generated queues' deserved GPU share: demand, equal or none"),
     runtime_estimate: float | None = typer.Option(None, help="jobs declare max_runtime_s = work x this (>= 1)"),
+    locality_slowdown: float = typer.Option(
+        0.0, help="a gang spread over more nodes than needed runs this much slower (unless the trace measured it)"
+    ),
+    node_mtbf: float | None = typer.Option(None, help="each node fails after exponential times of this mean (s)"),
+    node_repair: float = typer.Option(3600.0, help="how long a failed node stays down (s)"),
     queue_file: Path | None = typer.Option(None, help="JSON/YAML queue configs (QueueConfig list)"),
     policy_options: str | None = typer.Option(None, help='JSON: {"caldera": {"option": value}, ...}'),
     max_time: float | None = typer.Option(None, help="stop at this simulated time (s)"),
@@ -339,6 +359,9 @@ def run_cmd(
             restart_overhead_s=restart_overhead,
             share=share,
             runtime_estimate=runtime_estimate,
+            locality_slowdown=locality_slowdown,
+            node_mtbf_s=node_mtbf,
+            node_repair_s=node_repair,
             queue_file=queue_file,
             policy_options=json.loads(policy_options) if policy_options else None,
             max_time_s=max_time,

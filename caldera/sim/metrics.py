@@ -116,11 +116,13 @@ def compute_metrics(
         sums = np.bincount(inv, weights=bsld)
         counts = np.bincount(inv)
         jsum = np.bincount(inv, weights=jct)
+        wsum = np.bincount(inv, weights=(a["start"] - a["submit"])[done])
         for k, name in enumerate(names):
             per_account[str(name)] = {
                 "jobs": int(counts[k]),
                 "mean_slowdown": float(sums[k] / counts[k]),
                 "mean_jct_s": float(jsum[k] / counts[k]),
+                "mean_wait_s": float(wsum[k] / counts[k]),
             }
     fairness = jain_index([v["mean_slowdown"] for v in per_account.values()])
 
@@ -144,6 +146,8 @@ def compute_metrics(
         "queueing_delay_s": _stats(wait),
         "slowdown": _stats(bsld),
         "jct_cdf": dict(zip(("jct_s", "fraction"), _cdf(jct, cdf_points))),
+        "wait_cdf": dict(zip(("wait_s", "fraction"), _cdf(wait, cdf_points))),
+        "slowdown_cdf": dict(zip(("slowdown", "fraction"), _cdf(bsld, cdf_points))),
         "makespan_s": float(last_finish - first) if done.any() else 0.0,
         "gpu_allocation": {
             "mean": time_weighted_mean(result.alloc_t, alloc_rate, first, end),
@@ -162,6 +166,8 @@ def compute_metrics(
             "jobs_preempted": preempted_jobs,
             "by_reason": dict(result.preemptions_by_reason),
         },
+        "preemptions_over_time": _cumulative(result.preempt_t, first, end, series_points),
+        "node_failures": {"failures": result.node_failures, "jobs_killed": result.failure_kills},
         "invalid_decisions": dict(result.invalid_decisions),
         "runtime_estimates": estimate_accuracy(result),
         "stopped": result.stopped,
@@ -174,6 +180,13 @@ def compute_metrics(
             "end_time_s": end,
         },
     }
+
+
+def _cumulative(times: Sequence[float], start: float, end: float, points: int) -> dict[str, list[float]]:
+    """How many events happened by each of ``points`` evenly spaced times in [start, end]."""
+    grid = np.linspace(start, max(end, start), max(points, 2))
+    counts = np.searchsorted(np.sort(np.asarray(times, dtype=float)), grid, side="right")
+    return {"t_s": grid.tolist(), "count": counts.astype(float).tolist()}
 
 
 def _cdf(values: np.ndarray, points: int) -> tuple[list[float], list[float]]:

@@ -34,13 +34,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from caldera.core.cluster import Node
+from caldera.core.cluster import Allocation, Node
 from caldera.core.resources import GPU, Resources
 from caldera.core.tenancy import QueueConfig, Quota
 from caldera.scheduler.placement import ClusterIndex
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import FreeCapacity, Problem, preemption_problem
 from caldera.sim.cluster import ClusterSpec
+from caldera.sim.failures import NodeFailures
 from caldera.sim.history import RuntimeHistory
 from caldera.sim.traces import TraceJob, _account
 
@@ -48,7 +49,7 @@ log = logging.getLogger("caldera.sim")
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 
-_COMPLETE, _RELEASE = 0, 1
+_COMPLETE, _RELEASE, _NODE_DOWN, _NODE_UP = 0, 1, 2, 3
 # Policies may leave reference cycles behind every cycle (thousands with a long queue); the automatic collector
 # would rescan all live job objects again and again. Instead, with automatic collection off during a replay, the
 # young generations are collected once this many objects have piled up, or every _GC_CYCLES cycles (bounded memory,
@@ -171,6 +172,7 @@ class SimJob:
         "gpus",
         "preempt_at",
         "estimate",
+        "speed",
     )
 
     def __init__(self, trace: TraceJob, sj: SchedJob) -> None:
@@ -186,6 +188,7 @@ class SimJob:
         self.gpus = sj.gpus
         self.preempt_at: float | None = None
         self.estimate: float | None = None  # run time expected at submission (from the user's history)
+        self.speed = 1.0  # work done per second in the current attempt (GPU type, locality)
 
 
 @dataclass(slots=True)
@@ -204,6 +207,13 @@ class SimOptions:
     runtime_estimate: float | None = None  # >= 1: queued jobs get max_runtime_s = remaining work x this (1 = an
     # exact oracle, for backfill/reservations); None: unknown
     runtime_history: bool = True  # queued jobs get expected_runtime_s from their user's finished jobs
+    locality_slowdown: float = 0.0  # a gang spread over more nodes than it needs runs this much slower (0.2:
+    # 20 %), unless the trace measured that case (Gavel's *_unconsolidated throughputs)
+    node_failures: tuple[tuple[float, str, float], ...] = ()  # (time, node, repair time) in trace seconds
+    node_mtbf_s: float | None = None  # or: each node fails after exponential times of this mean (seeded)
+    node_repair_s: float = 3600.0  # how long a node drawn to fail stays down
+    failure_seed: int = 0
+    checkpoint_interval_s: float = 3600.0  # jobs killed by a failure lose the work since their last checkpoint
     cpu_per_gpu: float | None = None  # per-GPU CPU/memory of jobs whose trace has none; default: the
     memory_mib_per_gpu: int | None = None  # cluster's scarcest ratio, so only GPUs constrain
 
@@ -229,6 +239,9 @@ class SimResult:
     invalid_decisions: dict[str, int] = field(default_factory=dict)
     stopped: str = "done"
     same_instant_capped: int = 0  # cycles not run at an instant that had already had _MAX_SAME_INSTANT
+    preempt_t: list[float] = field(default_factory=list)  # when each applied preemption was decided
+    node_failures: int = 0
+    failure_kills: int = 0  # job attempts killed by node failures (re-queued)
 
 
 @dataclass(slots=True, frozen=True)
@@ -290,6 +303,13 @@ class Simulator:
             self.queue_of[q.account] = name
 
         self.history = RuntimeHistory() if self.opt.runtime_history else None
+        self.node_by_name = {n.name: n for n in self.nodes}
+        self.node_model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
+        self.model_gpus: dict[str, int] = {}  # GPUs of the largest node of each model
+        for n in self.nodes:
+            if n.gpus:
+                m = n.gpus[0].model
+                self.model_gpus[m] = max(self.model_gpus.get(m, 0), len(n.gpus))
         self.dropped: list[TraceJob] = []
         self.arrivals: list[TraceJob] = []
         fit_cache: dict[tuple, bool] = {}
@@ -316,6 +336,20 @@ class Simulator:
         if r is None:
             r = self._res_cache[key] = Resources(cpu=cpu, memory_mib=mem, gpu=j.gpus_per_replica, gpu_model=j.gpu_model)
         return r
+
+    def _speed(self, j: TraceJob, allocations) -> float:
+        """How fast a job runs on ``allocations``: its speed on their GPU type, and slower when spread over more
+        nodes than that type's largest node needs (the trace's measured unconsolidated speed, else
+        ``locality_slowdown``)."""
+        if not allocations or (not j.speeds and not self.opt.locality_slowdown):
+            return 1.0
+        model = self.node_model.get(allocations[0].node, "")
+        per_node = self.model_gpus.get(model, 0)
+        spread = per_node > 0 and len({a.node for a in allocations}) > -(-j.num_gpus // per_node)
+        speeds = j.speeds or {}
+        if spread and f"{model}_unconsolidated" in speeds:
+            return speeds[f"{model}_unconsolidated"]
+        return speeds.get(model, 1.0) * ((1.0 - self.opt.locality_slowdown) if spread else 1.0)
 
     def _make(self, j: TraceJob) -> SimJob:
         acct = _account(j.account)
@@ -383,6 +417,7 @@ class Simulator:
         queue_t: list[float] = [0.0]
         queue_n: list[int] = [0]
         by_reason: dict[str, int] = {}
+        preempt_t: list[float] = []
         invalid: dict[str, int] = {}
         arrivals = self.arrivals
         n_arr = len(arrivals)
@@ -435,7 +470,7 @@ class Simulator:
             """Release the victim and re-queue it with its remaining work (checkpointed at the request)."""
             sj = job.sj
             upto = job.preempt_at if job.preempt_at is not None else t
-            job.remaining_s = max(0.0, job.remaining_s - (upto - job.run_start)) + restart
+            job.remaining_s = max(0.0, job.remaining_s - (upto - job.run_start) * job.speed) + restart
             job.base_attained += (t - job.run_start) * job.gpus
             release(job)
             job.attempt += 1
@@ -453,6 +488,47 @@ class Simulator:
             if job.estimate is not None:  # what is left of it, at least the restart
                 sj.expected_runtime_s = max(job.estimate - (job.trace.duration_s - job.remaining_s), restart, 60.0)
             queued[sj.id] = sj
+
+        failures = NodeFailures(
+            self.node_model, opt.node_failures, opt.node_mtbf_s, opt.node_repair_s, opt.failure_seed
+        )
+        down: dict[str, Allocation] = {}  # failed node -> the whole node, held so nothing starts there
+        repair_of: dict[int, float] = {}  # heap sequence number of a failure -> its repair time
+        n_failures = n_kills = 0
+
+        def schedule_failure(f: tuple[float, str, float] | None) -> None:
+            nonlocal seq
+            if f is not None:
+                seq += 1
+                repair_of[seq] = f[2]
+                heapq.heappush(heap, (f[0], seq, _NODE_DOWN, f[1], seq))
+
+        def node_down(name: str, t: float, key: int) -> None:
+            """Kill the jobs on the node (re-queued, losing the work since their last checkpoint) and hold the
+            node until its repair."""
+            nonlocal seq, n_failures, n_kills
+            repair = repair_of.pop(key)
+            if name in down:
+                return  # already down: the repair already scheduled stands
+            n_failures += 1
+            for job in [j for j in running.values() if any(a.node == name for a in j.sj.allocations)]:
+                if job.preempt_at is None:
+                    job.preempt_at = t - (t - job.run_start) % opt.checkpoint_interval_s
+                n_kills += 1
+                stop_and_requeue(job, t)
+            node = self.node_by_name[name]
+            whole = Allocation(name, tuple(d.index for d in node.gpus), node.cpu, node.memory_mib)
+            free.take((whole,))
+            capacity.occupy((whole,))
+            down[name] = whole
+            seq += 1
+            heapq.heappush(heap, (t + repair, seq, _NODE_UP, name, 0))
+
+        def node_up(name: str, t: float) -> None:
+            whole = down.pop(name)
+            free.give((whole,))
+            capacity.release((whole,))
+            schedule_failure(failures.after_repair(name, t))
 
         def start(st: Start, t: float) -> bool:
             nonlocal allocated, seq
@@ -473,16 +549,21 @@ class Simulator:
             running_sj[sj.id] = sj
             attained_of[sj.id] = (sj, job.base_attained - t * job.gpus, job.gpus)
             job.run_start = t
+            job.speed = self._speed(job.trace, allocs)
             if job.first_start is None:
                 job.first_start = t
             sj.started_at = t
             sj.allocations = tuple(allocs)
             seq += 1
-            heapq.heappush(heap, (t + job.remaining_s, seq, _COMPLETE, sj.id, job.attempt))
+            heapq.heappush(heap, (t + job.remaining_s / job.speed, seq, _COMPLETE, sj.id, job.attempt))
             return True
 
         max_time = opt.max_time_s if opt.max_time_s is not None else inf
+        for f in failures.first(now):
+            schedule_failure(f)
         while True:
+            if failures.any and not queued and not running and ai >= n_arr:
+                break  # only failures are left to happen
             t_arr = arrivals[ai].submit_time_s if ai < n_arr else inf
             t_evt = heap[0][0] if heap else inf
             t = min(t_arr, t_evt, next_tick)
@@ -506,6 +587,13 @@ class Simulator:
             changed = False
             while heap and heap[0][0] <= t:
                 _, _, kind, jid, attempt = heapq.heappop(heap)
+                if kind >= _NODE_DOWN:
+                    if kind == _NODE_DOWN:
+                        node_down(jid, t, attempt)
+                    else:
+                        node_up(jid, t)
+                    changed = True
+                    continue
                 job = jobs[jid]
                 if job.attempt != attempt or jid not in running:
                     continue
@@ -583,6 +671,7 @@ class Simulator:
                     job = running[pre.job_id]
                     job.preemptions += 1
                     by_reason[pre.reason] = by_reason.get(pre.reason, 0) + 1
+                    preempt_t.append(t)
                     acted = True
                     job.sj.terminating = True
                     if _HAS_PREEMPTED_BY:
@@ -649,6 +738,9 @@ class Simulator:
             invalid_decisions=invalid,
             stopped=stopped,
             same_instant_capped=capped,
+            preempt_t=preempt_t,
+            node_failures=n_failures,
+            failure_kills=n_kills,
         )
 
 

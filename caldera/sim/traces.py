@@ -54,6 +54,9 @@ class TraceJob:
     gpus_per_replica: int = 0
     cpu: float | None = None
     memory_mib: int | None = None
+    # speed on each GPU type relative to the one ``duration_s`` holds for (Gavel: its measured throughputs), and
+    # as ``<type>_unconsolidated`` when spread over more nodes than it needs; missing types run at 1
+    speeds: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         if self.gpus_per_replica == 0 and self.num_gpus:
@@ -188,6 +191,7 @@ def load_gavel(
     if not files:
         raise FileNotFoundError(f"no .trace files in {path}")
     tput = load_gavel_throughputs(throughputs, gpu_type)
+    others = {g: load_gavel_throughputs(throughputs, g) for g in json.loads(Path(throughputs).read_text())}
     jobs: list[TraceJob] = []
     if missing not in ("scale", "skip"):
         raise ValueError("missing must be 'scale' or 'skip'")
@@ -200,19 +204,39 @@ def load_gavel(
                     continue
                 job_type, total_steps, arrival, sf = row[0], float(row[4]), float(row[5]), int(float(row[6]))
                 rate = tput.get((job_type, sf))
+                measured = sf
                 if not rate and missing == "scale":
                     base = max((k for k in range(1, sf) if tput.get((job_type, k))), default=None)
                     if base is not None:
                         rate = tput[(job_type, base)] * sf / base
+                        measured = base
                         estimated += 1
                 if not rate:
                     skipped += 1
                     continue
-                jobs.append(TraceJob(f"{acct}-{n}", arrival, total_steps / rate, sf, acct, acct))
+                job = TraceJob(f"{acct}-{n}", arrival, total_steps / rate, sf, acct, acct)
+                job.speeds, runs_everywhere = _speeds(others, (job_type, measured), tput[(job_type, measured)])
+                if not runs_everywhere:  # out of memory on some type: keep it on the one its duration is for
+                    job.gpu_model = gpu_type
+                jobs.append(job)
     if stats is not None:
         stats["no_throughput"] = skipped
         stats["estimated"] = estimated
     return _finish(jobs, gpus_per_node, limit)
+
+
+def _speeds(tables: dict[str, dict[tuple[str, int], float]], key: tuple[str, int], ref: float):
+    """``({GPU type: throughput / ref}, whether every type measured it as feasible)`` for one job type and
+    scale: Gavel's 0.0 means out of memory on that type."""
+    speeds = {}
+    feasible = True
+    for gpu, table in tables.items():
+        rate = table.get(key)
+        if rate:
+            speeds[gpu] = rate / ref
+        elif not gpu.endswith("_unconsolidated"):
+            feasible = False
+    return speeds, feasible
 
 
 # --------------------------------------------------------------------------------------------------- Alibaba

@@ -61,7 +61,7 @@ def test_a_waiting_job_that_opted_out_does_not_preempt_either():
     assert preempted(snapshot(nodes(1, 2), [new], full()))[0] == []
 
 
-def test_other_queues_only_when_above_their_deserved_share():
+def test_other_queues_only_when_above_their_deserved_share_when_asked():
     def q(name, deserved):
         return QueueConfig(name=name, account=name, quotas={"gpu": Quota(deserved=deserved)})
 
@@ -69,9 +69,22 @@ def test_other_queues_only_when_above_their_deserved_share():
     for r in other:
         r.queue = "b"
     snap = snapshot(nodes(1, 2), [job("new", queue="a")], other, [q("a", 1), q("b", 2)])
-    assert preempted(snap)[0] == []  # b uses its 2 deserved GPUs: not above
+    assert preempted(snap, las_across_queues="share")[0] == []  # b uses its 2 deserved GPUs: not above
     snap = snapshot(nodes(1, 2), [job("new", queue="a")], other, [q("a", 1.5), q("b", 0.5)])
-    assert preempted(snap)[0] == [("long", "new", "LeastAttainedService")]
+    assert preempted(snap, las_across_queues="share")[0] == [("long", "new", "LeastAttainedService")]
+
+
+def test_by_default_other_queues_only_keep_their_guarantee():
+    def q(name, deserved, guarantee=0):
+        return QueueConfig(name=name, account=name, quotas={"gpu": Quota(deserved=deserved, guarantee=guarantee)})
+
+    other = full()
+    for r in other:
+        r.queue = "b"
+    snap = snapshot(nodes(1, 2), [job("new", queue="a")], other, [q("a", 1), q("b", 2)])
+    assert preempted(snap)[0] == [("long", "new", "LeastAttainedService")]  # within its share, but no guarantee
+    snap = snapshot(nodes(1, 2), [job("new", queue="a")], other, [q("a", 1), q("b", 2, guarantee=2)])
+    assert preempted(snap)[0] == []  # b would fall below its guarantee
 
 
 def test_less_attained_service_goes_first_within_a_class():

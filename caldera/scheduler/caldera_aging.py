@@ -1,0 +1,60 @@
+"""Bounded waiting in the ``caldera`` policy: a queued job of a class below ``normal`` that has waited past its
+patience is treated as ``normal`` for the rest of its wait (priority aging, as batch schedulers age priorities).
+
+Strict classes alone let a steady stream of normal work keep low and best-effort jobs waiting without bound (on
+Alibaba's trace, minutes-long best-effort pods waited weeks). Promoted, such a job is ordered with the normal jobs
+and may preempt what a normal job may: best-effort jobs, and through least-attained-service batch jobs with more
+attained service than itself. It never overtakes or preempts ``high`` jobs, and interactive jobs are never its
+victims. It keeps the promotion while it runs (a running job that waited past its patience before it started):
+left best-effort, the normal job it preempted would preempt it straight back, and so on (measured on Alibaba's
+trace: 127,762 preemptions in 1,500 jobs).
+
+Patience: ``max(aging_threshold_s, aging_factor x expected run time)``, so a job is promoted after a wait that is
+long for its size, not merely long on a busy week.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from caldera.core.tenancy import PriorityClass
+from caldera.scheduler.engine import rank_of
+from caldera.scheduler.snapshot import SchedJob, Snapshot
+
+_NORMAL = rank_of(PriorityClass.NORMAL)
+
+
+def patience_of(job: SchedJob, threshold_s: float, factor: float) -> float:
+    return max(threshold_s, factor * (job.runtime_s or 0.0))
+
+
+def promote_waiting(snap: Snapshot, threshold_s: float, factor: float) -> tuple[Snapshot, float]:
+    """``snap`` with the queued jobs below ``normal`` that waited past their patience raised to ``normal``, and the
+    earliest time another one will be (``inf``: none)."""
+    next_at = math.inf
+    queued: list[SchedJob] | None = None
+    for i, job in enumerate(snap.queued):
+        due = _due(job, threshold_s, factor)
+        if due > snap.now:
+            next_at = min(next_at, due)
+        elif due > -math.inf:
+            queued = queued or list(snap.queued)
+            queued[i] = replace(job, priority=PriorityClass.NORMAL)
+    running: list[SchedJob] | None = None
+    for i, job in enumerate(snap.running):
+        due = _due(job, threshold_s, factor)
+        if job.started_at is not None and -math.inf < due <= job.started_at:
+            running = running or list(snap.running)
+            running[i] = replace(job, priority=PriorityClass.NORMAL)
+    if queued is None and running is None:
+        return snap, next_at
+    return replace(snap, queued=queued or snap.queued, running=running or snap.running), next_at
+
+
+def _due(job: SchedJob, threshold_s: float, factor: float) -> float:
+    """When the job is (or was, for a running one) promoted; -inf for a job of ``normal`` or above."""
+    if rank_of(job.priority) >= _NORMAL:
+        return -math.inf
+    since = job.queued_since if job.queued_since is not None else job.submitted_at
+    return since + patience_of(job, threshold_s, factor)
