@@ -18,7 +18,7 @@ GOOD = {"name": "tools", "pip": ["six"]}
 
 @pytest.fixture
 def settings(tmp_path, db_url, registry_port):  # noqa: F811
-    return make_settings(tmp_path, db_url, registry_port=registry_port)
+    return make_settings(tmp_path, db_url, **registry_port)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ def db_url():
 def settings(tmp_path, registry_port):  # noqa: F811
     if subprocess.run(["podman", "image", "exists", ContainerSettings().image]).returncode != 0:
         pytest.skip("needs the base image: caldera images bootstrap")
-    return make_settings(tmp_path, None, registry_port=registry_port, image_build_memory_mib=1024)
+    return make_settings(tmp_path, None, **registry_port, image_build_memory_mib=1024)
 
 
 @pytest.fixture

@@ -107,7 +107,9 @@ class Builder:
 
     def push(self, ref: str, log: Path) -> None:
         tls = "false" if registry.insecure(self.p.settings) else "true"
-        self.run([*self.buildah, "push", f"--tls-verify={tls}", ref, f"docker://{ref}"], log, 1800)
+        authfile = registry.authfile(self.p.settings)
+        creds = [f"--authfile={authfile}"] if authfile else []
+        self.run([*self.buildah, "push", *creds, f"--tls-verify={tls}", ref, f"docker://{ref}"], log, 1800)
 
     def remove(self, ref: str) -> None:
         subprocess.run([*self.podman, "rmi", "--ignore", ref], capture_output=True, timeout=120)
