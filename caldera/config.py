@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     # images (README "Images"): the platform's docker-registry on 127.0.0.1:registry_port unless a URL is given
     registry_url: str | None = Field(None, max_length=256, description="an OCI registry, e.g. http://reg:5000")
     registry_port: int = Field(8650, ge=1, le=65535, description="port of the registry `caldera up` starts")
+    registry_credentials: Path | None = Field(
+        None, description="the platform's registry login (0600); <data_dir>/registry/credentials.json when empty"
+    )
     image_quota_mib: int = Field(20480, ge=0, description="each user's image quota unless an admin set another")
     image_build_cpus: float = Field(2.0, gt=0, description="CPUs one image build may use")
     image_build_memory_mib: int = Field(4096, ge=256, description="memory one image build may use")

@@ -13,10 +13,12 @@ from tests.conftest import free_port
 
 @pytest.fixture(scope="module")
 def registry_port(tmp_path_factory):
+    """The settings fields that reach the registry: its port and the platform's login to it."""
     if shutil.which("docker-registry") is None:
         pytest.skip("needs Debian's docker-registry (apt-get install docker-registry)")
     port = free_port()
-    proc = registry.start_local(Settings(data_dir=tmp_path_factory.mktemp("registry"), registry_port=port))
-    yield port
+    s = Settings(data_dir=tmp_path_factory.mktemp("registry"), registry_port=port)
+    proc = registry.start_local(s)
+    yield {"registry_port": port, "registry_credentials": registry.credentials_path(s)}
     proc.terminate()
     proc.wait(10)

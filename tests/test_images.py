@@ -18,7 +18,7 @@ GOOD = {"name": "tools", "pip": ["six"]}
 
 @pytest.fixture
 def settings(tmp_path, db_url, registry_port):  # noqa: F811
-    return make_settings(tmp_path, db_url, registry_port=registry_port)
+    return make_settings(tmp_path, db_url, **registry_port)
 
 
 @pytest.fixture
@@ -58,6 +58,21 @@ def test_a_bad_form_field_is_a_400_naming_it(api, people):
         r = api.client.post("/api/v1/images", json={**GOOD, field: value}, headers=people[0])
         assert r.status_code == 400, (field, value, r.text)
         assert r.json()["errors"][0]["field"].startswith(field), r.json()
+    with api.client.app.state.platform.session() as db:
+        assert db.query(Image).count() == 0
+
+
+def test_the_form_offers_the_pythons_whose_base_exists_and_refuses_the_others(api, people):
+    builder = api.client.app.state.builds.builder
+    offered = api.client.get("/api/v1/images/options", headers=people[0]).json()
+    assert offered["python"] == [v for v in ("3.11", "3.13") if builder.has(builder.base_for(v))]
+    assert builder.base_for("3.13").endswith(":trixie") and builder.base_for("3.11").endswith(":bookworm")
+    missing = next((v for v in ("3.13", "3.11") if v not in offered["python"]), None)
+    if missing is None:
+        pytest.skip("both bases are on this host")
+    r = api.client.post("/api/v1/images", json={**GOOD, "python": missing}, headers=people[0])
+    assert r.status_code == 400 and r.json()["errors"][0]["field"] == "python", r.text
+    assert "caldera images bootstrap --suite" in r.json()["errors"][0]["reason"]
     with api.client.app.state.platform.session() as db:
         assert db.query(Image).count() == 0
 

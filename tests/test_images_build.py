@@ -11,6 +11,7 @@ import time
 import pytest
 
 from caldera.images import registry
+from caldera.runtime.container.runtime import ContainerRuntime
 from caldera.runtime.container.settings import ContainerSettings
 from tests.conftest import make_settings, wait_for
 from tests.images_fixtures import registry_port  # noqa: F401 - fixture
@@ -27,7 +28,7 @@ def db_url():
 def settings(tmp_path, registry_port):  # noqa: F811
     if subprocess.run(["podman", "image", "exists", ContainerSettings().image]).returncode != 0:
         pytest.skip("needs the base image: caldera images bootstrap")
-    return make_settings(tmp_path, None, registry_port=registry_port, image_build_memory_mib=1024)
+    return make_settings(tmp_path, None, **registry_port, image_build_memory_mib=1024)
 
 
 @pytest.fixture
@@ -56,7 +57,10 @@ def _local(ref: str) -> bool:
 
 def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, ana, settings):
     t0 = time.monotonic()
-    limit = "RUN echo memory-limit=$(cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes)"
+    limit = (
+        "RUN echo memory-limit=$(cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes)"
+        " cpu-limit=$(cat /sys/fs/cgroup/cpu.max | tr ' ' /)"
+    )
     form = {"name": "six-env", "tag": "1", "pip": ["six==1.16.0"], "apt": ["less"], "extra_lines": [limit]}
     img = _built(api, ana, form)
     assert img["state"] == "ready", img
@@ -73,7 +77,14 @@ def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, an
     log = api.client.get(f"/api/v1/images/{img['id']}/log", headers=ana).text
     assert "Successfully installed six-1.16.0" in log or "six==1.16.0" in log, log[-2000:]
     assert f"ready: {ref}" in log
-    assert f"memory-limit={1024 << 20}" in log  # the build ran under its cgroup limit
+    assert f"memory-limit={1024 << 20}" in log  # the build ran under its cgroup limits
+    assert f"cpu-limit={int(100_000 * settings.image_build_cpus)}/100000" in log
+    # a host without the image pulls it with the platform's login; without it the registry refuses
+    subprocess.run(["podman", "rmi", ref], check=True, capture_output=True, timeout=120)
+    anonymous = subprocess.run(["podman", "pull", "--tls-verify=false", ref], capture_output=True, text=True)
+    refusal = anonymous.stderr.lower()
+    assert anonymous.returncode != 0 and ("unauthorized" in refusal or "authentication required" in refusal), refusal
+    assert ContainerRuntime(settings)._pull(ref) is not None and _local(ref)
     assert [i["id"] for i in api.client.get("/api/v1/images", headers=ana).json()] == [img["id"]]
     # the same reference again is a conflict, not a second record
     r = api.client.post("/api/v1/images", json={"name": "six-env", "tag": "1"}, headers=ana)

@@ -32,7 +32,7 @@ def db_url():
 
 @pytest.fixture
 def settings(tmp_path, registry_port):  # noqa: F811
-    return make_settings(tmp_path, None, registry_port=registry_port, runtime="container")
+    return make_settings(tmp_path, None, **registry_port, runtime="container")
 
 
 def _exec(job: dict, uid: int, script: str) -> subprocess.CompletedProcess:

@@ -15,8 +15,10 @@ err = Console(stderr=True)
 @images_app.command()
 def bootstrap(
     tag: str | None = typer.Option(None, help="image name (the container runtime's default image)"),
-    cache: Path = typer.Option(Path("/var/cache/caldera-base.tar"), help="the Debian tree's tarball, kept for reuse"),
-    suite: str = typer.Option("bookworm", help="Debian release"),
+    cache: Path = typer.Option(
+        None, help="the Debian tree's tarball, kept for reuse (/var/cache/caldera-base[-<suite>].tar)"
+    ),
+    suite: str = typer.Option("bookworm", help="Debian release: bookworm has Python 3.11, trixie 3.13"),
     mirror: str = typer.Option("http://deb.debian.org/debian", help="Debian mirror"),
     include: list[str] = typer.Option([], help="more Debian packages in the image (python3 always is)"),
     rebuild: bool = typer.Option(False, help="run debootstrap again even if the tarball exists"),
@@ -28,16 +30,21 @@ def bootstrap(
     from caldera.runtime.container.settings import ContainerSettings
 
     cs = ContainerSettings()
+    # one base per release, named as the build form looks for it (caldera/base:trixie for Python 3.13)
+    tag = tag or f"{cs.image.rsplit(':', 1)[0]}:{suite}"
+    cache = cache or Path(
+        "/var/cache/caldera-base.tar" if suite == "bookworm" else f"/var/cache/caldera-base-{suite}.tar"
+    )
     podman = Podman(cs.global_args(), str(cs.conf) if cs.conf else None, timeout_s=1800)
     packages = tuple(dict.fromkeys([*boot.DEFAULT_PACKAGES, *include]))
     try:
         image_id = boot.bootstrap(
-            podman, tag or cs.image, cache, suite, mirror, packages, rebuild, say=lambda m: console.print(f"  {m}")
+            podman, tag, cache, suite, mirror, packages, rebuild, say=lambda m: console.print(f"  {m}")
         )
     except (boot.BootstrapError, PodmanError, OSError) as exc:
         err.print(f"[red]cannot make the base image:[/red] {exc}")
         raise typer.Exit(1) from None
-    console.print(f"[bold green]{tag or cs.image}[/bold green] {image_id.removeprefix('sha256:')[:12]}")
+    console.print(f"[bold green]{tag}[/bold green] {image_id.removeprefix('sha256:')[:12]}")
 
 
 def _api(method: str, path: str, *args):

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from caldera.db.models import Image, User
 from caldera.images import catalogue, registry
 from caldera.images.containerfile import render
-from caldera.images.form import BuildForm
+from caldera.images.form import PYTHONS, BuildForm
 from caldera.runtime.container.settings import ContainerSettings
 from caldera.server.platform import Platform
 
@@ -74,7 +74,7 @@ class Builder:
         s = self.p.settings
         ctx = log.with_suffix(".context")
         ctx.mkdir(parents=True, exist_ok=True)
-        (ctx / "Containerfile").write_text(render(form, self.base, ref))
+        (ctx / "Containerfile").write_text(render(form, self.base_for(form.python), ref))
         period = 100_000
         argv = [
             *self.buildah,
@@ -96,6 +96,21 @@ class Builder:
         ]
         self.run(argv, log, s.image_build_timeout_s)
 
+    def base_for(self, python: str) -> str:
+        """The base image of a Python version: its Debian release's tag of the default image's name."""
+        return f"{self.base.rsplit(':', 1)[0]}:{PYTHONS[python]}"
+
+    def pythons(self) -> list[str]:
+        """The Python versions whose base image is on this host: what the build form offers."""
+        return [v for v in PYTHONS if self.has(self.base_for(v))]
+
+    def has(self, ref: str) -> bool:
+        try:
+            argv = [*self.podman, "image", "exists", ref]
+            return subprocess.run(argv, capture_output=True, timeout=60).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
     def size(self, ref: str) -> int:
         out = subprocess.run(
             [*self.podman, "image", "inspect", ref, "--format", "{{.Size}}"],
@@ -107,7 +122,9 @@ class Builder:
 
     def push(self, ref: str, log: Path) -> None:
         tls = "false" if registry.insecure(self.p.settings) else "true"
-        self.run([*self.buildah, "push", f"--tls-verify={tls}", ref, f"docker://{ref}"], log, 1800)
+        authfile = registry.authfile(self.p.settings)
+        creds = [f"--authfile={authfile}"] if authfile else []
+        self.run([*self.buildah, "push", *creds, f"--tls-verify={tls}", ref, f"docker://{ref}"], log, 1800)
 
     def remove(self, ref: str) -> None:
         subprocess.run([*self.podman, "rmi", "--ignore", ref], capture_output=True, timeout=120)

@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-# bookworm's own Python; other versions would need a base image of another release
-PYTHONS = ("3.11",)
+# each Python is its Debian release's own python3, so a version is a base image (`caldera images bootstrap --suite`)
+PYTHONS = {"3.11": "bookworm", "3.13": "trixie"}
 # CUDA and cuDNN come as pip wheels, pinned as PyTorch's releases pin them (torch 2.5 for 12.1/12.4, 2.7 for 12.6)
 CUDA = {
     "none": (),
@@ -38,7 +38,7 @@ class BuildForm(BaseModel):
     tag: str = Field("latest", max_length=64, pattern=TAG)
     visibility: Literal["private", "account", "public"] = "private"
     account: str | None = Field(None, max_length=64, pattern=NAME, description="the namespace of an account image")
-    python: Literal[PYTHONS] = "3.11"  # type: ignore[valid-type]
+    python: Literal[tuple(PYTHONS)] = "3.11"  # type: ignore[valid-type]
     cuda: Literal[tuple(CUDA)] = "none"  # type: ignore[valid-type]
     cudnn: Literal[tuple(CUDNN)] = "none"  # type: ignore[valid-type]
     jupyter: bool = False

@@ -1,13 +1,22 @@
 """The OCI registry images are pushed to: Debian's ``docker-registry`` run by the platform on 127.0.0.1 with its
 storage in the data directory, or any registry given by URL (``CALDERA_REGISTRY_URL``). Only the registry's own
-HTTP API (v2) is used, so any distribution-compatible registry serves."""
+HTTP API (v2) is used, so any distribution-compatible registry serves.
+
+The platform's registry asks for a login (htpasswd, bcrypt) that only the platform holds: a job of the process
+runtime shares the host's network and would otherwise push to any namespace. The login is generated once and kept
+0600 in the platform's data directory; buildah and podman get it as a private authfile, never on a command line
+(which any user reads in /proc)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import secrets
 import shutil
 import subprocess
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -40,6 +49,59 @@ def insecure(settings: Settings) -> bool:
     return urlsplit(url(settings)).scheme == "http"
 
 
+USERNAME = "caldera-platform"
+
+
+def credentials_path(settings: Settings) -> Path:
+    return settings.registry_credentials or settings.data_dir / "registry" / "credentials.json"
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def ensure_credentials(settings: Settings) -> tuple[str, str]:
+    """The platform's registry login, generated on first use."""
+    path = credentials_path(settings)
+    if not path.exists():
+        _write_private(path, json.dumps({"username": USERNAME, "password": secrets.token_urlsafe(32)}))
+    data = json.loads(path.read_text())
+    return data["username"], data["password"]
+
+
+def auth(settings: Settings) -> tuple[str, str] | None:
+    """The login for HTTP calls; None for a registry given by URL without one."""
+    path = credentials_path(settings)
+    return ensure_credentials(settings) if path.exists() or not settings.registry_url else None
+
+
+def authfile(settings: Settings) -> Path | None:
+    """A containers-auth.json (0600, beside the credentials) for buildah and podman's ``--authfile``."""
+    login = auth(settings)
+    if login is None:
+        return None
+    path = credentials_path(settings).with_name("auth.json")
+    token = base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode()
+    _write_private(path, json.dumps({"auths": {host(settings): {"auth": token}}}))
+    return path
+
+
+def htpasswd(settings: Settings) -> Path:
+    """The registry's htpasswd file (bcrypt), from the platform's login."""
+    import bcrypt  # only the process that starts the registry needs it
+
+    user, password = ensure_credentials(settings)
+    path = credentials_path(settings).with_name("htpasswd")
+    _write_private(path, f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt()).decode()}\n")
+    return path
+
+
 def ping(settings: Settings, timeout_s: float = 2.0) -> bool:
     try:
         return httpx.get(f"{url(settings)}/v2/", timeout=timeout_s).status_code in (200, 401)
@@ -56,11 +118,11 @@ def delete(settings: Settings, repository: str, tag: str) -> None:
     """Removes a tag's manifest (its blobs go at the registry's next garbage collection). Absent is fine."""
     base = f"{url(settings)}/v2/{repository}/manifests"
     try:
-        head = httpx.head(f"{base}/{tag}", headers={"Accept": _MANIFESTS}, timeout=10)
+        head = httpx.head(f"{base}/{tag}", headers={"Accept": _MANIFESTS}, auth=auth(settings), timeout=10)
         digest = head.headers.get("Docker-Content-Digest")
         if head.status_code == 404 or not digest:
             return
-        r = httpx.delete(f"{base}/{digest}", timeout=10)
+        r = httpx.delete(f"{base}/{digest}", auth=auth(settings), timeout=10)
     except httpx.HTTPError as exc:
         raise RegistryError(f"the image registry at {url(settings)} is not reachable: {exc}") from None
     if r.status_code not in (202, 404):
@@ -68,15 +130,17 @@ def delete(settings: Settings, repository: str, tag: str) -> None:
 
 
 def tags(settings: Settings, repository: str) -> list[str]:
-    r = httpx.get(f"{url(settings)}/v2/{repository}/tags/list", timeout=10)
+    r = httpx.get(f"{url(settings)}/v2/{repository}/tags/list", auth=auth(settings), timeout=10)
     return (r.json().get("tags") or []) if r.status_code == 200 else []
 
 
-def config(storage: str, port: int) -> dict:
-    """docker-registry's configuration: loopback only, deletes allowed (an image removed from the catalogue goes)."""
+def config(storage: str, port: int, htpasswd_path: str) -> dict:
+    """docker-registry's configuration: loopback only, the platform's login required, deletes allowed (an image
+    removed from the catalogue goes)."""
     return {
         "version": 0.1,
         "log": {"level": "warn"},
+        "auth": {"htpasswd": {"realm": "caldera", "path": htpasswd_path}},
         "storage": {"filesystem": {"rootdirectory": storage}, "delete": {"enabled": True}},
         "http": {"addr": f"127.0.0.1:{port}", "headers": {"X-Content-Type-Options": ["nosniff"]}},
     }
@@ -89,7 +153,9 @@ def start_local(settings: Settings, binary: str = "docker-registry", wait_s: flo
     root = settings.data_dir / "registry"
     (root / "storage").mkdir(parents=True, exist_ok=True)
     conf = root / "config.yml"
-    conf.write_text(json.dumps(config(str(root / "storage"), settings.registry_port)))  # JSON is YAML
+    os.chmod(root, 0o700)
+    config_text = json.dumps(config(str(root / "storage"), settings.registry_port, str(htpasswd(settings))))
+    _write_private(conf, config_text)  # JSON is YAML
     log = open(root / "registry.log", "ab")  # noqa: SIM115 - the child holds it
     proc = subprocess.Popen([binary, "serve", str(conf)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     log.close()

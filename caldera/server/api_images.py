@@ -16,10 +16,10 @@ from caldera.core.tenancy import Role
 from caldera.db.models import Image, ImageQuota, User
 from caldera.images import catalogue, registry, snapshot
 from caldera.images.builds import BuildQueue, log_path
-from caldera.images.form import NAME, TAG, BuildForm
+from caldera.images.form import CUDA, CUDNN, NAME, PYTHONS, TAG, BuildForm
 from caldera.server import audit, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
-from caldera.server.errors import CalderaError, Forbidden, InvalidFields
+from caldera.server.errors import CalderaError, Forbidden, Invalid, InvalidFields
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/images", tags=["images"])
@@ -58,6 +58,12 @@ def parse_form(body: dict) -> BuildForm:
         ) from None
 
 
+@router.get("/options")
+def build_options(q: BuildQueue = Depends(builds)) -> dict:
+    """What the build form offers: the Python versions whose base image exists here, CUDA and cuDNN."""
+    return {"python": q.builder.pythons(), "cuda": list(CUDA), "cudnn": list(CUDNN)}
+
+
 @router.get("")
 def list_images(user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)):
     names = _owners(db)
@@ -77,6 +83,13 @@ def build(
     catalogue.check_namespace(db, user, form.visibility, form.account)
     catalogue.check_quota(db, p.settings, user)
     _registry_reachable(p)
+    if not q.builder.has(base := q.builder.base_for(form.python)):
+        suite = PYTHONS[form.python]
+        raise Invalid(
+            "python",
+            f"Python {form.python} needs the {base} base image, not on this host; an admin makes it with "
+            f"`caldera images bootstrap --suite {suite}`",
+        )
     ns = catalogue.namespace(user, form.visibility, form.account)
     img = catalogue.new(db, user, ns, form.name, form.tag, form.visibility, "form", form.model_dump(mode="json"))
     db.commit()

@@ -138,10 +138,26 @@ class ContainerRuntime:
             with self._lock:
                 self._launching.discard(key)
 
+    def _pull(self, image: str) -> ImageInfo | None:
+        """An image of the platform's registry that is not on this host yet, pulled with the platform's login (a
+        private authfile): the job's container never holds the login. None when it is not there either."""
+        from caldera.images import registry
+
+        if not image.startswith(registry.host(self.settings) + "/"):
+            return None
+        tls = "false" if registry.insecure(self.settings) else "true"
+        authfile = registry.authfile(self.settings)
+        creds = [f"--authfile={authfile}"] if authfile else []
+        try:
+            self.podman.run("pull", "--quiet", f"--tls-verify={tls}", *creds, image)
+        except PodmanError:
+            return None
+        return ImageInfo.load(self.podman, image)
+
     def _launch(self, req: LaunchRequest) -> Handle:
         image = req.spec.image or self.cs.image
         try:
-            info = ImageInfo.load(self.podman, image)
+            info = ImageInfo.load(self.podman, image) or self._pull(image)
             if info is None:
                 hint = " (caldera images bootstrap makes the base image)" if image == self.cs.image else ""
                 raise LaunchError("ImageNotFound", f"image {image} is not on this host{hint}")

@@ -1,0 +1,68 @@
+"""Images: mine and the public ones (size, visibility, state, quota used) and the build form. Every rule is the
+API's (caldera/server/api_images.py); its errors are shown on the form."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import RedirectResponse
+from sqlalchemy.orm import Session
+
+from caldera.db.models import User
+from caldera.images import catalogue
+from caldera.images.form import CUDA, CUDNN
+from caldera.server import api_images
+from caldera.server.deps import db_session, platform
+from caldera.server.errors import CalderaError
+from caldera.server.platform import Platform
+from caldera.server.web import jobs_pages
+from caldera.server.web.render import page
+from caldera.server.web.session import page_user
+
+router = APIRouter(include_in_schema=False)
+MIB = 1 << 20
+
+
+def _images_page(request: Request, p: Platform, user: User, db: Session, errors=(), form=None, status=200):
+    q = request.app.state.builds
+    return page(
+        request, "images.html", status=status, user=user, errors=list(errors), form=form or {},
+        images=api_images.list_images(user=user, p=p, db=db), pythons=q.builder.pythons(), cudas=list(CUDA),
+        cudnns=list(CUDNN), used_mib=catalogue.used_bytes(db, user) // MIB,
+        quota_mib=catalogue.quota_bytes(db, p.settings, user) // MIB,
+    )  # fmt: skip
+
+
+@router.get("/images")
+def images(request: Request, user: User = Depends(page_user), p: Platform = Depends(platform),
+           db: Session = Depends(db_session)):  # fmt: skip
+    return _images_page(request, p, user, db)
+
+
+@router.post("/images")
+def build(
+    request: Request,
+    name: str = Form(..., max_length=64),
+    tag: str = Form("latest", max_length=64),
+    visibility: str = Form("private", max_length=16),
+    python: str = Form("3.11", max_length=8),
+    cuda: str = Form("none", max_length=8),
+    cudnn: str = Form("none", max_length=8),
+    jupyter: bool = Form(False),
+    pip: str = Form("", max_length=10_000),
+    apt: str = Form("", max_length=10_000),
+    extra_lines: str = Form("", max_length=30_000),
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """The form as the API's body: packages split on white space, one extra line per line."""
+    body = {"name": name, "tag": tag or "latest", "visibility": visibility, "python": python, "cuda": cuda,
+            "cudnn": cudnn, "jupyter": jupyter, "pip": pip.split(), "apt": apt.split(),
+            "extra_lines": [x for x in extra_lines.splitlines() if x.strip()]}  # fmt: skip
+    try:
+        api_images.build(body=body, user=user, p=p, q=request.app.state.builds, db=db)
+    except CalderaError as exc:
+        db.rollback()
+        form = {**body, "pip": pip, "apt": apt, "extra_lines": extra_lines}
+        return _images_page(request, p, user, db, jobs_pages.errors_of(exc), form, status=400)
+    return RedirectResponse("/images", 303)
