@@ -12,7 +12,17 @@ from sqlalchemy.exc import DataError
 from caldera.core.spec import SpecError, field_path
 from caldera.core.states import InvalidTransition
 from caldera.images.builds import BuildQueue
-from caldera.server import api_admin, api_auth, api_images, api_jobs, api_templates, audit, lab_entry, web
+from caldera.server import (
+    api_admin,
+    api_auth,
+    api_images,
+    api_jobs,
+    api_templates,
+    audit,
+    lab_entry,
+    node_admin,
+    web,
+)
 from caldera.server.csrf import CSRFMiddleware
 from caldera.server.errors import CalderaError
 from caldera.server.headers import DOCS_CSP, SecurityHeadersMiddleware, platform_headers
@@ -96,6 +106,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_admin.router,
         api_templates.router,
         audit.router,
+        node_admin.router,
     )
     for r in (*routers, lab_entry.router):
         app.include_router(r)

@@ -16,7 +16,7 @@ from caldera.core.spec import spec_errors
 from caldera.core.states import JobState
 from caldera.core.tenancy import Role
 from caldera.db.models import User
-from caldera.server import api_admin, api_jobs, audit, jobs, tenancy
+from caldera.server import api_admin, api_jobs, audit, jobs, node_admin, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import CalderaError, NotFound
 from caldera.server.platform import Platform
@@ -180,6 +180,39 @@ def save_queue(
 @router.get("/nodes")
 def nodes(request: Request, admin: User = Depends(page_admin), p=Depends(platform), db=Depends(db_session)):
     return page(request, "admin_nodes.html", user=admin, nodes=api_admin.nodes(user=admin, p=p, db=db))
+
+
+@router.post("/nodes/{name}/cordon")
+def cordon_node(
+    request: Request,
+    name: str,
+    reason: str = Form("", max_length=1024),
+    action: str = Form("cordon", max_length=16),
+    admin: User = Depends(page_admin),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """The API's cordon, or its drain (cordon and preempt the node's jobs), with the same audit entry."""
+    body = node_admin.CordonIn(reason=reason)
+    try:
+        if action == "drain":
+            node_admin.drain_node(name=name[:128], body=body, admin=admin, p=p, db=db)
+        else:
+            node_admin.cordon_node(name=name[:128], body=body, admin=admin, p=p, db=db)
+    except CalderaError as exc:
+        db.rollback()
+        found = api_admin.nodes(user=admin, p=p, db=db)
+        return page(request, "admin_nodes.html", status=404, user=admin, nodes=found, errors=_errors(exc))
+    return RedirectResponse("/admin/nodes", 303)
+
+
+@router.post("/nodes/{name}/uncordon")
+def uncordon_node(name: str, admin: User = Depends(page_admin), p=Depends(platform), db=Depends(db_session)):
+    try:
+        node_admin.uncordon_node(name=name[:128], admin=admin, p=p, db=db)
+    except NotFound:
+        raise PageNotFound() from None
+    return RedirectResponse("/admin/nodes", 303)
 
 
 AUDIT_PER_PAGE = 50
