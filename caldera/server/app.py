@@ -19,6 +19,7 @@ from caldera.server import (
     api_jobs,
     api_templates,
     audit,
+    authenticators,
     lab_entry,
     node_admin,
     web,
@@ -56,6 +57,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     )
     app.state.platform = platform
     s = platform.settings
+    app.state.authenticators = [authenticators.LocalAccounts()]  # LDAP/OIDC plug in here
     app.state.login_throttle = LoginThrottle(
         s.login_max_failures_per_user, s.login_max_failures_per_address, s.login_window_s
     )
