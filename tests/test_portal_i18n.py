@@ -47,3 +47,28 @@ def test_catalogue_placeholders_match():
     for msg in template_messages():
         assert set(re.findall(r"%\(\w+\)s", zh.gettext(msg))) == set(re.findall(r"%\(\w+\)s", msg)), msg
     assert 'msgstr ""\n\n' not in catalogue.split("\n\n", 1)[1]  # no empty translation
+
+
+def test_every_api_error_shape_is_translated_with_its_values():
+    """The API's English reasons the portal knows (error_text.SHAPES) each have a Chinese message with the same
+    placeholders, and a real reason comes out in Chinese with its values kept."""
+    from caldera.server.web import error_text
+
+    zh = i18n.translations("zh")
+    for _, msgid in error_text.SHAPES:
+        assert zh.gettext(msgid) != msgid, msgid
+        assert set(re.findall(r"%\(\w+\)s", zh.gettext(msgid))) == set(re.findall(r"%\(\w+\)s", msgid)), msgid
+    got = error_text.reason("String should match pattern '^[a-z]+$'", zh.gettext)
+    assert got == "须符合格式 ^[a-z]+$"
+    assert error_text.reason("String should match pattern '^[a-z]+$'", lambda s: s) == "must match the pattern ^[a-z]+$"
+    assert error_text.reason("something new", zh.gettext) == "something new"  # unknown: as the API said it
+
+
+def test_a_form_error_reads_in_chinese(api, admin):
+    from tests.portal import browser_for, field_errors, post_form
+
+    me = browser_for(api.client, "admin", "admin-password")
+    me.cookies.set(i18n.LANG_COOKIE, "zh")
+    r = post_form(me, "/new/batch", {"name": "bad name!", "command": "true"})
+    assert r.status_code == 400
+    assert any(e.startswith("须符合格式") for e in field_errors(r.text, "name")), field_errors(r.text, "name")

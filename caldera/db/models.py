@@ -184,3 +184,15 @@ class ImageQuota(Base):
     __tablename__ = "image_quotas"
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     quota_bytes: Mapped[int] = mapped_column(BigInteger)
+
+
+class NodeCordon(Base):
+    """A node an admin took out of scheduling (cordoned, or drained: cordoned and its jobs preempted); no row, in
+    service. Kept in the database so a restart keeps the node out."""
+
+    __tablename__ = "node_cordons"
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    by: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float)
+    drained: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -555,6 +555,10 @@ class CycleBase:
             }
             if fit >= 0:
                 d["fitting_replicas"] = fit
+        out = self.unschedulable()
+        if out:  # a cordoned or drained node's room does not count; the user should know it may come back
+            msg += f"; {out}"
+            d["unschedulable_nodes"] = [node.name for node in self.snap.nodes if not node.schedulable][:5]
         if best_effort:
             r = Reason(BEST_EFFORT_NO_IDLE, f"best-effort jobs run only on idle capacity: {msg}", d)
         else:
@@ -562,11 +566,21 @@ class CycleBase:
         self.rcache[key] = r
         return r
 
+    def unschedulable(self) -> str:
+        """The nodes placement may not use now (cordoned or drained by an admin), as the "why" names them."""
+        out = [node.name for node in self.snap.nodes if not node.schedulable]
+        if not out:
+            return ""
+        more = f" and {len(out) - 5} more" if len(out) > 5 else ""
+        return f"not schedulable (cordoned): {', '.join(out[:5])}{more}"
+
     def never(self, job: SchedJob, g: int, model: str | None, n: int) -> Reason:
         key = (NEVER_FITS, g, model, n)
         r = self.rcache.get(key)
         if r is None:
-            why = never_fits(job.request, n, self.snap.nodes) or "it is larger than the cluster"
+            why = never_fits(job.request, n, self.snap.nodes)
+            if why is None:  # it fits the cluster's nodes, but not the schedulable ones
+                why = self.unschedulable() or "it is larger than the cluster"
             r = self.rcache[key] = Reason(
                 NEVER_FITS, f"can never be placed: {why}", {"replicas": n, "gpus_per_replica": g, "gpu_model": model}
             )

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.db.models import ApiToken, RefreshToken, User
-from caldera.server import tenancy
+from caldera.server import authenticators, tenancy
 from caldera.server.deps import current_user, db_session, platform
 from caldera.server.platform import Platform
 from caldera.server.ratelimit import LoginThrottle
@@ -24,7 +24,6 @@ from caldera.server.security import (
     issue_access,
     issue_refresh,
     new_opaque_token,
-    verify_password,
 )
 
 router = APIRouter(prefix="/api/v1", tags=["auth"])
@@ -59,9 +58,8 @@ def authenticate(request: Request, db: Session, username: str, password: str) ->
         raise HTTPException(
             429, f"too many failed logins; try again in {seconds} s", headers={"Retry-After": str(seconds)}
         )
-    user = db.scalar(select(User).where(User.username == username))
-    password_hash = user.password_hash if user is not None and user.active else None
-    if not verify_password(password_hash, password) or user is None:
+    user = authenticators.first_match(request.app.state.authenticators, db, username, password)
+    if user is None:
         throttle.failed(username, address)
         raise HTTPException(401, "wrong username or password")
     throttle.succeeded(username)

@@ -12,7 +12,18 @@ from sqlalchemy.exc import DataError
 from caldera.core.spec import SpecError, field_path
 from caldera.core.states import InvalidTransition
 from caldera.images.builds import BuildQueue
-from caldera.server import api_admin, api_auth, api_images, api_jobs, api_templates, audit, lab_entry, web
+from caldera.server import (
+    api_admin,
+    api_auth,
+    api_images,
+    api_jobs,
+    api_templates,
+    audit,
+    authenticators,
+    lab_entry,
+    node_admin,
+    web,
+)
 from caldera.server.csrf import CSRFMiddleware
 from caldera.server.errors import CalderaError
 from caldera.server.headers import DOCS_CSP, SecurityHeadersMiddleware, platform_headers
@@ -46,6 +57,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     )
     app.state.platform = platform
     s = platform.settings
+    app.state.authenticators = [authenticators.LocalAccounts()]  # LDAP/OIDC plug in here
     app.state.login_throttle = LoginThrottle(
         s.login_max_failures_per_user, s.login_max_failures_per_address, s.login_window_s
     )
@@ -96,6 +108,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_admin.router,
         api_templates.router,
         audit.router,
+        node_admin.router,
     )
     for r in (*routers, lab_entry.router):
         app.include_router(r)

@@ -15,6 +15,7 @@ from caldera.core.states import JobState, check_transition
 from caldera.core.tenancy import PriorityClass, QueueConfig, Role
 from caldera.db.models import Job, JobEventRow, User
 from caldera.images import catalogue
+from caldera.runtime.base import Handle
 from caldera.scheduler.quota import never_fits
 from caldera.server import tenancy
 from caldera.server.errors import Forbidden, Invalid, NotFound
@@ -204,6 +205,19 @@ def cancel(p: Platform, db: Session, job: Job, actor: User) -> Job:
 
 def preemption_deadline(now: float, grace_s: float) -> str:
     return datetime.fromtimestamp(now + grace_s, UTC).isoformat()
+
+
+def request_preemption(p: Platform, db: Session, job: Job, by: str | None, reason: str, message: str, now: float):
+    """Ask a running job to stop for someone else (``by``, a job id) or for its node (``by`` None): SIGTERM with the
+    notice now, SIGKILL after the grace; the loop re-queues it when it ends."""
+    deadline = preemption_deadline(now, p.settings.preempt_grace_s)
+    job.stop_requested = "preempt"
+    job.stop_detail = {"by": by, "reason": reason, "message": message, "deadline": deadline}
+    note(db, job, "PreemptionRequested", f"{message}; SIGTERM now, SIGKILL at {deadline}")
+    if job.handle:
+        p.runtime.stop(
+            Handle(job.id, job.attempt, job.handle), p.settings.preempt_grace_s, notice=preemption_notice(job)
+        )
 
 
 def preemption_notice(job: Job) -> str:

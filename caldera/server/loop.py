@@ -31,8 +31,8 @@ from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot
 from caldera.scheduler.validation import valid_decisions
-from caldera.server import identity, tenancy
-from caldera.server.jobs import note, preemption_deadline, preemption_notice, record
+from caldera.server import identity, node_admin, tenancy
+from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
 from caldera.server.learned_runtimes import expected_runtimes
 from caldera.server.platform import Platform
@@ -260,7 +260,7 @@ class SchedulerLoop:
                 running.append(sj)
         snap = Snapshot(
             now=now,
-            nodes=self.p.nodes(),
+            nodes=node_admin.in_service(db, self.p.nodes()),
             queued=queued,
             running=running,
             queues=tenancy.all_queue_configs(db),
@@ -272,17 +272,11 @@ class SchedulerLoop:
         return snap
 
     def _apply(self, db: Session, decisions: Decisions, now: float) -> None:
-        grace = self.p.settings.preempt_grace_s
         for pre in decisions.preemptions:
             job = db.get(Job, pre.job_id)
             if job is None or job.state not in ACTIVE or job.stop_requested:
                 continue
-            deadline = preemption_deadline(now, grace)
-            job.stop_requested = "preempt"
-            job.stop_detail = {"by": pre.by_job_id, "reason": pre.reason, "message": pre.message, "deadline": deadline}
-            note(db, job, "PreemptionRequested", f"{pre.message}; SIGTERM now, SIGKILL at {deadline}")
-            if job.handle:
-                self.p.runtime.stop(Handle(job.id, job.attempt, job.handle), grace, notice=preemption_notice(job))
+            request_preemption(self.p, db, job, pre.by_job_id, pre.reason, pre.message, now)
         for start in decisions.starts:
             job = db.get(Job, start.job_id)
             if job is None or job.state != JobState.QUEUED.value:

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import RedirectResponse
-from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from caldera.core.spec import spec_errors
 from caldera.db.models import User
 from caldera.server import api_auth, tenancy
 from caldera.server.deps import db_session
-from caldera.server.web import overview
+from caldera.server.web import api_call, overview
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 
@@ -37,11 +35,12 @@ def create_token(
     user: User = Depends(page_user),
     db: Session = Depends(db_session),
 ):
-    try:
-        body = api_auth.TokenIn(name=name, expires_in_days=expires_in_days.strip() or None)
-    except ValidationError as exc:
-        return _tokens_page(request, user, db, errors=spec_errors(exc), status=400)
-    created = api_auth.create_token(body=body, user=user, db=db)
+    days = expires_in_days.strip() or None
+    created, errors = api_call.call(
+        db, lambda: api_auth.create_token(body=api_auth.TokenIn(name=name, expires_in_days=days), user=user, db=db)
+    )
+    if errors:
+        return _tokens_page(request, user, db, errors=errors, status=400)
     return _tokens_page(request, user, db, created=created, status=201)
 
 

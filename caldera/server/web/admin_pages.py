@@ -8,27 +8,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse
-from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from caldera.core.spec import spec_errors
 from caldera.core.states import JobState
 from caldera.core.tenancy import Role
 from caldera.db.models import User
-from caldera.server import api_admin, api_jobs, audit, jobs, tenancy
+from caldera.server import api_admin, api_jobs, audit, jobs, node_admin, tenancy
 from caldera.server.deps import db_session, platform
-from caldera.server.errors import CalderaError, NotFound
+from caldera.server.errors import NotFound
 from caldera.server.platform import Platform
-from caldera.server.web import queue_forms
+from caldera.server.web import api_call, queue_forms
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_admin
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
-
-
-def _errors(exc: CalderaError) -> list[dict[str, str]]:
-    return getattr(exc, "errors", None) or [{"field": "", "reason": exc.message}]
 
 
 def _users_page(request: Request, admin: User, db: Session, errors=(), typed=None, status=200):
@@ -56,14 +50,15 @@ def create_user(
     db: Session = Depends(db_session),
 ):
     typed = {"username": username, "role": role, "account": account}
-    try:
-        body = api_admin.UserIn(username=username, password=password, role=role, accounts=[account] if account else [])
-        api_admin.create_user(body=body, _=admin, db=db)
-    except ValidationError as exc:
-        return _users_page(request, admin, db, spec_errors(exc), typed, 400)
-    except CalderaError as exc:
-        db.rollback()
-        return _users_page(request, admin, db, _errors(exc), typed, 400)
+    accounts = [account] if account else []
+    _, errors = api_call.call(
+        db,
+        lambda: api_admin.create_user(
+            body=api_admin.UserIn(username=username, password=password, role=role, accounts=accounts), _=admin, db=db
+        ),
+    )
+    if errors:
+        return _users_page(request, admin, db, errors, typed, 400)
     return RedirectResponse("/admin/users", 303)
 
 
@@ -122,12 +117,14 @@ def reset_password(
     """The API's reset: the password rules, the target's logins end, the audit entry; one's own needs the
     current password, so it is refused here (the API's own rule)."""
     target = _target(db, username)
-    try:
-        body = api_admin.PasswordIn(password=password)
-        api_admin.reset_password(username=target.username, body=body, admin=admin, p=p, db=db)
-    except CalderaError as exc:
-        db.rollback()
-        return _users_page(request, admin, db, _errors(exc), status=400)
+    _, errors = api_call.call(
+        db,
+        lambda: api_admin.reset_password(
+            username=target.username, body=api_admin.PasswordIn(password=password), admin=admin, p=p, db=db
+        ),
+    )
+    if errors:
+        return _users_page(request, admin, db, errors, status=400)
     return RedirectResponse("/admin/users", 303)
 
 
@@ -168,18 +165,47 @@ def save_queue(
 ):
     body, errors = queue_forms.body_of(form)
     if not errors:
-        try:
-            api_admin.put_queue(name=form.name, body=body, _=admin, p=p, db=db)  # the API's validation and rules
+        _, errors = api_call.call(
+            db, api_admin.put_queue, name=form.name, body=body, _=admin, p=p, db=db
+        )  # the API's rules
+        if not errors:
             return RedirectResponse("/admin/queues", 303)
-        except CalderaError as exc:
-            db.rollback()
-            errors = _errors(exc)
     return _queue_page(request, admin, form, errors, 400)
 
 
 @router.get("/nodes")
 def nodes(request: Request, admin: User = Depends(page_admin), p=Depends(platform), db=Depends(db_session)):
     return page(request, "admin_nodes.html", user=admin, nodes=api_admin.nodes(user=admin, p=p, db=db))
+
+
+@router.post("/nodes/{name}/cordon")
+def cordon_node(
+    request: Request,
+    name: str,
+    reason: str = Form("", max_length=1024),
+    action: str = Form("cordon", max_length=16),
+    admin: User = Depends(page_admin),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """The API's cordon, or its drain (cordon and preempt the node's jobs), with the same audit entry."""
+    act = node_admin.drain_node if action == "drain" else node_admin.cordon_node
+    _, errors = api_call.call(
+        db, act, name=name[:128], body=node_admin.CordonIn(reason=reason), admin=admin, p=p, db=db
+    )
+    if errors:
+        found = api_admin.nodes(user=admin, p=p, db=db)
+        return page(request, "admin_nodes.html", status=404, user=admin, nodes=found, errors=errors)
+    return RedirectResponse("/admin/nodes", 303)
+
+
+@router.post("/nodes/{name}/uncordon")
+def uncordon_node(name: str, admin: User = Depends(page_admin), p=Depends(platform), db=Depends(db_session)):
+    try:
+        node_admin.uncordon_node(name=name[:128], admin=admin, p=p, db=db)
+    except NotFound:
+        raise PageNotFound() from None
+    return RedirectResponse("/admin/nodes", 303)
 
 
 AUDIT_PER_PAGE = 50

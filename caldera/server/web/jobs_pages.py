@@ -13,9 +13,9 @@ from caldera.core.states import JobState
 from caldera.db.models import User
 from caldera.server import api_jobs, api_templates, jobs, tenancy
 from caldera.server.deps import db_session, platform
-from caldera.server.errors import CalderaError, NotFound
+from caldera.server.errors import NotFound
 from caldera.server.platform import Platform
-from caldera.server.web import job_forms, job_yaml, overview, queue_view
+from caldera.server.web import api_call, job_forms, job_yaml, overview, queue_view
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 
@@ -103,20 +103,10 @@ def new_job(
     return form_page(request, p, db, user, kind, form, {})
 
 
-def errors_of(exc: CalderaError) -> list[dict[str, str]]:
-    return getattr(exc, "errors", None) or [{"field": "", "reason": exc.message}]
-
-
 def _submit(p: Platform, db: Session, user: User, body: dict) -> tuple[str | None, list[dict[str, str]]]:
     """The new job's id through the API's own validation and rules, or the API's errors."""
-    try:
-        return api_jobs.submit(spec=parse_spec(body), user=user, p=p, db=db)["id"], []
-    except SpecError as exc:
-        errors = exc.errors
-    except CalderaError as exc:
-        errors = errors_of(exc)
-    db.rollback()
-    return None, errors
+    created, errors = api_call.call(db, lambda: api_jobs.submit(spec=parse_spec(body), user=user, p=p, db=db))
+    return (created["id"] if created else None), errors
 
 
 def form_body(p: Platform, db: Session, user: User, kind: str, form: job_forms.JobForm):

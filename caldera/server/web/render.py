@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from caldera.server import csrf
-from caldera.server.web import i18n
+from caldera.server.web import error_text, i18n
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -50,6 +50,8 @@ def _csp(request: Request) -> str:
 def page(request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
     lang = i18n.choose(request)
     tr = i18n.translations(lang)
+    if "errors" in ctx:  # the API's reasons in the page's language
+        ctx["errors"] = error_text.translate(ctx["errors"], tr.gettext)
     html = env.get_template(template).render(
         request=request,
         _=tr.gettext,

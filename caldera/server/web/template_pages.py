@@ -7,16 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
-from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from caldera.core.spec import SpecError, spec_errors
 from caldera.db.models import User
 from caldera.server import api_templates, tenancy
 from caldera.server.deps import db_session, platform
-from caldera.server.errors import CalderaError, NotFound
+from caldera.server.errors import NotFound
 from caldera.server.platform import Platform
-from caldera.server.web import job_forms, jobs_pages
+from caldera.server.web import api_call, job_forms, jobs_pages
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 
@@ -47,16 +45,14 @@ def save_form_as_template(
     """The form as a template named after the job (the same name again replaces my template of that name)."""
     body, errors = jobs_pages.form_body(p, db, user, kind, form)
     if not errors:
-        try:
-            api_templates.create_template(body=api_templates.TemplateIn(name=form.name, spec=body), user=user, db=db)
+        _, errors = api_call.call(
+            db,
+            lambda: api_templates.create_template(
+                body=api_templates.TemplateIn(name=form.name, spec=body), user=user, db=db
+            ),
+        )
+        if not errors:
             return RedirectResponse("/templates", 303)
-        except ValidationError as exc:
-            errors = spec_errors(exc)
-        except SpecError as exc:
-            errors = exc.errors
-        except CalderaError as exc:
-            errors = jobs_pages.errors_of(exc)
-        db.rollback()
     return jobs_pages.form_page(request, p, db, user, kind, form, job_forms.by_field(errors), status=400)
 
 
@@ -77,11 +73,11 @@ def share(
     db: Session = Depends(db_session),
 ):
     body = api_templates.ShareIn(account=account or None)
-    try:
-        _page_errors(api_templates.share_template, template_id=template_id, body=body, user=user, db=db)
-    except CalderaError as exc:
-        db.rollback()
-        return _templates_page(request, user, db, jobs_pages.errors_of(exc), 400)
+    _, errors = api_call.call(
+        db, _page_errors, api_templates.share_template, template_id=template_id, body=body, user=user, db=db
+    )
+    if errors:
+        return _templates_page(request, user, db, errors, 400)
     return RedirectResponse("/templates", 303)
 
 

@@ -1,0 +1,112 @@
+"""Nodes an admin takes out of scheduling: cordon (no new placements), drain (cordon, and preempt what runs there
+with the usual notice, so it is re-queued), uncordon. Stored in the database; the scheduler sees a cordoned node as
+unschedulable through the snapshot and names it in its "why"."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from caldera.core.cluster import Node
+from caldera.core.states import JobState
+from caldera.db.models import Job, NodeCordon, User
+from caldera.server import audit
+from caldera.server.deps import admin_user, db_session, platform
+from caldera.server.errors import NotFound
+from caldera.server.jobs import request_preemption
+from caldera.server.platform import Platform
+
+router = APIRouter(prefix="/api/v1/admin/nodes", tags=["admin"])
+RUNNING = (JobState.STARTING.value, JobState.RUNNING.value)
+
+
+class CordonIn(BaseModel):
+    reason: str = Field("", max_length=1024)
+
+
+def cordons(db: Session) -> dict[str, NodeCordon]:
+    return {c.node: c for c in db.scalars(select(NodeCordon))}
+
+
+def in_service(db: Session, nodes: list[Node]) -> list[Node]:
+    """The nodes as the scheduler should see them: a cordoned one is not schedulable."""
+    out = cordons(db)
+    return [dataclasses.replace(n, schedulable=False) if n.name in out else n for n in nodes]
+
+
+def _node(p: Platform, name: str) -> str:
+    if name not in {n.name for n in p.nodes()}:
+        raise NotFound(f"no node {name!r}")
+    return name
+
+
+def cordon(p: Platform, db: Session, admin: User, name: str, reason: str, drained: bool = False) -> NodeCordon:
+    row = db.get(NodeCordon, _node(p, name)) or NodeCordon(node=name)
+    row.reason, row.by, row.at, row.drained = reason, admin.username, time.time(), drained
+    db.add(row)
+    return row
+
+
+def drain(p: Platform, db: Session, admin: User, name: str, reason: str) -> list[str]:
+    """Cordon, then preempt every job with a replica on the node; returns their ids."""
+    cordon(p, db, admin, name, reason, drained=True)
+    why = f"node {name} is drained by an admin" + (f": {reason}" if reason else "")
+    victims = []
+    now = time.time()
+    with p.state_lock:  # the loop and the API change job state under this lock
+        for job in db.scalars(select(Job).where(Job.state.in_(RUNNING))):
+            if job.stop_requested is None and any(a["node"] == name for a in job.allocations):
+                request_preemption(p, db, job, None, "NodeDrained", why, now)
+                victims.append(job.id)
+    return victims
+
+
+def view(row: NodeCordon | None) -> dict | None:
+    if row is None:
+        return None
+    return {"reason": row.reason, "by": row.by, "at": row.at, "drained": row.drained}
+
+
+@router.post("/{name}/cordon")
+def cordon_node(
+    name: str,
+    body: CordonIn,
+    admin: User = Depends(admin_user),
+    p: Platform = Depends(platform),
+    db=Depends(db_session),
+) -> dict:
+    row = cordon(p, db, admin, name, body.reason)
+    audit.record(db, admin, "cordon-node", name, {"reason": body.reason})
+    db.commit()
+    return {"node": name, "cordon": view(row)}
+
+
+@router.post("/{name}/drain")
+def drain_node(
+    name: str,
+    body: CordonIn,
+    admin: User = Depends(admin_user),
+    p: Platform = Depends(platform),
+    db=Depends(db_session),
+) -> dict:
+    victims = drain(p, db, admin, name, body.reason)
+    audit.record(db, admin, "drain-node", name, {"reason": body.reason, "preempted": victims})
+    db.commit()
+    return {"node": name, "cordon": view(db.get(NodeCordon, name)), "preempted": victims}
+
+
+@router.post("/{name}/uncordon")
+def uncordon_node(
+    name: str, admin: User = Depends(admin_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
+) -> dict:
+    row = db.get(NodeCordon, _node(p, name))
+    if row is not None:
+        db.delete(row)
+    audit.record(db, admin, "uncordon-node", name)
+    db.commit()
+    return {"node": name, "cordon": None}

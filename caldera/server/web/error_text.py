@@ -1,0 +1,52 @@
+"""The API's error reasons in the reader's language. The API speaks English (its reasons are pydantic's messages
+and our own); each known shape below maps to a catalogue message with the same values filled in, and a reason of
+no known shape is shown as the API said it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+_ = str  # marks msgids for extraction; the real translation happens in translate()
+
+# (the API's English, as a pattern) -> catalogue message; named groups fill the placeholders
+SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern + r"\Z", re.S), msgid)
+    for pattern, msgid in (
+        (r"Field required", _("required")),
+        (r"String should match pattern '(?P<pattern>.*)'", _("must match the pattern %(pattern)s")),
+        (r"String should have at most (?P<n>\d+) characters?", _("at most %(n)s characters")),
+        (r"String should have at least (?P<n>\d+) characters?", _("at least %(n)s characters")),
+        (r"Input should be greater than or equal to (?P<n>\S+)", _("must be at least %(n)s")),
+        (r"Input should be greater than (?P<n>\S+)", _("must be greater than %(n)s")),
+        (r"Input should be less than or equal to (?P<n>\S+)", _("must be at most %(n)s")),
+        (r"Input should be a valid integer.*", _("must be a whole number")),
+        (r"Input should be a valid number.*", _("must be a number")),
+        (r"Input should be a valid boolean.*", _("must be true or false")),
+        (r"Extra inputs are not permitted", _("is not a known field")),
+        (r"Input should be (?P<choices>'[^']*'(?:, '[^']*')*(?: or '[^']*')?)", _("must be one of %(choices)s")),
+        (r"you are not a member of account (?P<account>.*)", _("you are not a member of account %(account)s")),
+        (r"no node (?P<node>.*)", _("no node %(node)s")),
+        (r"you cannot disable yourself", _("you cannot disable yourself")),
+        (r"you cannot change your own role", _("you cannot change your own role")),
+        (r"wrong current password", _("wrong current password")),
+    )
+)
+
+
+def reason(text: str, gettext: Callable[[str], str]) -> str:
+    for pattern, msgid in SHAPES:
+        m = pattern.match(text)
+        if m:
+            return gettext(msgid) % m.groupdict() if m.groupdict() else gettext(msgid)
+    return text
+
+
+def translate(errors: Any, gettext: Callable[[str], str]) -> Any:
+    """Errors as the pages hold them: a list of {field, reason} rows, or reasons by field name."""
+    if isinstance(errors, dict):
+        return {k: [reason(r, gettext) if isinstance(r, str) else r for r in v] for k, v in errors.items()}
+    if isinstance(errors, list):
+        return [{**e, "reason": reason(e["reason"], gettext)} if isinstance(e, dict) else e for e in errors]
+    return errors
