@@ -29,6 +29,7 @@ NOTICE_DIR = "/run/caldera"
 NOTICE_FILE = "preempt-notice"  # the local runtime's name (runtime/local/stop_record.py)
 NOTICE_WAIT_S = 5  # longest the preStop hook waits for the kubelet to refresh the file
 LAB_TOKEN_KEY = "token"
+PER_REPLICA_ANNOTATION = "caldera.io/procs-per-replica"  # read back on re-attach: which pod's log has rank r
 WORKDIR = "/work"
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]")
@@ -105,6 +106,7 @@ def job(req: LaunchRequest, ks: KubernetesSettings, ns: str, name: str, lab_secr
     replicas = spec.replicas if spec.kind is JobKind.DISTRIBUTED else 1
     meta = _meta(req, ns, name)
     meta["labels"][KUEUE_QUEUE] = label_value(spec.queue or "default")
+    meta["annotations"] = {PER_REPLICA_ANNOTATION: str(spec.procs_per_replica)}
     job_spec: dict[str, Any] = {
         "suspend": True,  # Kueue admits it
         "parallelism": replicas,
