@@ -77,3 +77,21 @@ def test_launch_against_an_unreachable_api_server_is_a_typed_error(tmp_path: Pat
         assert e.value.reason == "RuntimeUnavailable"
     finally:
         rt.close()
+
+
+def test_pending_reasons_name_kueue_and_the_scheduler():
+    from caldera.runtime.kubernetes.status import pending_reasons
+
+    unplaced = {
+        "metadata": {"name": "caldera-ab12-1-0"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/2 nodes: GPU"}
+            ],
+        },
+    }
+    assert [r["code"] for r in pending_reasons(_job(suspend=True), [])] == ["AwaitingAdmission"]
+    (r,) = pending_reasons(_job(), [unplaced, _pod("Running")])
+    assert (r["code"], r["message"], r["details"]["source"]) == ("Unschedulable", "0/2 nodes: GPU", "kube-scheduler")
+    assert pending_reasons(_job(), [_pod("Running")]) == []

@@ -60,7 +60,12 @@ def job_name(job_id: str, attempt: int) -> str:
 
 
 def account_of(req: LaunchRequest) -> str:
-    return req.spec.account or "default"
+    # the platform's resolved account (the spec may leave it to the user's default)
+    return req.env.get("CALDERA_ACCOUNT") or req.spec.account or "default"
+
+
+def queue_of(req: LaunchRequest) -> str:
+    return req.env.get("CALDERA_QUEUE") or req.spec.queue or "default"
 
 
 def labels(req: LaunchRequest) -> dict[str, str]:
@@ -69,7 +74,7 @@ def labels(req: LaunchRequest) -> dict[str, str]:
         LABEL_JOB: label_value(req.job_id),
         LABEL_ATTEMPT: str(req.attempt),
         LABEL_ACCOUNT: label_value(account_of(req)),
-        LABEL_QUEUE: label_value(spec.queue or "default"),
+        LABEL_QUEUE: label_value(queue_of(req)),
         LABEL_KIND: spec.kind.value,
     }
     if req.run_as is not None:
@@ -105,7 +110,7 @@ def job(req: LaunchRequest, ks: KubernetesSettings, ns: str, name: str, lab_secr
     spec = req.spec
     replicas = spec.replicas if spec.kind is JobKind.DISTRIBUTED else 1
     meta = _meta(req, ns, name)
-    meta["labels"][KUEUE_QUEUE] = label_value(spec.queue or "default")
+    meta["labels"][KUEUE_QUEUE] = label_value(queue_of(req))
     meta["annotations"] = {PER_REPLICA_ANNOTATION: str(spec.procs_per_replica)}
     job_spec: dict[str, Any] = {
         "suspend": True,  # Kueue admits it

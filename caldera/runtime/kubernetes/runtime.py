@@ -21,7 +21,7 @@ from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, O
 from caldera.runtime.kubernetes import manifests as m
 from caldera.runtime.kubernetes.logcopy import LogCopier
 from caldera.runtime.kubernetes.settings import KubernetesSettings
-from caldera.runtime.kubernetes.status import STOPPED_ANNOTATION, phase_of
+from caldera.runtime.kubernetes.status import STOPPED_ANNOTATION, pending_reasons, phase_of
 from caldera.runtime.kubernetes.watch import WatchCache
 from caldera.runtime.local.rundir import RunDir
 
@@ -127,6 +127,12 @@ class KubernetesRuntime:
         obs = phase_of(jobs[0] if jobs else None, pods, int(handle.data.get("replicas", 1)), self._was_stopped(handle))
         self._copy_logs(handle, pods)
         return obs
+
+    def why_pending(self, handle: Handle) -> list[dict[str, Any]]:
+        """The cluster's reasons a started job has no running pods yet (from the watch cache, no API call)."""
+        key = (m.label_value(handle.job_id), str(handle.attempt))
+        jobs = self.jobs.get(key)
+        return pending_reasons(jobs[0] if jobs else None, self.pods.get(key))
 
     def _was_stopped(self, handle: Handle) -> bool:
         return (handle.job_id, handle.attempt) in self._stopped or bool(handle.data.get("stopped"))

@@ -46,3 +46,33 @@ def phase_of(job: dict[str, Any] | None, pods: list[dict[str, Any]], replicas: i
     if len(running) >= replicas:
         return Observation(Phase.RUNNING)
     return Observation(Phase.STARTING, None, "Suspended" if (job.get("spec") or {}).get("suspend") else "")
+
+
+def pending_reasons(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Why a handed-over job does not run yet, in the loop's reason form ({code, message, details}): Kueue has not
+    admitted it (the Job is still suspended), or kube-scheduler cannot place a pod (its PodScheduled condition,
+    the same text as its FailedScheduling event)."""
+    out: list[dict[str, Any]] = []
+    if job is not None and (job.get("spec") or {}).get("suspend"):
+        out.append(
+            {
+                "code": "AwaitingAdmission",
+                "message": "waiting for Kueue to admit the job in its queue",
+                "details": {"source": "kueue"},
+            }
+        )
+    for pod in pods:
+        for c in (pod.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                out.append(
+                    {
+                        "code": "Unschedulable",
+                        "message": c.get("message") or "no node fits the pod",
+                        "details": {
+                            "source": "kube-scheduler",
+                            "pod": pod["metadata"]["name"],
+                            "reason": c.get("reason"),
+                        },
+                    }
+                )
+    return out
