@@ -166,3 +166,35 @@ def test_names_are_dns_labels_and_distinct(account: str):
     assert m.namespace(KS, account) != m.namespace(KS, account.replace("_", "-").replace(".", "-") + "z")
     assert m.namespace(KS, "physics_lab") != m.namespace(KS, "physics-lab")
     assert len(m.job_name("a" * 32, 12345)) <= 58
+
+
+def _unknown_fields(obj: object, model: str) -> list[str]:
+    """Keys of ``obj`` that the API's own schema (the official client's models) does not have, recursively."""
+    import kubernetes.client.models as models
+
+    if model.lower().startswith("list["):
+        return [p for item in obj for p in _unknown_fields(item, model[5:-1])]  # type: ignore[union-attr]
+    if model.lower().startswith(("dict(", "dict[")) or model in ("str", "int", "bool", "object", "float"):
+        return []
+    cls = getattr(models, model)
+    by_json = {v: k for k, v in cls.attribute_map.items()}
+    out = []
+    for key, value in obj.items():  # type: ignore[union-attr]
+        if key not in by_json:
+            out.append(f"{model}.{key}")
+        else:
+            out += _unknown_fields(value, cls.openapi_types[by_json[key]])
+    return out
+
+
+@pytest.mark.parametrize("kind", ["batch", "distributed", "jupyter"])
+def test_every_field_is_one_the_kubernetes_api_has(kind: str):
+    pytest.importorskip("kubernetes")
+    spec = {"kind": kind, "resources": {"gpu": 1, "gpu_model": "h100"}}
+    if kind == "distributed":
+        spec["replicas"] = 2
+    if kind == "jupyter":
+        spec["command"] = None
+    models = {"Job": "V1Job", "Service": "V1Service", "NetworkPolicy": "V1NetworkPolicy", "Secret": "V1Secret"}
+    objs = [*m.build(_req(**spec), KS, lab_secret="s"), m.lab_token_secret(_req(**spec), KS, "t")]
+    assert [f for o in objs for f in _unknown_fields(o, models[o["kind"]])] == []
