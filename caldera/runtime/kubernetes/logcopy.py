@@ -13,9 +13,8 @@ _CHUNK = 64 * 1024
 
 
 class LogCopier:
-    def __init__(self, core: Any, timeout_s: float):
+    def __init__(self, core: Any):
         self._core = core
-        self._timeout_s = timeout_s
         self._active: set[tuple[str, str]] = set()  # (namespace, pod) being copied now
         self._lock = threading.Lock()
 

@@ -55,7 +55,7 @@ class KubernetesRuntime:
         self.net = client.NetworkingV1Api(self.api)
         self.jobs = WatchCache(self.api, self.batch.list_job_for_all_namespaces, self.ks.watch_timeout_s)
         self.pods = WatchCache(self.api, self.core.list_pod_for_all_namespaces, self.ks.watch_timeout_s)
-        self.copier = LogCopier(self.core, self.ks.request_timeout_s)
+        self.copier = LogCopier(self.core)
         self._stopped: set[tuple[str, int]] = set()
         self._namespaces: set[str] = set()
         self._lock = threading.Lock()
@@ -156,7 +156,10 @@ class KubernetesRuntime:
         with self._lock:
             self._stopped.add((handle.job_id, handle.attempt))
         handle.data["stopped"] = True
-        ns, name = handle.data["namespace"], handle.data["name"]
+        try:
+            ns, name = self._where(handle)
+        except LookupError:
+            return  # nothing of it in the cluster: nothing to stop
         kill_at = time.time() + max(0.0, grace_s)
         stamp = {"metadata": {"annotations": {STOPPED_ANNOTATION: str(kill_at)}}}
         self._quiet(self.batch.patch_namespaced_job, name, ns, stamp)
@@ -173,6 +176,17 @@ class KubernetesRuntime:
             self._quiet(self.core.delete_namespaced_pod, pod["metadata"]["name"], ns, grace_period_seconds=int(grace_s))
         if not pods:  # not admitted yet: nothing runs, the Job goes
             self._quiet(self.batch.delete_namespaced_job, name, ns, propagation_policy="Background")
+
+    def _where(self, handle: Handle) -> tuple[str, str]:
+        """Namespace and name of the job's objects; from the cluster by label when the handle has none (the server
+        stopped while the launch was in flight)."""
+        if "namespace" in handle.data:
+            return handle.data["namespace"], handle.data["name"]
+        found = [h for h in self.attached() if (h.job_id, h.attempt) == (handle.job_id, handle.attempt)]
+        if not found:
+            raise LookupError(f"no Kubernetes Job of {handle.job_id} attempt {handle.attempt}")
+        handle.data.update(found[0].data)
+        return handle.data["namespace"], handle.data["name"]
 
     def _quiet(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -216,7 +230,7 @@ class KubernetesRuntime:
         """The lab of a running jupyter job at its ClusterIP Service; the proxy sends the token as a header."""
         if handle.data.get("kind") != JobKind.JUPYTER.value or self.observe(handle).phase is not Phase.RUNNING:
             return []
-        ns, name = handle.data["namespace"], handle.data["name"]
+        ns, name = self._where(handle)
         svc = self.core.read_namespaced_service(name, ns, _request_timeout=self.ks.request_timeout_s)
         secret = self.core.read_namespaced_secret(handle.data["secret"], ns, _request_timeout=self.ks.request_timeout_s)
         import base64
