@@ -1,1 +1,1 @@
-"""Kubernetes backend: jobs become batch/v1 Jobs that Kueue admits and kube-scheduler places (README "Kubernetes")."""
+"""Kubernetes backend: jobs as Kubernetes Jobs, admitted by Kueue."""

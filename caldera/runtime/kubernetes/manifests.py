@@ -51,7 +51,9 @@ def label_value(text: str) -> str:
 
 
 def namespace(ks: KubernetesSettings, account: str) -> str:
-    return dns_label(ks.namespace_prefix + account)
+    from caldera.runtime.kubernetes import kueue  # the account's namespace, where kueue.py makes its LocalQueue
+
+    return kueue.namespace_for(account)
 
 
 def job_name(job_id: str, attempt: int) -> str:
@@ -76,6 +78,7 @@ def labels(req: LaunchRequest) -> dict[str, str]:
         LABEL_ACCOUNT: label_value(account_of(req)),
         LABEL_QUEUE: label_value(queue_of(req)),
         LABEL_KIND: spec.kind.value,
+        "caldera.io/managed-by": "caldera",
     }
     if req.run_as is not None:
         out[LABEL_USER] = label_value(req.run_as.name)

@@ -15,9 +15,6 @@ class KubernetesSettings(BaseSettings):
 
     kubeconfig: Path | None = Field(None, description="a kubeconfig file; in-cluster config when empty")
     context: str | None = Field(None, max_length=253, description="kubeconfig context; its current one when empty")
-    namespace_prefix: str = Field(
-        "caldera-", max_length=20, pattern=r"^[a-z0-9-]*$", description="each account's namespace: <prefix><account>"
-    )
     image: str = Field(DEFAULT_IMAGE, max_length=256, description="the image of jobs whose spec names none")
     gpu_resource: str = Field("nvidia.com/gpu", description="the extended resource GPUs are counted in")
     gpu_model_label: str = Field("nvidia.com/gpu.product", description="node label holding the GPU model")
