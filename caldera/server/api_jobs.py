@@ -73,7 +73,9 @@ def job_events(job_id: str, user: User = Depends(current_user), db: Session = De
 @router.get("/{job_id}/why")
 def why(job_id: str, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
     job = jobs.visible(db, user, job_id)
-    reasons = job.pending_reasons if job.state == JobState.QUEUED.value else []
+    # STARTING too: a job handed to a runtime that admits jobs itself (Kubernetes) waits there, with its reasons
+    waiting = (JobState.QUEUED.value, JobState.STARTING.value)
+    reasons = job.pending_reasons if job.state in waiting else []
     return {"id": job.id, "state": job.state, "reason": job.reason, "message": job.message, "pending": reasons}
 
 

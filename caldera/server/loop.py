@@ -29,7 +29,7 @@ from caldera.runtime.base import Handle, LaunchRequest, Phase
 from caldera.scheduler import fairshare
 from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
-from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot
+from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import valid_decisions
 from caldera.server import identity, node_admin, tenancy
 from caldera.server.jobs import note, record, request_preemption
@@ -138,13 +138,23 @@ class SchedulerLoop:
         with self.p.state_lock, self.p.session() as db:
             self._observe(db, now)
             user_usage, queue_usage = self._charge(db, now)
-            snap = self._snapshot(db, now, user_usage, queue_usage)
-            decisions = self._checked(snap, self.policy(snap))
+            if getattr(self.p.runtime, "admits_jobs", False):
+                decisions = self._hand_over(db)
+            else:
+                snap = self._snapshot(db, now, user_usage, queue_usage)
+                decisions = self._checked(snap, self.policy(snap))
             self._apply(db, decisions, now)
             db.commit()
         self.last_decisions = decisions
         self.cycle_ms = (time.perf_counter() - t0) * 1000
         return decisions
+
+    @staticmethod
+    def _hand_over(db: Session) -> Decisions:
+        """A runtime that admits jobs itself (Kubernetes: Kueue admits, kube-scheduler places) gets every queued job
+        at once, placed nowhere; while it waits there, its reasons come from the runtime (see ``_observe``)."""
+        queued = db.scalars(select(Job.id).where(Job.state == JobState.QUEUED.value).order_by(Job.submitted_at))
+        return Decisions(starts=[Start(job_id, ()) for job_id in queued])
 
     def _checked(self, snap: Snapshot, decisions: Decisions) -> Decisions:
         """The decisions that can be applied: a policy bug must not double-book a GPU or stop a job for nothing."""
@@ -159,6 +169,10 @@ class SchedulerLoop:
                 continue
             # no handle: the server stopped while this launch was in flight; the runtime finds the job by id
             obs = self.p.runtime.observe(Handle(job.id, job.attempt, job.handle or {}))
+            if obs.phase is Phase.STARTING and hasattr(self.p.runtime, "why_pending"):
+                why = self.p.runtime.why_pending(Handle(job.id, job.attempt, job.handle or {}))
+                if reasons_changed(job.pending_reasons or [], why):
+                    job.pending_reasons = why
             if obs.phase is Phase.RUNNING and job.state == JobState.STARTING.value:
                 record(db, job, JobState.RUNNING, "Running", obs.message or "all processes running", now)
             elif obs.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST):
@@ -305,7 +319,7 @@ class SchedulerLoop:
         job.allocations = [_alloc_to_json(a) for a in allocations]
         job.pending_reasons = []
         job.started_at = now
-        where = ", ".join(f"{a.node}[gpus {','.join(map(str, a.gpus)) or '-'}]" for a in allocations)
+        where = ", ".join(f"{a.node}[gpus {','.join(map(str, a.gpus)) or '-'}]" for a in allocations) or "the cluster"
         msg = "; ".join(x for x in (f"attempt {job.attempt} on {where}", why, held) if x)
         record(db, job, JobState.STARTING, "Scheduled", msg, now)
         db.commit()  # durable before any process exists

@@ -1,0 +1,311 @@
+"""The Kubernetes backend: each job is a suspended batch/v1 Job that Kueue admits and kube-scheduler places.
+
+``admits_jobs``: the platform's loop does no placement for this runtime; it hands a queued job over at once and
+shows the cluster's own reasons while it waits (see caldera/server/loop.py). The official ``kubernetes`` client is
+imported only when this runtime is created.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from caldera.config import Settings
+from caldera.core.cluster import Device, Node
+from caldera.core.spec import JobKind
+from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase
+from caldera.runtime.kubernetes import manifests as m
+from caldera.runtime.kubernetes.logcopy import LogCopier
+from caldera.runtime.kubernetes.settings import KubernetesSettings
+from caldera.runtime.kubernetes.status import STOPPED_ANNOTATION, pending_reasons, phase_of
+from caldera.runtime.kubernetes.watch import WatchCache
+from caldera.runtime.local.rundir import RunDir
+
+_LOG_CHUNK = 64 * 1024
+_ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST)
+
+
+def _client(ks: KubernetesSettings) -> Any:
+    try:
+        import kubernetes
+    except ImportError as e:
+        raise LaunchError("RuntimeUnavailable", "pip install 'caldera[kubernetes]' for the kubernetes runtime") from e
+    if ks.kubeconfig is not None:
+        return kubernetes.config.new_client_from_config(config_file=str(ks.kubeconfig), context=ks.context)
+    kubernetes.config.load_incluster_config()
+    return kubernetes.client.ApiClient()
+
+
+class KubernetesRuntime:
+    name = "kubernetes"
+    admits_jobs = True  # Kueue admits, kube-scheduler places
+
+    def __init__(self, settings: Settings, ks: KubernetesSettings | None = None):
+        self.settings = settings
+        self.ks = ks or KubernetesSettings()
+        self.api = _client(self.ks)
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.net = client.NetworkingV1Api(self.api)
+        self.jobs = WatchCache(self.api, self.batch.list_job_for_all_namespaces, self.ks.watch_timeout_s)
+        self.pods = WatchCache(self.api, self.core.list_pod_for_all_namespaces, self.ks.watch_timeout_s)
+        self.copier = LogCopier(self.core)
+        self._stopped: set[tuple[str, int]] = set()
+        self._namespaces: set[str] = set()
+        self._lock = threading.Lock()
+        self.jobs.start()
+        self.pods.start()
+
+    def close(self) -> None:
+        self.jobs.close()
+        self.pods.close()
+
+    # -- launch -------------------------------------------------------------------------------------------------
+    def launch(self, req: LaunchRequest) -> Handle:
+        ns = m.namespace(self.ks, m.account_of(req))
+        self._ensure_namespace(ns)
+        data: dict[str, Any] = {
+            "namespace": ns,
+            "name": m.job_name(req.job_id, req.attempt),
+            "kind": req.spec.kind.value,
+            "replicas": req.spec.replicas if req.spec.kind is JobKind.DISTRIBUTED else 1,
+            "per_replica": req.spec.procs_per_replica if req.spec.kind is JobKind.DISTRIBUTED else 1,
+        }
+        lab_secret = None
+        if req.spec.kind is JobKind.JUPYTER:
+            secret = m.lab_token_secret(req, self.ks, secrets.token_hex(24))
+            lab_secret = secret["metadata"]["name"]
+            self._create(secret)
+            data.update(secret=lab_secret, base_url=req.base_url or "/")
+        for obj in m.build(req, self.ks, lab_secret):
+            self._create(obj)
+        self._run_dir(req.job_id, req.attempt).mkdir(parents=True, exist_ok=True, mode=0o700)
+        return Handle(req.job_id, req.attempt, data)
+
+    def _ensure_namespace(self, ns: str) -> None:
+        if ns in self._namespaces:
+            return
+        body = {"metadata": {"name": ns, "labels": {"caldera.io/managed": "true"}}}
+        self._call(self.core.create_namespace, body, exists_ok=True)
+        self._namespaces.add(ns)
+
+    def _create(self, obj: dict[str, Any]) -> None:
+        ns = obj["metadata"]["namespace"]
+        create = {
+            "Job": self.batch.create_namespaced_job,
+            "Service": self.core.create_namespaced_service,
+            "Secret": self.core.create_namespaced_secret,
+            "NetworkPolicy": self.net.create_namespaced_network_policy,
+        }[obj["kind"]]
+        self._call(create, ns, obj, exists_ok=obj["kind"] != "Job")
+
+    def _call(self, fn: Any, *args: Any, exists_ok: bool = False) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fn(*args, _request_timeout=self.ks.request_timeout_s)
+        except ApiException as e:
+            if e.status == 409 and exists_ok:
+                return None
+            reason = {409: "AlreadyRunning", 403: "Forbidden", 422: "Invalid"}.get(e.status or 0, "RuntimeUnavailable")
+            raise LaunchError(reason, f"kubernetes: {e.status} {e.reason}: {(e.body or '')[:500]}") from e
+        except Exception as e:  # connection refused, timeouts
+            raise LaunchError("RuntimeUnavailable", f"kubernetes API unreachable: {e}") from e
+
+    # -- observe ------------------------------------------------------------------------------------------------
+    def observe(self, handle: Handle) -> Observation:
+        self.jobs.synced.wait(self.ks.request_timeout_s)
+        self.pods.synced.wait(self.ks.request_timeout_s)
+        key = (m.label_value(handle.job_id), str(handle.attempt))
+        jobs, pods = self.jobs.get(key), self.pods.get(key)
+        obs = phase_of(jobs[0] if jobs else None, pods, int(handle.data.get("replicas", 1)), self._was_stopped(handle))
+        self._copy_logs(handle, pods)
+        return obs
+
+    def why_pending(self, handle: Handle) -> list[dict[str, Any]]:
+        """The cluster's reasons a started job has no running pods yet (from the watch cache, no API call)."""
+        key = (m.label_value(handle.job_id), str(handle.attempt))
+        jobs = self.jobs.get(key)
+        return pending_reasons(jobs[0] if jobs else None, self.pods.get(key))
+
+    def _was_stopped(self, handle: Handle) -> bool:
+        return (handle.job_id, handle.attempt) in self._stopped or bool(handle.data.get("stopped"))
+
+    def _copy_logs(self, handle: Handle, pods: list[dict[str, Any]]) -> None:
+        rd = RunDir(self._run_dir(handle.job_id, handle.attempt))
+        for pod in pods:
+            status = pod.get("status") or {}
+            if status.get("phase") not in ("Running", "Succeeded", "Failed"):
+                continue
+            index = int((pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", 0))
+            self.copier.ensure(pod["metadata"]["namespace"], pod["metadata"]["name"], rd.log(index))
+
+    def _run_dir(self, job_id: str, attempt: int) -> Path:
+        return Path(self.settings.runs_dir).resolve() / job_id / str(attempt)
+
+    # -- stop ---------------------------------------------------------------------------------------------------
+    def stop(self, handle: Handle, grace_s: float, notice: str | None = None) -> None:
+        """The notice goes into every pod's notice annotation (the job reads it as the CALDERA_PREEMPT_NOTICE file,
+        and its preStop hook waits for it), then the pods are deleted with ``grace_s`` as their grace period."""
+        with self._lock:
+            self._stopped.add((handle.job_id, handle.attempt))
+        handle.data["stopped"] = True
+        try:
+            ns, name = self._where(handle)
+        except LookupError:
+            return  # nothing of it in the cluster: nothing to stop
+        kill_at = time.time() + max(0.0, grace_s)
+        stamp = {"metadata": {"annotations": {STOPPED_ANNOTATION: str(kill_at)}}}
+        self._quiet(self.batch.patch_namespaced_job, name, ns, stamp)
+        key = (m.label_value(handle.job_id), str(handle.attempt))
+        pods = self.pods.get(key)
+        if notice is not None:
+            text = notice if notice.endswith("\n") else notice + "\n"
+            if "deadline" not in notice:
+                text += f"deadline: {time.strftime('%Y-%m-%dT%H:%M:%S+00:00', time.gmtime(kill_at))}\n"
+            for pod in pods:
+                patch = {"metadata": {"annotations": {m.NOTICE_ANNOTATION: text}}}
+                self._quiet(self.core.patch_namespaced_pod, pod["metadata"]["name"], ns, patch)
+        for pod in pods:
+            self._quiet(self.core.delete_namespaced_pod, pod["metadata"]["name"], ns, grace_period_seconds=int(grace_s))
+        if not pods:  # not admitted yet: nothing runs, the Job goes
+            self._quiet(self.batch.delete_namespaced_job, name, ns, propagation_policy="Background")
+
+    def _where(self, handle: Handle) -> tuple[str, str]:
+        """Namespace and name of the job's objects; from the cluster by label when the handle has none (the server
+        stopped while the launch was in flight)."""
+        if "namespace" in handle.data:
+            return handle.data["namespace"], handle.data["name"]
+        found = [h for h in self.attached() if (h.job_id, h.attempt) == (handle.job_id, handle.attempt)]
+        if not found:
+            raise LookupError(f"no Kubernetes Job of {handle.job_id} attempt {handle.attempt}")
+        handle.data.update(found[0].data)
+        return handle.data["namespace"], handle.data["name"]
+
+    def _quiet(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            fn(*args, _request_timeout=self.ks.request_timeout_s, **kwargs)
+        except ApiException as e:
+            if e.status != 404:  # gone already is what stop wants
+                raise
+
+    # -- logs ---------------------------------------------------------------------------------------------------
+    def logs(self, handle: Handle, rank: int | None = None, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
+        replicas, per = int(handle.data.get("replicas", 1)), int(handle.data.get("per_replica", 1))
+        r = 0 if rank is None else rank
+        if not 0 <= r < replicas * per:
+            raise ValueError(f"rank {r} does not exist (world size {replicas * per})")
+        path = RunDir(self._run_dir(handle.job_id, handle.attempt)).log(r // per)  # ranks of one pod share its log
+        return self._follow(handle, path, follow, max(0, offset))
+
+    def _follow(self, handle: Handle, path: Path, follow: bool, offset: int) -> Iterator[bytes]:
+        while not path.exists():
+            if not follow or self.observe(handle).phase in _ENDED:
+                return
+            time.sleep(0.2)
+        with open(path, "rb") as f:
+            f.seek(offset)
+            while True:
+                chunk = f.read(_LOG_CHUNK)
+                if chunk:
+                    yield chunk
+                    continue
+                if not follow or self.observe(handle).phase in _ENDED:
+                    time.sleep(0.5)  # the copier's last bytes
+                    while chunk := f.read(_LOG_CHUNK):
+                        yield chunk
+                    return
+                time.sleep(0.2)
+
+    # -- endpoints ----------------------------------------------------------------------------------------------
+    def endpoints(self, handle: Handle) -> list[Endpoint]:
+        """The lab of a running jupyter job at its ClusterIP Service; the proxy sends the token as a header."""
+        if handle.data.get("kind") != JobKind.JUPYTER.value or self.observe(handle).phase is not Phase.RUNNING:
+            return []
+        ns, name = self._where(handle)
+        svc = self.core.read_namespaced_service(name, ns, _request_timeout=self.ks.request_timeout_s)
+        secret = self.core.read_namespaced_secret(handle.data["secret"], ns, _request_timeout=self.ks.request_timeout_s)
+        import base64
+
+        token = base64.b64decode(secret.data[m.LAB_TOKEN_KEY]).decode()
+        base_url = handle.data.get("base_url", "/")
+        return [
+            Endpoint(
+                name="lab",
+                host=svc.spec.cluster_ip,
+                port=self.ks.lab_port,
+                base_url=base_url if base_url.endswith("/") else base_url + "/",
+                headers={"Authorization": f"token {token}"},
+                secrets=(token,),
+            )
+        ]
+
+    # -- nodes --------------------------------------------------------------------------------------------------
+    def nodes(self) -> list[Node]:
+        listed = self.core.list_node(_request_timeout=self.ks.request_timeout_s)
+        return [self._node(n) for n in listed.items]
+
+    def _node(self, n: Any) -> Node:
+        cap = n.status.allocatable or n.status.capacity or {}
+        gpus = int(cap.get(self.ks.gpu_resource, "0") or 0)
+        model = ((n.metadata.labels or {}).get(self.ks.gpu_model_label) or "gpu").lower()
+        return Node(
+            name=n.metadata.name,
+            cpu=_cpu(cap.get("cpu", "0")),
+            memory_mib=_mib(cap.get("memory", "0")),
+            gpus=tuple(Device(i, model) for i in range(gpus)),
+            schedulable=not bool(n.spec.unschedulable),
+        )
+
+    # -- re-attach ----------------------------------------------------------------------------------------------
+    def attached(self) -> list[Handle]:
+        """Every job attempt whose Job exists in the cluster, found by label, as after a server restart."""
+        self.jobs.synced.wait(self.ks.request_timeout_s)
+        out = []
+        for job_id, attempt in self.jobs.job_keys():
+            job = self.jobs.get((job_id, attempt))[0]
+            meta, spec = job["metadata"], job["spec"]
+            kind = meta["labels"].get(m.LABEL_KIND, "batch")
+            per = int((meta.get("annotations") or {}).get(m.PER_REPLICA_ANNOTATION, "1"))
+            data = {"namespace": meta["namespace"], "name": meta["name"], "kind": kind}
+            data.update(replicas=spec["completions"], per_replica=per)
+            if kind == JobKind.JUPYTER.value:
+                data.update(secret=meta["name"] + "-lab", base_url=_base_url_of(spec))
+            out.append(Handle(job_id, int(attempt), data))
+        return out
+
+
+def _base_url_of(job_spec: dict[str, Any]) -> str:
+    argv = job_spec["template"]["spec"]["containers"][0]["command"]
+    flag = "--ServerApp.base_url="
+    return next((a[len(flag) :] for a in argv if a.startswith(flag)), "/")
+
+
+def _cpu(q: str) -> float:
+    return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+_UNITS = {
+    "Ki": 1 / 1024,
+    "Mi": 1,
+    "Gi": 1024,
+    "Ti": 1024**2,
+    "K": 1000 / 1024**2,
+    "M": 1e6 / 1024**2,
+    "G": 1e9 / 1024**2,
+}
+
+
+def _mib(q: str) -> int:
+    for unit, factor in _UNITS.items():
+        if q.endswith(unit):
+            return int(float(q[: -len(unit)]) * factor)
+    return int(float(q) / 1024**2)

@@ -1,0 +1,97 @@
+"""The Kubernetes runtime without a cluster: phases from Job and pod status as the watch delivers them, node
+quantities, and a clear launch error when the API server cannot be reached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from caldera.config import Settings
+from caldera.core.spec import JobSpec
+from caldera.runtime.base import LaunchError, LaunchRequest, Phase
+from caldera.runtime.kubernetes.runtime import KubernetesRuntime, _cpu, _mib
+from caldera.runtime.kubernetes.settings import KubernetesSettings
+from caldera.runtime.kubernetes.status import STOPPED_ANNOTATION, phase_of
+
+pytest.importorskip("kubernetes")
+
+
+def _job(conditions=(), suspend=False, annotations=None) -> dict:
+    conds = [{"type": t, "status": "True", "reason": r, "message": "m"} for t, r in conditions]
+    return {
+        "metadata": {"annotations": annotations or {}},
+        "spec": {"suspend": suspend},
+        "status": {"conditions": conds},
+    }
+
+
+def _pod(phase: str, exit_code: int | None = None) -> dict:
+    state = {"terminated": {"exitCode": exit_code}} if exit_code is not None else {"running": {}}
+    return {"status": {"phase": phase, "containerStatuses": [{"name": "job", "state": state}]}}
+
+
+def test_a_suspended_job_is_starting_and_says_so():
+    obs = phase_of(_job(suspend=True), [], 1, stopped=False)
+    assert (obs.phase, obs.reason) == (Phase.STARTING, "Suspended")
+
+
+def test_running_only_when_every_replica_runs():
+    assert phase_of(_job(), [_pod("Running"), _pod("Pending")], 2, False).phase is Phase.STARTING
+    assert phase_of(_job(), [_pod("Running"), _pod("Running")], 2, False).phase is Phase.RUNNING
+
+
+def test_complete_and_failed_jobs_carry_the_exit_code():
+    done = phase_of(_job([("Complete", "")]), [_pod("Succeeded", 0)], 1, False)
+    assert (done.phase, done.exit_code) == (Phase.SUCCEEDED, 0)
+    failed = phase_of(_job([("Failed", "BackoffLimitExceeded")]), [_pod("Succeeded", 0), _pod("Failed", 3)], 2, False)
+    assert (failed.phase, failed.exit_code, failed.reason) == (Phase.FAILED, 3, "BackoffLimitExceeded")
+    limit = phase_of(_job([("Failed", "DeadlineExceeded")]), [], 1, False)
+    assert limit.reason == "RuntimeLimit"
+
+
+def test_a_stopped_job_fails_as_stopped_even_after_a_restart():
+    stamped = _job([("Failed", "BackoffLimitExceeded")], annotations={STOPPED_ANNOTATION: "1"})
+    assert phase_of(stamped, [_pod("Failed", 143)], 1, stopped=False).reason == "Stopped"
+    assert phase_of(None, [], 1, stopped=True).reason == "Stopped"
+    assert phase_of(None, [], 1, stopped=False).phase is Phase.LOST
+
+
+def test_quantities():
+    assert _cpu("3500m") == 3.5 and _cpu("16") == 16.0
+    assert _mib("64Gi") == 65536 and _mib("1048576Ki") == 1024 and _mib(str(2 * 1024**3)) == 2048
+
+
+def test_launch_against_an_unreachable_api_server_is_a_typed_error(tmp_path: Path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    rt = KubernetesRuntime(Settings(data_dir=tmp_path), KubernetesSettings(kubeconfig=kubeconfig, request_timeout_s=2))
+    try:
+        req = LaunchRequest("ab12", 1, JobSpec(name="j", command=["true"]), (), tmp_path / "w")
+        with pytest.raises(LaunchError) as e:
+            rt.launch(req)
+        assert e.value.reason == "RuntimeUnavailable"
+    finally:
+        rt.close()
+
+
+def test_pending_reasons_name_kueue_and_the_scheduler():
+    from caldera.runtime.kubernetes.status import pending_reasons
+
+    unplaced = {
+        "metadata": {"name": "caldera-ab12-1-0"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/2 nodes: GPU"}
+            ],
+        },
+    }
+    assert [r["code"] for r in pending_reasons(_job(suspend=True), [])] == ["AwaitingAdmission"]
+    (r,) = pending_reasons(_job(), [unplaced, _pod("Running")])
+    assert (r["code"], r["message"], r["details"]["source"]) == ("Unschedulable", "0/2 nodes: GPU", "kube-scheduler")
+    assert pending_reasons(_job(), [_pod("Running")]) == []

@@ -1,0 +1,62 @@
+"""The loop with a runtime that admits jobs itself (``admits_jobs``, the Kubernetes runtime): queued jobs are handed
+over at once, placed nowhere by Caldera, and the runtime's reasons are shown by /why while the job waits there."""
+
+from __future__ import annotations
+
+from caldera.runtime.base import Handle, Observation, Phase
+from caldera.server.app import create_app
+from caldera.server.platform import Platform
+from caldera.server.tenancy import bootstrap
+from tests.conftest import Api, make_settings
+from tests.fake_runtime import FakeRuntime
+from tests.test_runs import _submit, _until
+
+CLUSTER_REASON = {
+    "code": "Unschedulable",
+    "message": "0/2 nodes are available",
+    "details": {"source": "kube-scheduler"},
+}
+
+
+class AdmittingRuntime(FakeRuntime):
+    admits_jobs = True
+
+    def __init__(self, settings):
+        super().__init__(settings)
+        self.admitted: set[str] = set()
+
+    def observe(self, handle: Handle) -> Observation:
+        if handle.job_id not in self.admitted:
+            return Observation(Phase.STARTING)
+        return super().observe(handle)
+
+    def why_pending(self, handle: Handle) -> list[dict]:
+        return [] if handle.job_id in self.admitted else [CLUSTER_REASON]
+
+
+def test_queued_jobs_go_to_the_runtime_at_once_and_show_its_reasons(tmp_path):
+    from fastapi.testclient import TestClient
+
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", run_jobs_as="server")
+    rt = AdmittingRuntime(settings)
+    platform = Platform.create(settings, runtime=rt)
+    with platform.session() as db:
+        bootstrap(db, "admin-password")
+        db.commit()
+    with TestClient(create_app(platform, run_loop=False)) as client:
+        api = Api(client)
+        admin = api.login("admin", "admin-password")
+        # two jobs each wanting every GPU of the fake host: Caldera's own placement would start one, queue one
+        first = _submit(api, admin, name="a", command=["sleep", "0.2"], resources={"gpu": 4})
+        jid = _submit(api, admin, name="b", command=["sleep", "0.2"], resources={"gpu": 4})
+        _until(api, admin, jid, {"Starting"})
+        assert sorted(r.job_id for r in rt.launched) == sorted([first, jid])
+        assert all(r.allocations == () for r in rt.launched)
+
+        def why() -> dict:
+            client.app.state.loop.tick()
+            return client.get(f"/api/v1/jobs/{jid}/why", headers=admin).json()
+
+        assert why()["pending"] == [CLUSTER_REASON]
+        rt.admitted.add(jid)
+        assert _until(api, admin, jid, {"Succeeded"})["exit_code"] == 0
