@@ -1,0 +1,1 @@
+"""Kubernetes backend: jobs as Kubernetes Jobs, admitted by Kueue."""
