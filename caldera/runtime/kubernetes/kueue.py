@@ -7,6 +7,7 @@ Translation (Kueue ``v1beta2``):
 * every Caldera queue becomes a ClusterQueue ``caldera-<queue>``: a quota's guarantee is the ``nominalQuota``, its
   capability minus the guarantee the ``borrowingLimit`` (no capability: no limit), the deserved GPU share (else the
   queue's weight) the ``fairSharing.weight``; all queues of an account, or of the whole cluster, form one cohort;
+* a resource without a Caldera quota gets a Kueue quota that never binds and lends nothing;
 * the cohort itself holds what is left of the cluster's capacity after the guarantees, so queues borrow it;
 * every account gets the namespace ``caldera-<account>`` and in it one LocalQueue per queue, named like the queue.
 
@@ -41,6 +42,7 @@ KUEUE_EVICTED = "KueueEvicted"  # preempted or evicted by Kueue; requeued
 KUEUE_INACTIVE = "KueueInactive"  # the workload is deactivated (e.g. too many pods-ready timeouts)
 
 _MAX_MESSAGE = 2000
+UNLIMITED = {CPU: "1000000", MEMORY: "1000Ti", GPU: "1000000"}  # far above any cluster this runs on
 
 
 def k8s_name(prefix: str, name: str) -> str:
@@ -74,7 +76,11 @@ def _quantity(key: str, value: float) -> str:
 
 
 def _resource(key: str, k8s_key: str, quota: Quota | None) -> dict[str, Any]:
-    q = quota or Quota()
+    if quota is None:
+        # no Caldera quota on it: a Kueue quota that never binds (whether it fits is the kube-scheduler's
+        # question), and lends nothing, so no other queue borrows what this one does not own
+        return {"name": k8s_key, "nominalQuota": UNLIMITED[key], "lendingLimit": "0"}
+    q = quota
     out: dict[str, Any] = {"name": k8s_key, "nominalQuota": _quantity(key, q.guarantee)}
     if q.capability is not None:
         out["borrowingLimit"] = _quantity(key, max(0.0, q.capability - q.guarantee))
