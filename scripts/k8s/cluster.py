@@ -401,8 +401,6 @@ def up(state: Path, nodes: int) -> Path:
             str(pki / "sa.key"),
             "--root-ca-file",
             str(pki / "ca.crt"),
-            "--controllers",
-            "*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle,-route",
             "--use-service-account-credentials=false",
             "--concurrent-job-syncs",
             "20",
