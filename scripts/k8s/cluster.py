@@ -432,7 +432,11 @@ def up(state: Path, nodes: int) -> Path:
     start(
         state,
         "kueue",
-        [str(bin_dir / "kueue"), "--config", str(kueue_config(state, p)), "--kubeconfig", str(kubeconfig)],
+        [
+            str(bin_dir / "kueue"),
+            "--config",
+            str(kueue_config(state, p)),
+        ],  # KUBECONFIG comes from the environment (start),
     )
     wait_until(
         "kueue",
