@@ -429,15 +429,8 @@ def up(state: Path, nodes: int) -> Path:
         "-",
         stdin=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}),
     )
-    start(
-        state,
-        "kueue",
-        [
-            str(bin_dir / "kueue"),
-            "--config",
-            str(kueue_config(state, p)),
-        ],  # KUBECONFIG comes from the environment (start),
-    )
+    # Kueue reads the kubeconfig from KUBECONFIG, which start() sets for every component
+    start(state, "kueue", [str(bin_dir / "kueue"), "--config", str(kueue_config(state, p))])
     wait_until(
         "kueue",
         lambda: urllib.request.urlopen(f"http://127.0.0.1:{p['kueue_health']}/readyz", timeout=2).status == 200,
