@@ -1,0 +1,277 @@
+"""Caldera's queues and accounts as Kueue objects, and a Workload's conditions as Caldera's pending reasons.
+
+Translation (Kueue ``v1beta2``):
+
+* every GPU model becomes a ResourceFlavor ``gpu-<model>`` whose node label (``nvidia.com/gpu.product``) pins the
+  pods to nodes of that model; CPU and memory share one flavor without node labels (``caldera-default``);
+* every Caldera queue becomes a ClusterQueue ``caldera-<queue>``: a quota's guarantee is the ``nominalQuota``, its
+  capability minus the guarantee the ``borrowingLimit`` (no capability: no limit), the deserved GPU share (else the
+  queue's weight) the ``fairSharing.weight``; all queues of an account, or of the whole cluster, form one cohort;
+* a resource without a Caldera quota gets a Kueue quota that never binds and lends nothing;
+* the cohort itself holds what is left of the cluster's capacity after the guarantees, so queues borrow it;
+* every account gets the namespace ``caldera-<account>`` and in it one LocalQueue per queue, named like the queue.
+
+A quota on ``gpu`` (any model) cannot be split over flavors in Kueue, so it is applied to every model's flavor; a
+quota on ``gpu/<model>`` applies to that flavor only and wins over ``gpu``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from caldera.core.resources import CPU, GPU, MEMORY
+from caldera.core.tenancy import QueueConfig, Quota
+from caldera.scheduler.snapshot import Reason
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_MODEL_LABEL = "nvidia.com/gpu.product"
+DEFAULT_FLAVOR = "caldera-default"
+MANAGED_LABEL = "caldera.io/managed-by"
+MANAGER = "caldera"
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+
+# Pending reason codes read from a Workload (Reason.code; stable)
+KUEUE_INSUFFICIENT_QUOTA = "KueueInsufficientQuota"  # no flavor has the quota (own plus borrowable) now
+KUEUE_PENDING = "KueuePending"  # Kueue has not reserved quota yet, for a reason other than quota
+KUEUE_WAITING_FOR_PODS_READY = "KueueWaitingForPodsReady"  # admitted; not all pods ready (all-or-nothing start)
+KUEUE_EVICTED = "KueueEvicted"  # preempted or evicted by Kueue; requeued
+KUEUE_INACTIVE = "KueueInactive"  # the workload is deactivated (e.g. too many pods-ready timeouts)
+
+_MAX_MESSAGE = 2000
+UNLIMITED = {CPU: "1000000", MEMORY: "1000Ti", GPU: "1000000"}  # far above any cluster this runs on
+
+
+def k8s_name(prefix: str, name: str) -> str:
+    """A DNS-1123 label from a Caldera name; a short hash keeps names apart that differ only in characters
+    Kubernetes does not allow (``_`` and ``.``)."""
+    clean = re.sub(r"[^a-z0-9-]", "-", name.lower()).strip("-")
+    out = f"{prefix}-{clean}" if clean else prefix
+    if clean != name or len(out) > 63:
+        out = f"{out[:54].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return out
+
+
+def namespace_for(account: str) -> str:
+    return k8s_name("caldera", account)
+
+
+def cluster_queue_name(queue: str) -> str:
+    return k8s_name("caldera", queue)
+
+
+def flavor_name(model: str) -> str:
+    return k8s_name("gpu", model)
+
+
+def _quantity(key: str, value: float) -> str:
+    if key == MEMORY:
+        return f"{int(value)}Mi"
+    if key == CPU:
+        return f"{int(round(value * 1000))}m"
+    return str(int(value))
+
+
+def _resource(key: str, k8s_key: str, quota: Quota | None) -> dict[str, Any]:
+    if quota is None:
+        # no Caldera quota on it: a Kueue quota that never binds (whether it fits is the kube-scheduler's
+        # question), and lends nothing, so no other queue borrows what this one does not own
+        return {"name": k8s_key, "nominalQuota": UNLIMITED[key], "lendingLimit": "0"}
+    q = quota
+    out: dict[str, Any] = {"name": k8s_key, "nominalQuota": _quantity(key, q.guarantee)}
+    if q.capability is not None:
+        out["borrowingLimit"] = _quantity(key, max(0.0, q.capability - q.guarantee))
+    return out
+
+
+def _gpu_quota(queue: QueueConfig, model: str) -> Quota | None:
+    return queue.quotas.get(f"{GPU}/{model}", queue.quotas.get(GPU))
+
+
+def _fair_weight(queue: QueueConfig) -> str:
+    deserved = [q.deserved for k, q in queue.quotas.items() if k.split("/")[0] == GPU and q.deserved is not None]
+    weight = sum(deserved) if deserved else queue.weight
+    return f"{weight:g}"
+
+
+def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {MANAGED_LABEL: MANAGER}}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def resource_flavors(models: Iterable[str]) -> list[dict[str, Any]]:
+    out = [{"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": _meta(DEFAULT_FLAVOR), "spec": {}}]
+    for m in sorted(set(models)):
+        spec = {"nodeLabels": {GPU_MODEL_LABEL: m}}
+        out.append(
+            {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": _meta(flavor_name(m)), "spec": spec}
+        )
+    return out
+
+
+def _resource_groups(quota_of: Any, models: list[str]) -> list[dict[str, Any]]:
+    groups = [
+        {
+            "coveredResources": ["cpu", "memory"],
+            "flavors": [
+                {"name": DEFAULT_FLAVOR, "resources": [quota_of(CPU, "cpu", None), quota_of(MEMORY, "memory", None)]}
+            ],
+        }
+    ]
+    if models:
+        flavors = [{"name": flavor_name(m), "resources": [quota_of(GPU, GPU_RESOURCE, m)]} for m in models]
+        groups.append({"coveredResources": [GPU_RESOURCE], "flavors": flavors})
+    return groups
+
+
+def cohort_name(queue: QueueConfig, cohort_per: Literal["account", "cluster"]) -> str:
+    return k8s_name("caldera", queue.account) if cohort_per == "account" else "caldera"
+
+
+def cluster_queue(
+    queue: QueueConfig, models: Iterable[str], cohort_per: Literal["account", "cluster"] = "cluster"
+) -> dict[str, Any]:
+    def quota_of(key: str, k8s_key: str, model: str | None) -> dict[str, Any]:
+        return _resource(key, k8s_key, _gpu_quota(queue, model) if model else queue.quotas.get(key))
+
+    spec = {
+        "cohortName": cohort_name(queue, cohort_per),
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace_for(queue.account)}},
+        "queueingStrategy": "BestEffortFIFO",
+        "fairSharing": {"weight": _fair_weight(queue)},
+        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+        "resourceGroups": _resource_groups(quota_of, sorted(set(models))),
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": _meta(cluster_queue_name(queue.name)),
+        "spec": spec,
+    }
+
+
+def cohort(name: str, spare: Mapping[str, float], models: Iterable[str]) -> dict[str, Any]:
+    """The cohort's own quota: ``spare`` is what the cluster has beyond the queues' guarantees (keys cpu, memory,
+    gpu/<model>); queues of the cohort borrow it up to their borrowingLimit."""
+
+    def quota_of(key: str, k8s_key: str, model: str | None) -> dict[str, Any]:
+        value = spare.get(f"{GPU}/{model}" if model else key, 0.0)
+        return {"name": k8s_key, "nominalQuota": _quantity(key, value)}
+
+    spec = {"resourceGroups": _resource_groups(quota_of, sorted(set(models)))}
+    return {"apiVersion": API_VERSION, "kind": "Cohort", "metadata": _meta(name), "spec": spec}
+
+
+def local_queue(queue: QueueConfig) -> dict[str, Any]:
+    spec = {"clusterQueue": cluster_queue_name(queue.name)}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": _meta(queue.name, namespace_for(queue.account)),
+        "spec": spec,
+    }
+
+
+def namespace(account: str) -> dict[str, Any]:
+    meta = _meta(namespace_for(account))
+    meta["labels"]["caldera.io/account"] = account
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def translate(
+    queues: Iterable[QueueConfig],
+    models: Iterable[str],
+    capacity: Mapping[str, float] | None = None,
+    cohort_per: Literal["account", "cluster"] = "cluster",
+) -> list[dict[str, Any]]:
+    """Every object Caldera's queues need, in apply order. ``capacity``: the cluster's totals (cpu, memory in MiB,
+    gpu/<model>); what the guarantees leave of it becomes the cohorts' own quota (per cluster only; per account,
+    an account's queues borrow only from each other)."""
+    queues = list(queues)
+    models = sorted(set(models))
+    objs: list[dict[str, Any]] = [namespace(a) for a in sorted({q.account for q in queues})]
+    objs += resource_flavors(models)
+    if capacity is not None and cohort_per == "cluster":
+        spare = dict(capacity)
+        for q in queues:
+            for key in [CPU, MEMORY] + [f"{GPU}/{m}" for m in models]:
+                quota = _gpu_quota(q, key.split("/", 1)[1]) if key.startswith(GPU) else q.quotas.get(key)
+                spare[key] = spare.get(key, 0.0) - (quota.guarantee if quota else 0.0)
+        objs.append(cohort("caldera", {k: max(0.0, v) for k, v in spare.items()}, models))
+    objs += [cluster_queue(q, models, cohort_per) for q in queues]
+    objs += [local_queue(q) for q in queues]
+    return objs
+
+
+def apply(api_client: Any, objects: Iterable[Mapping[str, Any]]) -> None:
+    """Server-side apply, so re-running it with the same queues changes nothing and a changed quota is one patch."""
+    from kubernetes.dynamic import DynamicClient  # the client is imported only by the Kubernetes backend
+
+    dyn = DynamicClient(api_client)
+    for obj in objects:
+        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        meta = obj["metadata"]
+        res.server_side_apply(
+            body=dict(obj),
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+            field_manager=MANAGER,
+            force_conflicts=True,
+        )
+
+
+def sync(api_client: Any, objects: list[dict[str, Any]]) -> list[str]:
+    """Apply ``objects`` and delete the Caldera-managed ClusterQueues, LocalQueues and Cohorts no longer among them
+    (namespaces and flavors stay: jobs may still live in them). Returns ``kind/name`` of what was deleted."""
+    from kubernetes.dynamic import DynamicClient
+
+    apply(api_client, objects)
+    wanted = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects}
+    dyn = DynamicClient(api_client)
+    deleted = []
+    for kind in ("LocalQueue", "ClusterQueue", "Cohort"):
+        res = dyn.resources.get(api_version=API_VERSION, kind=kind)
+        for item in res.get(label_selector=f"{MANAGED_LABEL}={MANAGER}").items:
+            key = (kind, item.metadata.get("namespace"), item.metadata.name)
+            if key not in wanted:
+                res.delete(name=item.metadata.name, namespace=item.metadata.get("namespace"))
+                deleted.append(f"{kind}/{item.metadata.name}")
+    return deleted
+
+
+def _condition(conditions: list[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == kind), None)
+
+
+def workload_reasons(workload: Mapping[str, Any]) -> list[Reason]:
+    """Why a Workload's job is not running, as Caldera's reasons; empty when it is admitted and its pods ready.
+    ``details`` keep Kueue's own condition type and reason, so nothing Kueue said is lost."""
+    spec, status = workload.get("spec") or {}, workload.get("status") or {}
+    conds = list(status.get("conditions") or [])
+
+    def reason(code: str, cond: Mapping[str, Any] | None, default: str) -> Reason:
+        message = str((cond or {}).get("message") or default)[:_MAX_MESSAGE]
+        details = {"source": "kueue", "condition": (cond or {}).get("type"), "kueue_reason": (cond or {}).get("reason")}
+        return Reason(code, message, details)
+
+    if spec.get("active") is False:
+        return [reason(KUEUE_INACTIVE, _condition(conds, "Evicted"), "the workload is deactivated")]
+    out = []
+    evicted = _condition(conds, "Evicted")
+    if evicted and evicted.get("status") == "True":
+        out.append(reason(KUEUE_EVICTED, evicted, "evicted by Kueue"))
+    reserved = _condition(conds, "QuotaReserved")
+    if not reserved or reserved.get("status") != "True":
+        message = str((reserved or {}).get("message") or "")
+        code = KUEUE_INSUFFICIENT_QUOTA if "insufficient" in message or "quota" in message else KUEUE_PENDING
+        out.append(reason(code, reserved, "waiting for Kueue to reserve quota"))
+        return out
+    ready = _condition(conds, "PodsReady")
+    if not ready or ready.get("status") != "True":
+        out.append(reason(KUEUE_WAITING_FOR_PODS_READY, ready, "admitted; waiting for all pods to be ready"))
+    return out

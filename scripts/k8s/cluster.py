@@ -1,0 +1,492 @@
+#!/usr/bin/env python3
+"""Caldera's test cluster on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (fake
+GPU nodes) and Kueue's manager as host processes in one state folder.
+
+    cluster.py up   [--state-dir DIR] [--nodes N]   start (idempotent: a running cluster is left as it is)
+    cluster.py down [--state-dir DIR]               stop every process it started (the state folder stays)
+
+The binaries come from scripts/k8s/build (cached in $CALDERA_K8S_CACHE). ``up`` prints the kubeconfig path last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kueue")
+GPU_MODEL_LABEL = "nvidia.com/gpu.product"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KUEUE_NAMESPACE = "kueue-system"
+PORT_NAMES = (
+    "etcd_client",
+    "etcd_peer",
+    "apiserver",
+    "controller_manager",
+    "scheduler",
+    "kwok",
+    "kueue_webhook",
+    "kueue_metrics",
+    "kueue_health",
+    "kueue_visibility",
+)
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("CALDERA_K8S_STATE", "/var/tmp/caldera-k8s-state"))
+
+
+def build_binaries() -> Path:
+    out = subprocess.run([str(HERE / "build")], check=True, capture_output=True, text=True).stdout
+    return Path(out.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ports(state: Path) -> dict[str, int]:
+    f = state / "ports.json"
+    if f.exists():
+        return {k: int(v) for k, v in json.loads(f.read_text()).items()}
+    chosen = {name: free_port() for name in PORT_NAMES}
+    f.write_text(json.dumps(chosen))
+    return chosen
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_certs(pki: Path) -> None:
+    """A self-made CA, the apiserver's and Kueue's webhook serving certs, the admin client cert (system:masters)
+    and the service-account key pair. Made once per state folder."""
+    if (pki / "done").exists():
+        return
+    pki.mkdir(parents=True, exist_ok=True)
+    os.chmod(pki, 0o700)
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "3650",
+        "-subj",
+        "/CN=caldera-test-ca",
+        "-keyout",
+        str(pki / "ca.key"),
+        "-out",
+        str(pki / "ca.crt"),
+    )
+    certs = {
+        "apiserver": ("/CN=kube-apiserver", "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"),
+        "webhook": ("/CN=kueue-webhook", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+        "admin": ("/O=system:masters/CN=caldera-admin", "extendedKeyUsage=clientAuth"),
+    }
+    for name, (subject, ext) in certs.items():
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            subject,
+            "-keyout",
+            str(pki / f"{name}.key"),
+            "-out",
+            str(pki / f"{name}.csr"),
+        )
+        (pki / f"{name}.ext").write_text(ext + "\n")
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(pki / f"{name}.csr"),
+            "-CA",
+            str(pki / "ca.crt"),
+            "-CAkey",
+            str(pki / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-extfile",
+            str(pki / f"{name}.ext"),
+            "-out",
+            str(pki / f"{name}.crt"),
+        )
+    openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
+    openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+    webhook_dir = pki / "webhook-certs"
+    webhook_dir.mkdir(exist_ok=True)
+    (webhook_dir / "tls.crt").write_bytes((pki / "webhook.crt").read_bytes())
+    (webhook_dir / "tls.key").write_bytes((pki / "webhook.key").read_bytes())
+    (pki / "done").write_text("")
+
+
+def write_kubeconfig(state: Path, port: int) -> Path:
+    pki = state / "pki"
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "caldera-test",
+                "cluster": {"server": f"https://127.0.0.1:{port}", "certificate-authority": str(pki / "ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": "admin",
+                "user": {"client-certificate": str(pki / "admin.crt"), "client-key": str(pki / "admin.key")},
+            }
+        ],
+        "contexts": [{"name": "caldera-test", "context": {"cluster": "caldera-test", "user": "admin"}}],
+        "current-context": "caldera-test",
+    }
+    path = state / "kubeconfig"
+    path.write_text(yaml.safe_dump(cfg))
+    os.chmod(path, 0o600)
+    return path
+
+
+def running(state: Path, name: str) -> bool:
+    pidfile = state / "pids" / name
+    if not pidfile.exists():
+        return False
+    try:
+        pid = int(pidfile.read_text())
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(name.encode())
+    except (ValueError, OSError):
+        return False
+
+
+def start(state: Path, name: str, argv: list[str]) -> None:
+    if running(state, name):
+        return
+    (state / "pids").mkdir(exist_ok=True)
+    (state / "logs").mkdir(exist_ok=True)
+    env = dict(os.environ, KUBECONFIG=str(state / "kubeconfig"))
+    with open(state / "logs" / f"{name}.log", "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            cwd=state,
+        )
+    (state / "pids" / name).write_text(str(proc.pid))
+
+
+def wait_until(what: str, check, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def healthy(url: str, state: Path) -> bool:
+    pki = state / "pki"
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+        return r.status == 200
+
+
+def kubectl(bin_dir: Path, state: Path, *args: str, stdin: str | None = None) -> str:
+    return subprocess.run(
+        [str(bin_dir / "kubectl"), "--kubeconfig", str(state / "kubeconfig"), *args],
+        input=stdin,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def kwok_config(bin_dir: Path, state: Path, port: int) -> Path:
+    options = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {
+            "manageAllNodes": False,
+            "manageNodesWithAnnotationSelector": f"{KWOK_NODE_ANNOTATION}=fake",
+            "serverAddress": f"127.0.0.1:{port}",
+            "cidr": "10.244.0.0/16",
+            "nodeIP": "10.0.0.1",
+            "podPlayStageParallelism": 16,
+            "nodePlayStageParallelism": 4,
+            "nodeLeaseParallelism": 4,
+            "nodeLeaseDurationSeconds": 40,
+            "podsOnNodeSyncParallelism": 4,
+        },
+    }
+    docs = [yaml.safe_dump(options)]
+    docs += [p.read_text() for p in sorted((bin_dir / "kwok-stages").glob("*.yaml"))]
+    docs.append((HERE / "kwok-stages.yaml").read_text())
+    path = state / "kwok.yaml"
+    path.write_text("\n---\n".join(docs))
+    return path
+
+
+def kueue_config(state: Path, p: dict[str, int]) -> Path:
+    cfg = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{p['kueue_health']}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{p['kueue_metrics']}"},
+        "webhook": {"host": "127.0.0.1", "port": p["kueue_webhook"], "certDir": str(state / "pki" / "webhook-certs")},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "manageJobsWithoutQueueName": False,
+        "waitForPodsReady": {
+            "timeout": "5m",
+            "blockAdmission": False,
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 10},
+        },
+        "integrations": {"frameworks": ["batch/job"]},
+        "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
+        "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": p["kueue_visibility"]},
+    }
+    path = state / "kueue-config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def kueue_webhooks(bin_dir: Path, state: Path, port: int) -> str:
+    """Kueue's webhook configurations pointed at the host process by URL, for Kueue's own objects and batch Jobs
+    only (a registered webhook for a framework Kueue does not serve would refuse those objects)."""
+    ca = base64.b64encode((state / "pki" / "ca.crt").read_bytes()).decode()
+    docs = [d for d in yaml.safe_load_all((bin_dir / "kueue-webhooks.yaml").read_text()) if d]
+    for doc in docs:
+        doc["metadata"]["name"] = "kueue-" + doc["metadata"]["name"]
+        kept = []
+        for hook in doc.get("webhooks", []):
+            path = hook["clientConfig"]["service"]["path"]
+            if "kueue-x-k8s-io" in path or "batch-v1-job" in path:
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+                kept.append(hook)
+        doc["webhooks"] = kept
+    return "\n---\n".join(yaml.safe_dump(d) for d in docs)
+
+
+def fake_node(name: str, model: str) -> dict:
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "type": "kwok",
+                GPU_MODEL_LABEL: model,
+                "nvidia.com/gpu.count": "8",
+            },
+        },
+        "spec": {},
+        "status": {"allocatable": capacity, "capacity": capacity},
+    }
+
+
+def node_models(count: int) -> list[tuple[str, str]]:
+    """The fake nodes: the first half A100, the rest H100 (one model when there is a single node)."""
+    return [(f"gpu-node-{i}", "a100" if i < max(1, count // 2) else "h100") for i in range(count)]
+
+
+def up(state: Path, nodes: int) -> Path:
+    state.mkdir(parents=True, exist_ok=True)
+    bin_dir = build_binaries()
+    p = ports(state)
+    make_certs(state / "pki")
+    kubeconfig = write_kubeconfig(state, p["apiserver"])
+    pki = state / "pki"
+    api = f"https://127.0.0.1:{p['apiserver']}"
+    start(
+        state,
+        "etcd",
+        [
+            str(bin_dir / "etcd"),
+            "--name",
+            "caldera",
+            "--data-dir",
+            str(state / "etcd"),
+            "--listen-client-urls",
+            f"http://127.0.0.1:{p['etcd_client']}",
+            "--advertise-client-urls",
+            f"http://127.0.0.1:{p['etcd_client']}",
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{p['etcd_peer']}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{p['etcd_peer']}",
+            "--initial-cluster",
+            f"caldera=http://127.0.0.1:{p['etcd_peer']}",
+            "--quota-backend-bytes",
+            str(2 << 30),
+            "--unsafe-no-fsync",
+        ],
+    )
+    start(
+        state,
+        "kube-apiserver",
+        [
+            str(bin_dir / "kube-apiserver"),
+            "--etcd-servers",
+            f"http://127.0.0.1:{p['etcd_client']}",
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(p["apiserver"]),
+            "--endpoint-reconciler-type",
+            "none",
+            "--authorization-mode",
+            "Node,RBAC",
+            "--client-ca-file",
+            str(pki / "ca.crt"),
+            "--tls-cert-file",
+            str(pki / "apiserver.crt"),
+            "--tls-private-key-file",
+            str(pki / "apiserver.key"),
+            "--service-account-key-file",
+            str(pki / "sa.pub"),
+            "--service-account-signing-key-file",
+            str(pki / "sa.key"),
+            "--service-account-issuer",
+            "https://kubernetes.default.svc",
+            "--service-cluster-ip-range",
+            "10.96.0.0/16",
+            "--allow-privileged=false",
+            "--profiling=false",
+            "--enable-priority-and-fairness=false",
+        ],
+    )
+    wait_until("kube-apiserver", lambda: healthy(f"{api}/readyz", state), timeout=120)
+    common = ["--kubeconfig", str(kubeconfig), "--bind-address", "127.0.0.1", "--leader-elect=false"]
+    start(
+        state,
+        "kube-controller-manager",
+        [
+            str(bin_dir / "kube-controller-manager"),
+            *common,
+            "--secure-port",
+            str(p["controller_manager"]),
+            "--service-account-private-key-file",
+            str(pki / "sa.key"),
+            "--root-ca-file",
+            str(pki / "ca.crt"),
+            "--use-service-account-credentials=false",
+            "--concurrent-job-syncs",
+            "20",
+        ],
+    )
+    start(state, "kube-scheduler", [str(bin_dir / "kube-scheduler"), *common, "--secure-port", str(p["scheduler"])])
+    start(
+        state,
+        "kwok",
+        [
+            str(bin_dir / "kwok"),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--config",
+            str(kwok_config(bin_dir, state, p["kwok"])),
+        ],
+    )
+    crds = sorted(str(f) for f in (bin_dir / "kueue-crds").glob("*.yaml"))
+    kubectl(bin_dir, state, "apply", "--server-side", "--force-conflicts", *[a for f in crds for a in ("-f", f)])
+    kubectl(
+        bin_dir,
+        state,
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}),
+    )
+    # Kueue reads the kubeconfig from KUBECONFIG, which start() sets for every component
+    start(state, "kueue", [str(bin_dir / "kueue"), "--config", str(kueue_config(state, p))])
+    wait_until(
+        "kueue",
+        lambda: urllib.request.urlopen(f"http://127.0.0.1:{p['kueue_health']}/readyz", timeout=2).status == 200,
+        timeout=120,
+    )
+    kubectl(
+        bin_dir,
+        state,
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "-",
+        stdin=kueue_webhooks(bin_dir, state, p["kueue_webhook"]),
+    )
+    nodes_yaml = "\n---\n".join(yaml.safe_dump(fake_node(n, m)) for n, m in node_models(nodes))
+    kubectl(bin_dir, state, "apply", "--server-side", "-f", "-", stdin=nodes_yaml)
+    wait_until(
+        "nodes Ready",
+        lambda: kubectl(bin_dir, state, "wait", "--for=condition=Ready", "node", "--all", "--timeout=5s") is not None,
+        timeout=60,
+    )
+    (state / "bin").unlink(missing_ok=True)
+    (state / "bin").symlink_to(bin_dir)
+    return kubeconfig
+
+
+def down(state: Path) -> None:
+    for name in reversed(COMPONENTS):
+        if running(state, name):
+            pid = int((state / "pids" / name).read_text())
+            os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and running(state, name):
+                time.sleep(0.1)
+            if running(state, name):
+                os.killpg(pid, signal.SIGKILL)
+        (state / "pids" / name).unlink(missing_ok=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["up", "down"])
+    ap.add_argument("--state-dir", type=Path, default=default_state_dir())
+    ap.add_argument("--nodes", type=int, default=4)
+    args = ap.parse_args()
+    state = args.state_dir.resolve()
+    if args.command == "down":
+        down(state)
+        return
+    t0 = time.monotonic()
+    kubeconfig = up(state, args.nodes)
+    print(f"cluster up in {time.monotonic() - t0:.1f}s; state {state}", file=sys.stderr)
+    print(f"use it: export KUBECONFIG={kubeconfig}; {state}/bin/kubectl get nodes", file=sys.stderr)
+    print(kubeconfig)
+
+
+if __name__ == "__main__":
+    main()

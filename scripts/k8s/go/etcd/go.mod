@@ -1,0 +1,3 @@
+module caldera.local/k8s/etcd
+
+go 1.26

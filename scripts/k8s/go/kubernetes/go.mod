@@ -1,0 +1,3 @@
+module caldera.local/k8s/kubernetes
+
+go 1.26

@@ -1,0 +1,3 @@
+module caldera.local/k8s/kueue
+
+go 1.26

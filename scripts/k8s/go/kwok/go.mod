@@ -1,0 +1,3 @@
+module caldera.local/k8s/kwok
+
+go 1.26
