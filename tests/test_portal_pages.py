@@ -179,7 +179,7 @@ def test_admin_users_create_disable_and_role(api, admin, me):
 def test_admin_edits_a_queue_with_the_apis_validation(api, admin, me):
     base = [("name", "default"), ("account", "default"), ("weight", "2"), ("max_gpus", "3")]
     r = post_form(me, "/admin/queue", [*base, ("key", "gpu"), ("guarantee", "abc")])
-    assert r.status_code == 400 and "valid number" in r.text
+    assert r.status_code == 400 and "must be a number" in r.text
     r = post_form(me, "/admin/queue", [*base, ("key", "gpu"), ("guarantee", "99")])  # more than the cluster has
     assert r.status_code == 400 and "Not saved" in r.text
     r = post_form(me, "/admin/queue", [*base, ("key", "disk"), ("capability", "1")])

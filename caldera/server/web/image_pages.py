@@ -12,9 +12,8 @@ from caldera.images import catalogue
 from caldera.images.form import CUDA, CUDNN
 from caldera.server import api_images
 from caldera.server.deps import db_session, platform
-from caldera.server.errors import CalderaError
 from caldera.server.platform import Platform
-from caldera.server.web import jobs_pages
+from caldera.server.web import api_call
 from caldera.server.web.render import page
 from caldera.server.web.session import page_user
 
@@ -59,10 +58,8 @@ def build(
     body = {"name": name, "tag": tag or "latest", "visibility": visibility, "python": python, "cuda": cuda,
             "cudnn": cudnn, "jupyter": jupyter, "pip": pip.split(), "apt": apt.split(),
             "extra_lines": [x for x in extra_lines.splitlines() if x.strip()]}  # fmt: skip
-    try:
-        api_images.build(body=body, user=user, p=p, q=request.app.state.builds, db=db)
-    except CalderaError as exc:
-        db.rollback()
+    _, errors = api_call.call(db, api_images.build, body=body, user=user, p=p, q=request.app.state.builds, db=db)
+    if errors:
         form = {**body, "pip": pip, "apt": apt, "extra_lines": extra_lines}
-        return _images_page(request, p, user, db, jobs_pages.errors_of(exc), form, status=400)
+        return _images_page(request, p, user, db, errors, form, status=400)
     return RedirectResponse("/images", 303)
