@@ -4,6 +4,7 @@ makes every build after the first take seconds."""
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import subprocess
 import time
@@ -57,9 +58,12 @@ def _local(ref: str) -> bool:
 
 def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, ana, settings):
     t0 = time.monotonic()
+    # a new token each run, so buildah's layer cache cannot replay an earlier build's output; cgroup v2 or v1 files
     limit = (
-        "RUN echo memory-limit=$(cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes)"
-        " cpu-limit=$(cat /sys/fs/cgroup/cpu.max | tr ' ' /)"
+        f"RUN echo build={secrets.token_hex(4)}"
+        " memory-limit=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)"
+        " cpu-limit=$(if [ -e /sys/fs/cgroup/cpu.max ]; then tr ' ' / < /sys/fs/cgroup/cpu.max;"
+        " else echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us)/$(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us); fi)"
     )
     form = {"name": "six-env", "tag": "1", "pip": ["six==1.16.0"], "apt": ["less"], "extra_lines": [limit]}
     img = _built(api, ana, form)
