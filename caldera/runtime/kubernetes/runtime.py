@@ -23,9 +23,9 @@ from caldera.runtime.kubernetes.logcopy import LogCopier
 from caldera.runtime.kubernetes.settings import KubernetesSettings
 from caldera.runtime.kubernetes.status import STOPPED_ANNOTATION, pending_reasons, phase_of
 from caldera.runtime.kubernetes.watch import WatchCache
+from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir
 
-_LOG_CHUNK = 64 * 1024
 _ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST)
 
 
@@ -207,23 +207,12 @@ class KubernetesRuntime:
         return self._follow(handle, path, follow, max(0, offset))
 
     def _follow(self, handle: Handle, path: Path, follow: bool, offset: int) -> Iterator[bytes]:
-        while not path.exists():
-            if not follow or self.observe(handle).phase in _ENDED:
+        ended = lambda: self.observe(handle).phase in _ENDED  # noqa: E731
+        while not path.exists():  # the copier has not started on this pod yet
+            if not follow or ended():
                 return
             time.sleep(0.2)
-        with open(path, "rb") as f:
-            f.seek(offset)
-            while True:
-                chunk = f.read(_LOG_CHUNK)
-                if chunk:
-                    yield chunk
-                    continue
-                if not follow or self.observe(handle).phase in _ENDED:
-                    time.sleep(0.5)  # the copier's last bytes
-                    while chunk := f.read(_LOG_CHUNK):
-                        yield chunk
-                    return
-                time.sleep(0.2)
+        yield from follow_file(path, offset, follow, ended, settle_s=0.5)  # the copier's last bytes
 
     # -- endpoints ----------------------------------------------------------------------------------------------
     def endpoints(self, handle: Handle) -> list[Endpoint]:

@@ -37,6 +37,7 @@ from caldera.core.spec import JobKind
 from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
 from caldera.runtime.local import jupyter, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
+from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
 from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 
@@ -45,7 +46,6 @@ from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 _PKG_ROOT = Path(caldera.__file__).resolve().parents[1]
 _START_TIMEOUT_S = 60.0  # generous: on a loaded host, python + nsenter start-up can take seconds per rank
 _KILL_MARGIN_S = 1.0  # the shims SIGKILL at the deadline themselves; the runtime's backstop comes this late
-_LOG_CHUNK = 64 * 1024
 _MAX_FINAL = 10_000
 _Key = tuple[str, int]
 # what a job inherits from the server's environment: how to find programs, locale, and how this host reaches
@@ -609,28 +609,7 @@ class LocalRuntime:
         r = 0 if rank is None else rank
         if not 0 <= r < meta["world_size"]:
             raise ValueError(f"rank {r} does not exist (world size {meta['world_size']})")
-        return self._follow(handle, meta, RunDir(meta["run_dir"]).log(r), follow, max(0, offset))
-
-    def _follow(self, handle: Handle, meta: dict[str, Any], path: Path, follow: bool, offset: int) -> Iterator[bytes]:
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - the file outlives this try; closed by the with below
-        except OSError:
-            return
-        with f:
-            f.seek(offset)
-            while True:
-                chunk = f.read(_LOG_CHUNK)
-                if chunk:
-                    yield chunk
-                    continue
-                if not follow:
-                    return
-                if self._ended(handle, meta):
-                    # everything that wrote to the file is gone: what is there now is all there will be
-                    while chunk := f.read(_LOG_CHUNK):
-                        yield chunk
-                    return
-                time.sleep(0.1)
+        return follow_file(RunDir(meta["run_dir"]).log(r), offset, follow, lambda: self._ended(handle, meta))
 
     def _ended(self, handle: Handle, meta: dict[str, Any]) -> bool:
         key = (handle.job_id, handle.attempt)
