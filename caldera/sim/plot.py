@@ -9,14 +9,7 @@ from typing import Any
 
 def plot_comparison(metrics: Sequence[dict[str, Any]], path: str | Path, title: str | None = None) -> Path:
     """Draw from :func:`caldera.sim.metrics.compute_metrics` outputs (one per policy), with the Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (ax_a, ax_q, ax_c) = plt.subplots(3, 1, figsize=(10, 11))
+    path, fig, (ax_a, ax_q, ax_c) = new_figure(path, 3, 1, (10, 11))
     span = max((max(m["gpu_allocation"]["t_s"] or [0]) for m in metrics), default=0.0)
     unit, scale = ("days", 86400.0) if span > 3 * 86400 else ("hours", 3600.0) if span > 3 * 3600 else ("s", 1.0)
     for m in metrics:
@@ -47,13 +40,33 @@ def plot_comparison(metrics: Sequence[dict[str, Any]], path: str | Path, title: 
     ax_c.set_ylabel("fraction of jobs")
     ax_c.set_ylim(0, 1.01)
     ax_c.set_title("JCT CDF")
-    for ax in (ax_a, ax_q, ax_c):
+    return save_figure(fig, (ax_a, ax_q, ax_c), title, path, dpi=110)
+
+
+def new_figure(path: str | Path, rows: int, cols: int, figsize: tuple[float, float]) -> tuple[Path, Any, Any]:
+    """A figure drawn with the Agg backend (no display), and its folder made."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(rows, cols, figsize=figsize)
+    return path, fig, axes
+
+
+def save_figure(fig: Any, axes: Sequence[Any], title: str | None, path: Path, dpi: int) -> Path:
+    """Grid and legends on every panel, the title, written to ``path`` and closed."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path

@@ -7,17 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from caldera.sim.plot import new_figure, save_figure
+
 
 def plot_distributions(metrics: Sequence[dict[str, Any]], path: str | Path, title: str | None = None) -> Path:
     """Draw from :func:`caldera.sim.metrics.compute_metrics` outputs (one per policy), with the Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ((ax_w, ax_s), (ax_a, ax_p)) = plt.subplots(2, 2, figsize=(13, 9))
+    path, fig, ((ax_w, ax_s), (ax_a, ax_p)) = new_figure(path, 2, 2, (13, 9))
     for m in metrics:
         name = m["policy"]
         w = m["wait_cdf"]
@@ -41,16 +36,7 @@ def plot_distributions(metrics: Sequence[dict[str, Any]], path: str | Path, titl
     ax_p.set_xlabel("simulated time (days)")
     ax_p.set_ylabel("preemptions so far")
     ax_p.set_title("preemptions over time")
-    for ax in (ax_w, ax_s, ax_a, ax_p):
-        ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, (ax_w, ax_s, ax_a, ax_p), title, path, dpi=100)
 
 
 def _per_account(ax, metrics: Sequence[dict[str, Any]], most: int = 12) -> None:
