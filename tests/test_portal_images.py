@@ -51,3 +51,22 @@ def test_the_forms_errors_are_the_apis_and_nothing_is_recorded(api, admin):
     no_token = ana.post("/images", data={"name": "env"}, follow_redirects=False)
     assert no_token.status_code == 403, no_token.text  # the form's CSRF token is required
     assert _count(api) == 0
+
+
+def test_another_users_private_image_is_not_on_my_page(api, admin):
+    """What bob's page lists is what the API lets him run: ana's public image, not her private one."""
+    from caldera.db.models import User
+    from caldera.images import catalogue
+
+    api.user(admin, "ana")
+    api.user(admin, "bob")
+    with api.client.app.state.platform.session() as db:
+        ana = db.query(User).filter_by(username="ana").one()
+        for visibility, name in (("private", "secret-env"), ("public", "shared-env")):
+            img = catalogue.new(db, ana, catalogue.namespace(ana, visibility, None), name, "1", visibility, "form", {})
+            img.state = "ready"
+        db.commit()
+    bob = browser_for(api.client, "bob", "password-123")
+    page = bob.get("/images").text
+    assert "shared-env" in page and "secret-env" not in page
+    assert "secret-env" in browser_for(api.client, "ana", "password-123").get("/images").text
