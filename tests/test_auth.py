@@ -34,7 +34,11 @@ def test_expired_and_forged_access_tokens(api, platform):
     expired = jwt.encode(
         {"sub": "1", "typ": "access", "iat": now - 100, "exp": now - 10}, platform.keys.access, algorithm="HS256"
     )
-    forged = jwt.encode({"sub": "1", "typ": "access", "iat": now, "exp": now + 100}, "not-the-key", algorithm="HS256")
+    forged = jwt.encode(
+        {"sub": "1", "typ": "access", "iat": now, "exp": now + 100},
+        "an attacker key, not the platform one!",
+        algorithm="HS256",
+    )
     signed_with_refresh_key = jwt.encode(
         {"sub": "1", "typ": "access", "iat": now, "exp": now + 100}, platform.keys.refresh, algorithm="HS256"
     )
