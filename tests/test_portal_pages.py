@@ -66,7 +66,7 @@ def test_job_page_says_why_it_waits_and_has_a_log_per_rank(api, admin, me):
     assert why[0]["code"] in pending and why[0]["message"] in pending
     ranks = re.search(r'<select id="rank">(.*?)</select>', html, re.S).group(1)
     assert re.findall(r'<option value="(\d+)"', ranks) == ["0", "1", "2", "3"]
-    assert 'hx-trigger="every 2s"' in html  # still waiting: the status keeps refreshing
+    assert 'hx-trigger="job-state from:body, every 5s"' in html  # waiting: refreshed on each state event
 
 
 def test_home_shows_my_jobs_queues_and_free_gpus(api, admin, me):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query
+from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -17,10 +17,16 @@ from caldera.runtime.base import Handle
 from caldera.server import jobs
 from caldera.server.deps import current_user, db_session, platform
 from caldera.server.errors import Invalid
+from caldera.server.job_stream import live_events, parse_resume
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 _MAX_LOG_OFFSET = 1 << 40  # past any log's end, and still a position every file system can seek to
+
+
+def _check_rank(job: Job, rank: int | None) -> None:
+    if rank is not None and rank >= job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1):
+        raise HTTPException(400, f"rank {rank} does not exist")
 
 
 def _usernames(db: Session) -> dict[int, str]:
@@ -105,8 +111,7 @@ def logs(
     job = jobs.visible(db, user, job_id)
     if not follow and not job.handle and job.attempt == 0:
         raise HTTPException(409, f"job {job_id} has not started; it is {job.state}")
-    if rank is not None and rank >= job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1):
-        raise HTTPException(400, f"rank {rank} does not exist")
+    _check_rank(job, rank)
     job_id, attempt, handle = job.id, job.attempt, job.handle
     offset = min(offset, _MAX_LOG_OFFSET)
 
@@ -123,3 +128,23 @@ def logs(
         yield from p.runtime.logs(Handle(job_id, attempt, handle or {}), rank=rank, follow=follow, offset=offset)
 
     return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
+
+
+@router.get("/{job_id}/stream")
+def stream(
+    job_id: str,
+    rank: int | None = Query(None, ge=0),
+    last_event_id: str | None = Header(None, max_length=64),
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> StreamingResponse:
+    """Server-sent events: the job's state as it changes and one rank's log as it grows, until the job has ended
+    (see ``caldera.server.job_stream``). A reconnect with ``Last-Event-ID`` resumes the log where it stopped."""
+    job = jobs.visible(db, user, job_id)
+    _check_rank(job, rank)
+    return StreamingResponse(
+        live_events(p, job.id, rank, parse_resume(last_event_id)),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
