@@ -283,3 +283,31 @@ def test_a_job_finds_its_owners_keys_in_a_file_it_owns(api, admin, keys, platfor
     jid = _submit(api, admin, name="none", command=["sh", "-c", 'echo "[${CALDERA_SSH_AUTHORIZED_KEYS-unset}]"'])
     assert _until(api, admin, jid, {"Succeeded", "Failed"})["state"] == "Succeeded"
     assert _log(api, admin, jid).strip() == "[unset]"
+
+
+def test_a_container_job_finds_them_too(tmp_path, keys):
+    """The container runtime mounts the attempt's scratch at the same path, so the variable means the same inside."""
+    from caldera.config import FakeGpu, Settings
+    from caldera.core.spec import JobSpec
+    from caldera.runtime.base import LaunchRequest, Phase, RunAs
+    from caldera.runtime.container import probe
+    from caldera.runtime.container.runtime import ContainerRuntime
+    from tests.conftest import traversable
+    from tests.runtime.conftest import wait_terminal
+
+    if not probe.usable():
+        pytest.skip("podman or its base image is not usable here")
+    settings = Settings(data_dir=traversable(tmp_path) / "data", node_name="ctr-node", fake_gpus=[FakeGpu()] * 1)
+    rt = ContainerRuntime(settings)
+    alice = RunAs("alice", 201_002, 201_002)
+    home = settings.workspaces / "alice"
+    script = 'f="$CALDERA_SSH_AUTHORIZED_KEYS"; stat -c "mode=%a uid=%u" "$f"; cat "$f"'
+    spec = JobSpec.model_validate({"name": "keys", "command": ["sh", "-c", script]})
+    authorized = keys["ed25519"].public
+    req = LaunchRequest("ct-keys", 1, spec, (), home / "jobs" / "ct-keys", run_as=alice, home=home,
+                        authorized_keys=authorized)  # fmt: skip
+    h = rt.launch(req)
+    obs = wait_terminal(rt, h, timeout=60)
+    out = b"".join(rt.logs(h)).decode()
+    assert obs.phase is Phase.SUCCEEDED, out
+    assert out.splitlines() == ["mode=600 uid=201002", authorized.strip()]
