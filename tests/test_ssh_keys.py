@@ -143,6 +143,8 @@ def test_bad_input_is_a_400_naming_the_field_and_stores_nothing(api, admin, keys
         ({"public_key": keys["rsa1024"].public}, "public_key", "RSA keys need at least 2048 bits; this one has 1024"),
         ({"public_key": "x" * (ssh_keys.MAX_KEY_CHARS + 1)}, "public_key", "String should have at most 16384"),
         ({"public_key": keys["ed25519"].public, "name": "n" * 101}, "name", "String should have at most 100"),
+        ({"public_key": keys["ed25519"].public, "name": "a\x1b[2Jb"}, "name", "the name contains control characters"),
+        ({"public_key": keys["ed25519"].public, "name": "two\nlines"}, "name", "the name contains control characters"),
         ({"name": "no key"}, "public_key", "Field required"),
         ({"public_key": 42}, "public_key", "Input should be a valid string"),
     ]

@@ -220,7 +220,7 @@ def ssh_keys_add(
         err.print(f"[red]{file} is larger than {MAX_KEY_FILE_BYTES} bytes: not a public key[/red]")
         raise typer.Exit(1)
     key = _call(_client().post, "/ssh-keys", {"public_key": file.read_text(errors="replace"), "name": name})
-    console.print(f"added key {key['id']} ({key['name']}): {key['key_type']} {key['fingerprint']}", soft_wrap=True)
+    typer.echo(f"added key {key['id']} ({key['name']}): {key['key_type']} {key['fingerprint']}")
 
 
 @ssh_keys_app.command("list")
@@ -233,7 +233,7 @@ def ssh_keys_list() -> None:
 @ssh_keys_app.command("remove")
 def ssh_keys_remove(key_id: int) -> None:
     key = _call(_client().delete, f"/ssh-keys/{key_id}")
-    console.print(f"key {key['id']} ({key['name']}) removed")
+    typer.echo(f"key {key['id']} ({key['name']}) removed")
 
 
 # ---- jobs --------------------------------------------------------------------------------------------------------

@@ -151,5 +151,9 @@ def _checked_bits(declared: str, r: _Reader) -> int:
 
 def key_name(name: str, key: PublicKey) -> str:
     """What the key is called in listings: the name given, else its comment, else its type."""
+    if len(name) > MAX_NAME_CHARS:
+        raise SshKeyError(f"a name is at most {MAX_NAME_CHARS} characters")
+    if _CONTROL.search(name) or "\n" in name or "\t" in name:
+        raise SshKeyError("the name contains control characters")
     chosen = name.strip() or key.comment or key.key_type
     return chosen[:MAX_NAME_CHARS]

@@ -60,6 +60,10 @@ def add_key(body: SshKeyIn, user: User = Depends(current_user), db: Session = De
         key = ssh_keys.parse(body.public_key)
     except ssh_keys.SshKeyError as exc:
         raise Invalid("public_key", str(exc)) from None
+    try:
+        name = ssh_keys.key_name(body.name, key)
+    except ssh_keys.SshKeyError as exc:
+        raise Invalid("name", str(exc)) from None
     duplicate = _duplicate(db, user, key.fingerprint)
     if duplicate:
         raise duplicate
@@ -68,7 +72,7 @@ def add_key(body: SshKeyIn, user: User = Depends(current_user), db: Session = De
         raise Conflict(f"you have {count} SSH keys, the most one may keep; delete some first")
     row = SshKey(
         user_id=user.id,
-        name=ssh_keys.key_name(body.name, key),
+        name=name,
         key_type=key.key_type,
         public_key=key.line,
         fingerprint=key.fingerprint,

@@ -40,6 +40,8 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"paste a public key", _("paste a public key")),
         (r"paste one key: this has several lines", _("paste one key: this has several lines")),
         (r"the key contains control characters", _("the key contains control characters")),
+        (r"the name contains control characters", _("the name contains control characters")),
+        (r"a name is at most (?P<n>\d+) characters", _("a name is at most %(n)s characters")),
         (
             r"options before the key \(from=, command=, \.\.\.\) are not accepted; paste the key alone",
             _("options before the key (from=, command=, ...) are not accepted; paste the key alone"),
