@@ -20,6 +20,7 @@ from caldera.db.models import SshKey
 from caldera.server import api_ssh_keys
 from caldera.server.web import i18n
 from tests.portal import browser_for, field_errors, post_form
+from tests.test_browser import browser  # noqa: F401 - the chromium fixture
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen (openssh-client) not installed")
 
@@ -261,6 +262,33 @@ def test_cli_add_list_remove(server, tmp_path, monkeypatch, keys):
     r = runner.invoke(cli, ["ssh-keys", "remove", key_id])
     assert r.exit_code == 1 and "no such SSH key" in r.output
     assert "laptop" not in runner.invoke(cli, ["ssh-keys", "list"]).output
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_key_form_in_the_browser(server, browser, keys):  # noqa: F811
+    """Paste a private key by mistake (the reason shows next to the field), then the .pub; delete it again."""
+    from tests.test_portal_browser import _login, _shot
+
+    page = browser.new_context(locale="en-US").new_page()
+    violations = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and violations.append(m.text))
+    _login(page, server, "admin", "admin-password")
+    page.wait_for_selector("text=Jobs of admin")
+    page.goto(server.url + "/tokens#ssh-keys")
+    page.fill("#add-ssh-key textarea[name=public_key]", keys["ed25519"].private)
+    page.click("#add-ssh-key button[type=submit]")
+    error = page.wait_for_selector('#add-ssh-key .field-err[data-field="public_key"]')
+    assert error.inner_text() == "this is a private key; paste the .pub file"
+    assert page.input_value("#add-ssh-key textarea[name=public_key]") == ""  # not sent back
+    page.fill("#add-ssh-key input[name=name]", "laptop")
+    page.fill("#add-ssh-key textarea[name=public_key]", keys["ed25519"].public)
+    page.click("#add-ssh-key button[type=submit]")
+    row = page.wait_for_selector("#ssh-key-list tr[data-ssh-key]")
+    assert "laptop" in row.inner_text() and keys["ed25519"].fingerprint in row.inner_text()
+    _shot(page, "ssh-keys")
+    row.query_selector("button[type=submit]").click()
+    page.wait_for_selector("#ssh-key-list:has-text('No SSH keys yet.')")
+    assert not violations, violations
 
 
 # ---- a job gets its owner's keys -------------------------------------------------------------------------------
