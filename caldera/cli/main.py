@@ -206,6 +206,36 @@ def tokens_revoke(token_id: int) -> None:
     console.print(f"token {tok['id']} ({tok['name']}) revoked")
 
 
+ssh_keys_app = typer.Typer(help="Your SSH public keys (they reach your own jobs).", no_args_is_help=True)
+app.add_typer(ssh_keys_app, name="ssh-keys")
+MAX_KEY_FILE_BYTES = 16 * 1024  # the API's limit on a key; a larger file is not a public key
+
+
+@ssh_keys_app.command("add")
+def ssh_keys_add(
+    file: Path = typer.Argument(..., help="a public key file, e.g. ~/.ssh/id_ed25519.pub", exists=True, dir_okay=False),
+    name: str = typer.Option("", help="what it is called in listings (the key's comment when omitted)"),
+) -> None:
+    if file.stat().st_size > MAX_KEY_FILE_BYTES:
+        err.print(f"[red]{file} is larger than {MAX_KEY_FILE_BYTES} bytes: not a public key[/red]")
+        raise typer.Exit(1)
+    key = _call(_client().post, "/ssh-keys", {"public_key": file.read_text(errors="replace"), "name": name})
+    typer.echo(f"added key {key['id']} ({key['name']}): {key['key_type']} {key['fingerprint']}")
+
+
+@ssh_keys_app.command("list")
+def ssh_keys_list() -> None:
+    """One key a line, as ``ssh-keygen -l`` would show it: the fingerprint whole, whatever the terminal's width."""
+    for k in _call(_client().get, "/ssh-keys"):
+        typer.echo(f"{k['id']:>4}  {k['fingerprint']}  {k['key_type']:<19}  {_ts(k['created_at'])}  {k['name']}")
+
+
+@ssh_keys_app.command("remove")
+def ssh_keys_remove(key_id: int) -> None:
+    key = _call(_client().delete, f"/ssh-keys/{key_id}")
+    typer.echo(f"key {key['id']} ({key['name']}) removed")
+
+
 # ---- jobs --------------------------------------------------------------------------------------------------------
 @app.command()
 def submit(

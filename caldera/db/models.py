@@ -196,3 +196,17 @@ class NodeCordon(Base):
     by: Mapped[str] = mapped_column(String(64))
     at: Mapped[float] = mapped_column(Float)
     drained: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class SshKey(Base):
+    """A user's SSH public key (the OpenSSH line, as checked by core.ssh_keys), for reaching their own jobs."""
+
+    __tablename__ = "ssh_keys"
+    __table_args__ = (UniqueConstraint("user_id", "fingerprint"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    key_type: Mapped[str] = mapped_column(String(32))
+    public_key: Mapped[str] = mapped_column(Text)  # the canonical line: type, base64, comment
+    fingerprint: Mapped[str] = mapped_column(String(64))  # SHA256:<base64 without padding>, 50 characters
+    created_at: Mapped[float] = mapped_column(Float)

@@ -36,6 +36,7 @@ class LaunchRequest:
     base_url: str = ""  # for interactive jobs: the path the platform proxies, e.g. /jobs/<id>/lab/
     run_as: RunAs | None = None  # None: as the server's own user (only when an admin chose run_jobs_as=server)
     home: Path | None = None  # the owner's own space: HOME, and the only host path the job may write
+    authorized_keys: str = ""  # the owner's SSH public keys, one OpenSSH line each: for SSH into their own job
 
 
 @dataclass

@@ -31,7 +31,7 @@ from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import valid_decisions
-from caldera.server import identity, node_admin, tenancy
+from caldera.server import api_ssh_keys, identity, node_admin, tenancy
 from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
 from caldera.server.learned_runtimes import expected_runtimes
@@ -333,6 +333,7 @@ class SchedulerLoop:
             base_url=lab_base_url(job.id),
             run_as=run_as,
             home=home,
+            authorized_keys=api_ssh_keys.authorized_keys(db, owner.id),
         )
         self.launcher.submit(req)
 

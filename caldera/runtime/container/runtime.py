@@ -220,6 +220,7 @@ class ContainerRuntime:
             "memory_mib": self._memory_mib(req.allocations[0] if req.allocations else None, spec.procs_per_replica),
         }
         env = self._base_env(req, scratch, info)
+        env.update(owner.authorized_keys(scratch, req.authorized_keys, req.run_as))  # scratch is mounted as is
         if spec.kind is JobKind.JUPYTER:
             argv = self._jupyter(req, rd, scratch, workdir, env, data)
         else:

@@ -8,7 +8,8 @@ planted symlink instead of following it).
 Layout (``data_dir`` is 0711: traversable, not listable, by job uids):
 
     workspaces/<username>/          0700, the owner's uid: HOME and every job's working directory
-    scratch/<job_id>.<attempt>/      0700, the owner's uid: preemption notice, the lab's socket and runtime files
+    scratch/<job_id>.<attempt>/      0700, the owner's uid: preemption notice, the lab's socket and runtime files,
+                                     the owner's SSH public keys (authorized_keys, 0600)
     runs/                            0700 root: logs, supervisor state, the platform's copy of the lab token
 """
 
@@ -63,6 +64,16 @@ def write_owned(path: Path, text: str, run_as: RunAs | None, mode: int = 0o600) 
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def authorized_keys(scratch: Path, keys: str, run_as: RunAs | None) -> dict[str, str]:
+    """The owner's SSH public keys as ``scratch/authorized_keys`` (0600, the job's), and the variable that names it
+    for the job (an sshd it starts points AuthorizedKeysFile there); nothing when the owner has no keys."""
+    if not keys:
+        return {}
+    path = scratch / "authorized_keys"
+    write_owned(path, keys, run_as)
+    return {"CALDERA_SSH_AUTHORIZED_KEYS": str(path)}
 
 
 def untraversable(path: Path) -> list[Path]:

@@ -8,7 +8,8 @@ was SIGKILLed and restarted -- re-attaches to running jobs by reading their run 
     world_size   number of ranks
     ranks        [{"rank": r, "pid": shim pid (= its process group), "start": /proc start time}]
     netns        true when the ranks share a private network namespace
-    scratch      the attempt's job-owned directory (see ``owner``): preemption notice, the lab's socket
+    scratch      the attempt's job-owned directory (see ``owner``): preemption notice, the lab's socket, the
+                 owner's SSH public keys (authorized_keys, named by CALDERA_SSH_AUTHORIZED_KEYS)
     run_as       [uid, gid] the commands run as, or null (the server's own user)
     socket, base_url   (jupyter) where Lab listens; the platform's copy of its token is <run_dir>/jupyter.token
 
@@ -185,6 +186,7 @@ class LocalRuntime:
             "run_as": [req.run_as.uid, req.run_as.gid] if req.run_as else None,
         }
         base_env = self._base_env(req, scratch)
+        base_env.update(owner.authorized_keys(scratch, req.authorized_keys, req.run_as))
 
         if spec.kind is JobKind.JUPYTER:
             base_url = jupyter.normalise_base_url(req.base_url or "/")

@@ -1,5 +1,6 @@
 """My accounts (switch the default one: where jobs go when they name none, and what the new-job form starts
-with) and my personal API tokens (for the CLI and scripts): create (the secret is shown once), list, revoke."""
+with), my personal API tokens (for the CLI and scripts): create (the secret is shown once), list, revoke, and on
+the same page my SSH public keys (for reaching my jobs): add, list, delete."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy.orm import Session
 
 from caldera.db.models import User
-from caldera.server import api_auth, tenancy
+from caldera.server import api_auth, api_ssh_keys, tenancy
 from caldera.server.deps import db_session
+from caldera.server.errors import NotFound
 from caldera.server.web import api_call, overview
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
@@ -17,9 +19,23 @@ from caldera.server.web.session import PageNotFound, page_user
 router = APIRouter(include_in_schema=False)
 
 
-def _tokens_page(request: Request, user: User, db: Session, created=None, errors=(), status=200):
+def _tokens_page(request: Request, user: User, db: Session, created=None, errors=(), status=200, key_form=None):
+    """With ``key_form`` (the SSH key form as typed, when it was refused), ``errors`` are that form's, by field."""
     tokens = api_auth.list_tokens(user=user, db=db)
-    return page(request, "tokens.html", status=status, user=user, tokens=tokens, created=created, errors=list(errors))
+    keys = api_ssh_keys.list_keys(user=user, db=db)
+    shown = _by_field(errors, key_form) if key_form is not None else list(errors)
+    return page(
+        request, "tokens.html", status=status, user=user, tokens=tokens, keys=keys, created=created, errors=shown,
+        key_form=key_form,
+    )  # fmt: skip
+
+
+def _by_field(errors, form: dict[str, str]) -> dict[str, list[str]]:
+    """The API's errors next to the form's fields ("name", "public_key"); the rest ("") above the form."""
+    out: dict[str, list[str]] = {}
+    for e in errors:
+        out.setdefault(e["field"] if e["field"] in form else "", []).append(e["reason"])
+    return out
 
 
 @router.get("/tokens")
@@ -51,6 +67,33 @@ def revoke_token(token_id: int, user: User = Depends(page_user), db: Session = D
     except HTTPException:  # not the user's: the same 404 as the API's
         raise PageNotFound() from None
     return RedirectResponse("/tokens", 303)
+
+
+@router.post("/ssh-keys")
+def add_ssh_key(
+    request: Request,
+    name: str = Form("", max_length=100),
+    public_key: str = Form("", max_length=16384),
+    user: User = Depends(page_user),
+    db: Session = Depends(db_session),
+):
+    _, errors = api_call.call(
+        db, lambda: api_ssh_keys.add_key(body=api_ssh_keys.SshKeyIn(name=name, public_key=public_key), user=user, db=db)
+    )
+    if errors:
+        # a private key pasted by mistake is not sent back into the page
+        typed = {"name": name, "public_key": "" if "PRIVATE KEY" in public_key else public_key}
+        return _tokens_page(request, user, db, errors=errors, status=400, key_form=typed)
+    return RedirectResponse("/tokens#ssh-keys", 303)
+
+
+@router.post("/ssh-keys/{key_id}/delete")
+def delete_ssh_key(key_id: int, user: User = Depends(page_user), db: Session = Depends(db_session)):
+    try:
+        api_ssh_keys.delete_key(key_id=key_id, user=user, db=db)
+    except NotFound:  # not the user's: the same 404 as the API's
+        raise PageNotFound() from None
+    return RedirectResponse("/tokens#ssh-keys", 303)
 
 
 def _accounts_page(request: Request, user: User, db: Session, errors=(), status=200):

@@ -31,6 +31,42 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"you cannot disable yourself", _("you cannot disable yourself")),
         (r"you cannot change your own role", _("you cannot change your own role")),
         (r"wrong current password", _("wrong current password")),
+        (r"a public key is at most (?P<n>\d+) characters", _("a public key is at most %(n)s characters")),
+        (r"this is a private key; paste the \.pub file", _("this is a private key; paste the .pub file")),
+        (
+            r"this is an RFC 4716 key; paste the OpenSSH form \(ssh-keygen -i -f FILE prints it\)",
+            _("this is an RFC 4716 key; paste the OpenSSH form (ssh-keygen -i -f FILE prints it)"),
+        ),
+        (r"paste a public key", _("paste a public key")),
+        (r"paste one key: this has several lines", _("paste one key: this has several lines")),
+        (r"the key contains control characters", _("the key contains control characters")),
+        (r"the name contains control characters", _("the name contains control characters")),
+        (r"a name is at most (?P<n>\d+) characters", _("a name is at most %(n)s characters")),
+        (
+            r"options before the key \(from=, command=, \.\.\.\) are not accepted; paste the key alone",
+            _("options before the key (from=, command=, ...) are not accepted; paste the key alone"),
+        ),
+        (r"unknown key type (?P<type>.*); one of (?P<types>.*)", _("unknown key type %(type)s; one of %(types)s")),
+        (r"the key's base64 part is missing", _("the key's base64 part is missing")),
+        (r"the key's base64 part is not valid base64", _("the key's base64 part is not valid base64")),
+        (
+            r"the key says (?P<declared>\S+) but its data is a (?P<inner>.*) key",
+            _("the key says %(declared)s but its data is a %(inner)s key"),
+        ),
+        (r"the key's data is not a valid (?P<type>\S+) key", _("the key's data is not a valid %(type)s key")),
+        (
+            r"RSA keys need at least (?P<n>\d+) bits; this one has (?P<bits>\d+)",
+            _("RSA keys need at least %(n)s bits; this one has %(bits)s"),
+        ),
+        (
+            r"RSA keys have at most (?P<n>\d+) bits; this one has (?P<bits>\d+)",
+            _("RSA keys have at most %(n)s bits; this one has %(bits)s"),
+        ),
+        (r"you already added this key, as (?P<name>.*)", _("you already added this key, as %(name)s")),
+        (
+            r"you have (?P<n>\d+) SSH keys, the most one may keep; delete some first",
+            _("you have %(n)s SSH keys, the most one may keep; delete some first"),
+        ),
     )
 )
 
