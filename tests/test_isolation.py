@@ -29,6 +29,9 @@ from tests.test_server_process import token, until
 pytestmark = pytest.mark.skipif(not ROOT, reason="jobs run as their owners only under a root server")
 sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 RUNTIMES = ["local", "container"]
+# what the attack reports besides its denied-or-not attempts
+JUDGED_APART = ("uid", "groups", "CapEff", "CapPrm", "NoNewPrivs", "home", "platform env", "data dir listing",
+                "platform port")  # fmt: skip
 
 
 @pytest.fixture
@@ -91,6 +94,11 @@ ATTACK = textwrap.dedent("""
         s.connect(t["lab_socket"])
         return "connected"
     attempt("other's lab socket", lab)
+    try:  # judged apart: a process shares the host's network, a container has only its own loopback
+        socket.create_connection(("127.0.0.1", t["api_port"]), timeout=5).close()
+        out["platform port"] = "connected"
+    except OSError as exc:
+        out["platform port"] = type(exc).__name__
     status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
     out["uid"] = os.getuid()
     out["groups"] = os.getgroups()
@@ -173,6 +181,7 @@ def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path, runti
         "credentials": str(credentials),
         "other_scratch": str(lab_scratch),
         "lab_socket": str(lab_scratch / "lab.sock"),
+        "api_port": server.port,
     }
     attack = _post(
         server, bob, {"name": "attack", "command": ["python3", "-c", ATTACK], "env": {"TARGETS": json.dumps(targets)}}
@@ -182,22 +191,20 @@ def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path, runti
     assert done["state"] == "Succeeded", log
     seen = json.loads(log.strip().splitlines()[-1])
 
-    attempts = {
-        k: v
-        for k, v in seen.items()
-        if k not in ("uid", "groups", "CapEff", "CapPrm", "NoNewPrivs", "home", "platform env", "data dir listing")
-    }
+    attempts = {k: v for k, v in seen.items() if k not in JUDGED_APART}
     assert len(attempts) == 13, attempts
     if runtime_name == "local":
         assert attempts == dict.fromkeys(attempts, "denied"), attempts
         assert seen["data dir listing"] == "denied"
     else:
-        for path in (v for k, v in targets.items() if k not in ("other_pid", "data_dir")):
+        for path in (v for k, v in targets.items() if k not in ("other_pid", "data_dir", "api_port")):
             assert os.path.exists(path), path  # so that "absent" in the container means hidden, not mistaken
         assert os.path.exists(f"/proc/{other_pid}/environ")
         assert set(attempts.values()) <= {"denied", "absent"}, attempts
         # the container's own data dir holds only the mount points of bob's workspace and scratch
         assert seen["data dir listing"] in ("denied", ["scratch", "workspaces"], ["workspaces"]), seen
+    # a batch job in a container has no network but its own loopback: not even the platform's port on the host
+    assert seen["platform port"] == ("connected" if runtime_name == "local" else "ConnectionRefusedError"), seen
     assert secret not in log
     bob_os = _os_uid(server, "bob")
     assert seen["uid"] == bob_os and bob_os not in (0, _os_uid(server, "alice"))
