@@ -1,12 +1,14 @@
 """Snapshots: a user installs a package (from a wheel in their workspace: sessions have no network) and a file
 into a running Jupyter session's image, saves the session, starts a new session from the saved image and finds
-both there. Runs a real podman container runtime, buildah and docker-registry."""
+both there. The save and the new session go through the portal's job page, images page and new-job form. Runs a
+real podman container runtime, buildah and docker-registry."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+from urllib.parse import quote
 
 import pytest
 from sqlalchemy import select
@@ -17,6 +19,7 @@ from caldera.runtime.container import probe
 from caldera.runtime.container.runtime import container_name
 from tests.conftest import make_settings, wait_for
 from tests.images_fixtures import registry_port  # noqa: F401 - fixture
+from tests.portal import browser_for, post_form
 from tests.test_images_build import _built, _local
 from tests.test_runs import _submit, _until
 
@@ -41,10 +44,12 @@ def _exec(job: dict, uid: int, script: str) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
-def _snapshot(api, headers, body: dict) -> dict:
-    r = api.client.post("/api/v1/images/snapshots", json=body, headers=headers)
-    assert r.status_code == 202, r.text
-    iid = r.json()["id"]
+def _snapshot(api, headers, body: dict | None, iid: str = "") -> dict:
+    """The snapshot of ``body`` (or the one already started, ``iid``) once it has ended."""
+    if body is not None:
+        r = api.client.post("/api/v1/images/snapshots", json=body, headers=headers)
+        assert r.status_code == 202, r.text
+        iid = r.json()["id"]
     return wait_for(
         lambda: (i := api.client.get(f"/api/v1/images/{iid}", headers=headers).json())["state"] != "building" and i,
         timeout=300,
@@ -78,7 +83,14 @@ def test_a_saved_session_keeps_what_the_user_installed(api, admin, settings, tmp
     r = api.client.post("/api/v1/images/snapshots", json={"job_id": batch, "name": "lab"}, headers=ana)
     assert r.status_code == 409 and "running Jupyter session" in r.json()["detail"], r.text
 
-    snap = _snapshot(api, ana, {"job_id": jid, "name": "lab", "tag": "2"})
+    # saved from the job's page, the way a student does it; the images page then follows its log
+    portal = browser_for(api.client, "ana", "password-123")
+    assert 'id="save-image"' in portal.get(f"/jobs/{jid}").text
+    r = post_form(portal, f"/jobs/{jid}/snapshot", {"name": "lab", "tag": "2"})
+    assert r.status_code == 303 and r.headers["location"].startswith("/images#build-"), r.text
+    iid = r.headers["location"].split("#build-")[1]
+    assert f'data-log="/api/v1/images/{iid}/log"' in portal.get("/images").text
+    snap = _snapshot(api, ana, None, iid)
     assert snap["state"] == "ready" and snap["source"] == "snapshot", snap
     assert snap["reference"] == f"{registry.host(settings)}/user/ana/lab:2"
     assert sorted(registry.tags(settings, "user/ana/lab")) == ["1", "2"]
@@ -90,7 +102,13 @@ def test_a_saved_session_keeps_what_the_user_installed(api, admin, settings, tmp
     assert "3" not in registry.tags(settings, "user/ana/lab") and not _local(big["reference"])
     api.client.post(f"/api/v1/jobs/{jid}/cancel", headers=ana)
 
-    again = _submit(api, ana, name="lab-again", kind="jupyter", image=snap["reference"])
+    # a new session from the images page's link, whose form has the snapshot chosen
+    link = f"/new/jupyter?image={quote(snap['reference'])}"
+    assert f'href="{link}"' in portal.get("/images").text
+    assert f'<option value="{snap["reference"]}" selected>' in portal.get(link).text
+    r = post_form(portal, "/new/jupyter", {"name": "lab-again", "queue": "default", "image": snap["reference"]})
+    assert r.status_code == 303, r.text
+    again = r.headers["location"].rsplit("/", 1)[1]
     job = _until(api, ana, again, {"Running", "Failed"}, timeout=120)
     assert job["state"] == "Running", job
     found = _exec(job, uid, "python3 -c 'import six; print(six.__version__)'; cat /opt/venv/ana-note")

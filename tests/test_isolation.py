@@ -1,12 +1,18 @@
-"""A job of one user, run by a real `caldera up` as root, attacks the platform and another user's jobs.
+"""A job of one user, run by a real `caldera up` as root, attacks the platform and another user's jobs, under
+each runtime: the process runtime and the container runtime (skipped, saying why, where podman is not usable).
 
 Every attack of the security review runs from inside a job and must be refused: reading the database, the keys,
 another user's run directory, workspace, process environment or lab, the admin's CLI credentials and /etc/shadow;
 signalling another user's process; writing into the data directory; keeping any capability or gaining one.
+A process job must be denied each of them (the target is there: a missing one fails the test). In a container
+the host's files are not there at all, so "not there" counts too, once the test has seen that the target exists
+on the host; what the container does have of the host (the job's own workspace and scratch, and the directories
+podman makes to mount them) must show nothing else.
 """
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 import textwrap
@@ -15,11 +21,41 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, wait_for
+from caldera.runtime.container import probe
+from tests.conftest import ROOT, ServerProcess, free_port, kill_job_processes, server_env, traversable, wait_for
+from tests.runtime.test_container_jupyter import jupyter_image  # noqa: F401 - fixture: an image with JupyterLab
 from tests.test_server_process import token, until
 
 pytestmark = pytest.mark.skipif(not ROOT, reason="jobs run as their owners only under a root server")
 sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+RUNTIMES = ["local", "container"]
+# what the attack reports besides its denied-or-not attempts
+JUDGED_APART = ("uid", "groups", "CapEff", "CapPrm", "NoNewPrivs", "home", "platform env", "data dir listing",
+                "platform port")  # fmt: skip
+
+
+@pytest.fixture
+def runtime_name(request) -> str:
+    name = request.param
+    if name == "container" and not probe.usable():
+        pytest.skip("container runtime not tested: podman is missing, not rootful, or the base image is not there")
+    return name
+
+
+@pytest.fixture
+def lab_image(runtime_name, request) -> str | None:
+    """The image of the lab job: the default one for processes; in a container one with JupyterLab."""
+    return request.getfixturevalue("jupyter_image") if runtime_name == "container" else None
+
+
+@pytest.fixture
+def server(tmp_path, db_url, runtime_name):
+    env = {**server_env(tmp_path, db_url), "CALDERA_RUNTIME": runtime_name}
+    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()
+    yield srv
+    srv.stop()
+    kill_job_processes(srv.data_dir)
+
 
 ATTACK = textwrap.dedent("""
     import json, os, socket, sys
@@ -32,12 +68,17 @@ ATTACK = textwrap.dedent("""
             out[name] = "LEAKED: " + repr(got)[:200]
         except PermissionError:
             out[name] = "denied"
-        except OSError as exc:   # a target that is not there proves nothing: the test fails on it
-            out[name] = "MISSING: " + repr(exc)
+        except (FileNotFoundError, ProcessLookupError):   # judged by the test: not there, or a wrong target
+            out[name] = "absent"
+        except OSError as exc:
+            out[name] = "ERROR: " + repr(exc)
 
     attempt("database", lambda: open(t["database"], "rb").read(64))
     attempt("keys", lambda: open(t["keys"]).read())
-    attempt("list data dir", lambda: os.listdir(t["data_dir"]))
+    try:  # judged apart: a container has a data dir of its own, podman's mount points
+        out["data dir listing"] = sorted(os.listdir(t["data_dir"]))
+    except PermissionError:
+        out["data dir listing"] = "denied"
     attempt("write data dir", lambda: open(os.path.join(t["data_dir"], "planted"), "w").write("x"))
     attempt("runs dir", lambda: os.listdir(t["runs"]))
     attempt("other's log", lambda: open(t["other_log"]).read())
@@ -53,6 +94,11 @@ ATTACK = textwrap.dedent("""
         s.connect(t["lab_socket"])
         return "connected"
     attempt("other's lab socket", lab)
+    try:  # judged apart: a process shares the host's network, a container has only its own loopback
+        socket.create_connection(("127.0.0.1", t["api_port"]), timeout=5).close()
+        out["platform port"] = "connected"
+    except OSError as exc:
+        out["platform port"] = type(exc).__name__
     status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
     out["uid"] = os.getuid()
     out["groups"] = os.getgroups()
@@ -80,12 +126,18 @@ def _post(server, h, spec):
     return r.json()["id"]
 
 
-def _pid_file(server, jid):
-    return json.loads(next((server.data_dir / "runs" / jid).rglob("rank-0.pid")).read_text())
+def _host_pid(server, runtime_name, jid) -> int:
+    """The host's pid of the job's command (rank 0)."""
+    if runtime_name == "local":
+        return json.loads(next((server.data_dir / "runs" / jid).rglob("rank-0.pid")).read_text())["child_pid"]
+    name = f"caldera-{jid}-{next((server.data_dir / 'runs' / jid).iterdir()).name}-0"
+    out = subprocess.run(["podman", "inspect", "--format", "{{.State.Pid}}", name], capture_output=True, text=True)
+    return int(out.stdout.strip())
 
 
 @sqlite_only
-def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path):
+@pytest.mark.parametrize("runtime_name", RUNTIMES, indirect=True)
+def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path, runtime_name, lab_image):
     pytest.importorskip("jupyterlab")
     admin = token(server)
     alice, bob = _user(server, admin, "alice"), _user(server, admin, "bob")
@@ -110,12 +162,12 @@ def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path):
             "command": ["sh", "-c", "echo $ALICE_SECRET > private.txt; sleep 300"],
         },
     )
-    lab = _post(server, alice, {"name": "lab", "kind": "jupyter"})
+    lab = _post(server, alice, {"name": "lab", "kind": "jupyter", **({"image": lab_image} if lab_image else {})})
     until(server, alice, sleeper, {"Running"})
     until(server, alice, lab, {"Running"}, timeout=120)
     other_home = server.data_dir / "workspaces" / "alice"
     wait_for(lambda: (other_home / "jobs" / sleeper / "private.txt").exists(), what="alice's file")
-    other_pid = _pid_file(server, sleeper)["child_pid"]
+    other_pid = _host_pid(server, runtime_name, sleeper)
     lab_scratch = next((server.data_dir / "scratch").glob(f"{lab}.*"))
     targets = {
         "database": server.env["CALDERA_DATABASE_URL"].removeprefix("sqlite:///"),
@@ -129,6 +181,7 @@ def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path):
         "credentials": str(credentials),
         "other_scratch": str(lab_scratch),
         "lab_socket": str(lab_scratch / "lab.sock"),
+        "api_port": server.port,
     }
     attack = _post(
         server, bob, {"name": "attack", "command": ["python3", "-c", ATTACK], "env": {"TARGETS": json.dumps(targets)}}
@@ -138,17 +191,26 @@ def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path):
     assert done["state"] == "Succeeded", log
     seen = json.loads(log.strip().splitlines()[-1])
 
-    attempts = {
-        k: v
-        for k, v in seen.items()
-        if k not in ("uid", "groups", "CapEff", "CapPrm", "NoNewPrivs", "home", "platform env")
-    }
-    assert attempts == dict.fromkeys(attempts, "denied") and len(attempts) == 14
+    attempts = {k: v for k, v in seen.items() if k not in JUDGED_APART}
+    assert len(attempts) == 13, attempts
+    if runtime_name == "local":
+        assert attempts == dict.fromkeys(attempts, "denied"), attempts
+        assert seen["data dir listing"] == "denied"
+    else:
+        for path in (v for k, v in targets.items() if k not in ("other_pid", "data_dir", "api_port")):
+            assert os.path.exists(path), path  # so that "absent" in the container means hidden, not mistaken
+        assert os.path.exists(f"/proc/{other_pid}/environ")
+        assert set(attempts.values()) <= {"denied", "absent"}, attempts
+        # the container's own data dir holds only the mount points of bob's workspace and scratch
+        assert seen["data dir listing"] in ("denied", ["scratch", "workspaces"], ["workspaces"]), seen
+    # a batch job in a container has no network but its own loopback: not even the platform's port on the host
+    assert seen["platform port"] == ("connected" if runtime_name == "local" else "ConnectionRefusedError"), seen
     assert secret not in log
     bob_os = _os_uid(server, "bob")
-    assert (
-        seen["uid"] == bob_os and bob_os not in (0, _os_uid(server, "alice")) and seen["groups"] == []
-    )  # no supplementary group
+    assert seen["uid"] == bob_os and bob_os not in (0, _os_uid(server, "alice"))
+    # no supplementary group; podman adds the primary one as one (its fix of CVE-2022-2989), which gives nothing more
+    own_group = [] if runtime_name == "local" else [pwd.getpwuid(bob_os).pw_gid]
+    assert seen["groups"] == own_group, seen["groups"]
     assert int(seen["CapEff"], 16) == 0 and int(seen["CapPrm"], 16) == 0 and seen["NoNewPrivs"] == "1"
     assert seen["home"] == str(server.data_dir / "workspaces" / "bob") and seen["platform env"] == []
     # what the job may have: its own space, 0700 and its own
@@ -170,6 +232,7 @@ def _os_uid(server, username: str) -> int:
 
 
 @sqlite_only
+@pytest.mark.parametrize("runtime_name", RUNTIMES, indirect=True)
 def test_platform_files_are_the_platforms_alone(server):
     h = token(server)
     jid = _post(server, h, {"name": "x", "command": ["true"]})

@@ -70,3 +70,89 @@ def test_another_users_private_image_is_not_on_my_page(api, admin):
     page = bob.get("/images").text
     assert "shared-env" in page and "secret-env" not in page
     assert "secret-env" in browser_for(api.client, "ana", "password-123").get("/images").text
+
+
+def test_my_running_and_failed_builds_have_their_logs_on_the_page_and_no_one_elses(api, admin):
+    """The page follows the logs of my builds that run or failed (log_follow.js reads the API's log endpoint,
+    tested in test_images_log and in the browser); a ready image keeps a link to its log; bob sees none of ana's."""
+    from caldera.db.models import User
+    from caldera.images import catalogue
+
+    api.user(admin, "ana")
+    api.user(admin, "bob")
+    ids = {}
+    with api.client.app.state.platform.session() as db:
+        ana = db.query(User).filter_by(username="ana").one()
+        for state in ("building", "failed", "ready"):
+            img = catalogue.new(db, ana, "public", f"env-{state}", "1", "public", "form", {})
+            img.state = state
+            ids[state] = img.id
+        db.commit()
+    page = browser_for(api.client, "ana", "password-123").get("/images").text
+    for state in ("building", "failed"):
+        assert f'data-log="/api/v1/images/{ids[state]}/log"' in page, state
+    assert f'data-log="/api/v1/images/{ids["ready"]}/log"' not in page
+    assert f'href="/api/v1/images/{ids["ready"]}/log"' in page and 'src="/static/log_follow.js"' in page
+    assert f'<details class="build" id="build-{ids["building"]}" open>' in page
+    bob_page = browser_for(api.client, "bob", "password-123").get("/images").text
+    assert "env-ready" in bob_page and not any(f"/api/v1/images/{i}/log" in bob_page for i in ids.values())
+
+
+def _ready_image(api, owner: str, name: str, visibility: str = "private", form: dict | None = None) -> str:
+    from caldera.db.models import User
+    from caldera.images import catalogue
+
+    p = api.client.app.state.platform
+    with p.session() as db:
+        who = db.query(User).filter_by(username=owner).one()
+        ns = catalogue.namespace(who, visibility, None)
+        img = catalogue.new(db, who, ns, name, "1", visibility, "form", form or {})
+        img.state = "ready"
+        db.commit()
+        return catalogue.reference(p.settings, img)
+
+
+def test_an_image_opens_the_new_job_form_with_it_chosen_and_the_job_runs_in_it(api, admin):
+    from urllib.parse import quote
+
+    from tests.portal import field_errors
+
+    ana_api = api.user(admin, "ana")
+    api.user(admin, "bob")
+    lab = _ready_image(api, "ana", "lab", form={"jupyter": True})
+    plain = _ready_image(api, "ana", "plain")
+    ana = browser_for(api.client, "ana", "password-123")
+    page = ana.get("/images").text
+    assert f'href="/new/jupyter?image={quote(lab)}"' in page  # a session only where Jupyter is in it
+    assert f'href="/new/jupyter?image={quote(plain)}"' not in page
+    assert f'href="/new/batch?image={quote(plain)}"' in page
+    form = ana.get(f"/new/jupyter?image={quote(lab, safe='')}").text
+    assert f'<option value="{lab}" selected>' in form and f'<option value="{plain}" >' in form
+    r = post_form(ana, "/new/jupyter", {"name": "nb", "queue": "default", "image": lab})
+    assert r.status_code == 303, r.text
+    jid = r.headers["location"].rsplit("/", 1)[1]
+    assert api.client.get(f"/api/v1/jobs/{jid}", headers=ana_api).json()["spec"]["image"] == lab
+    # the clone of that job keeps its image
+    assert f'<option value="{lab}" selected>' in ana.get(f"/new/jupyter?clone={jid}").text
+    # bob is not offered ana's private images, and naming one is the API's refusal on the form
+    bob = browser_for(api.client, "bob", "password-123")
+    assert lab not in bob.get("/new/jupyter").text
+    r = post_form(bob, "/new/jupyter", {"name": "nb", "queue": "default", "image": lab})
+    assert r.status_code == 400 and "is not yours to use" in html.unescape(" ".join(field_errors(r.text, ""))), r.text
+
+
+def test_save_as_image_on_the_job_page_shows_the_apis_refusal_and_records_nothing(api, admin):
+    """The snapshot itself (a running session in a container) is tested in test_images_snapshot through this form."""
+    ana_api = api.user(admin, "ana")
+    api.user(admin, "bob")
+    jid = api.client.post("/api/v1/jobs", json={"name": "b", "command": "true"}, headers=ana_api).json()["id"]
+    ana = browser_for(api.client, "ana", "password-123")
+    assert 'id="save-image"' not in ana.get(f"/jobs/{jid}").text  # only a running session offers it
+    r = post_form(ana, f"/jobs/{jid}/snapshot", {"name": "lab"})
+    assert r.status_code == 400 and "only a running Jupyter session can be saved" in r.text, r.text
+    r = post_form(ana, f"/jobs/{jid}/snapshot", {"name": "Bad Name!"})
+    assert r.status_code == 400 and "<code>name</code>: must match the pattern" in r.text, r.text
+    assert ana.post(f"/jobs/{jid}/snapshot", data={"name": "lab"}, follow_redirects=False).status_code == 403
+    bob = browser_for(api.client, "bob", "password-123")
+    assert post_form(bob, f"/jobs/{jid}/snapshot", {"name": "lab"}).status_code == 404
+    assert _count(api) == 0

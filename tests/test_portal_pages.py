@@ -143,7 +143,7 @@ def test_another_users_job_is_not_there(api, admin, me):
     assert alice.get(f"/new/batch?clone={jid}").status_code == 404
     assert jid not in alice.get("/").text
     page = me.get(f"/jobs/{jid}").text  # its owner sees it, its events and a cancel button
-    assert "Submitted" in page and 'id="cancel"' in page and f'data-job="{jid}"' in page
+    assert "Submitted" in page and 'id="cancel"' in page and f'data-log="/api/v1/jobs/{jid}/logs"' in page
     assert post_form(me, f"/jobs/{jid}/cancel", {}).status_code == 303
     assert api.client.get(f"/api/v1/jobs/{jid}", headers=admin).json()["state"] == "Cancelled"
 

@@ -19,6 +19,7 @@ from caldera.images import catalogue, registry
 from caldera.images.containerfile import render
 from caldera.images.form import PYTHONS, BuildForm
 from caldera.runtime.container.settings import ContainerSettings
+from caldera.runtime.local.owner import platform_dir
 from caldera.server.platform import Platform
 
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -150,6 +151,9 @@ class BuildQueue:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._worker, name="image-builds", daemon=True)
                 self._thread.start()
+        log = log_path(self.p, image_id)  # there from the start: a follower of a queued build waits on it
+        platform_dir(log.parent, 0o700)  # a build's log is its owner's: jobs of other users pass the data dir
+        log.touch()
         self._q.put((image_id, work or self._build))
 
     def stop(self) -> None:
@@ -174,10 +178,9 @@ class BuildQueue:
             if img is None:
                 return
             self.builder.remove(catalogue.reference(self.p.settings, img))
+            _last_line(log_path(self.p, image_id), f"build failed: {message}")
             img.state, img.message, img.finished_at, img.size_bytes = "failed", message[:2000], time.time(), 0
             db.commit()
-        with log_path(self.p, image_id).open("a") as out:
-            out.write(f"\nbuild failed: {message}\n")
 
     def _build(self, image_id: str) -> None:
         s, log = self.p.settings, log_path(self.p, image_id)
@@ -198,8 +201,13 @@ class BuildQueue:
         self.builder.push(ref, log)
         with self.p.session() as db:
             img = db.get(Image, image_id)
+            _last_line(log, f"ready: {ref} ({size / (1 << 20):.1f} MiB)")
             img.state, img.size_bytes, img.finished_at = "ready", size, time.time()
             img.message = f"pushed {ref}"
             db.commit()
-        with log.open("a") as out:
-            out.write(f"\nready: {ref} ({size / (1 << 20):.1f} MiB)\n")
+
+
+def _last_line(log: Path, line: str) -> None:
+    """Written before the state changes: a reader that sees the build ended then finds the whole log."""
+    with log.open("a") as out:
+        out.write(f"\n{line}\n")

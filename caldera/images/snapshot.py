@@ -40,7 +40,6 @@ def start(p: Platform, q: BuildQueue, db: Session, user: User, job_id: str, name
 
 def _commit(p: Platform, q: BuildQueue, image_id: str, container: str) -> None:
     log = log_path(p, image_id)
-    log.parent.mkdir(parents=True, exist_ok=True)
     with p.session() as db:
         ref = catalogue.reference(p.settings, db.get(Image, image_id))
     q.builder.run([*q.builder.podman, "commit", "--format=oci", container, ref], log, 1800)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -17,13 +14,13 @@ from caldera.db.models import Image, ImageQuota, User
 from caldera.images import catalogue, registry, snapshot
 from caldera.images.builds import BuildQueue, log_path
 from caldera.images.form import CUDA, CUDNN, NAME, PYTHONS, TAG, BuildForm
+from caldera.runtime.local.log_follow import follow_file
 from caldera.server import audit, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
-from caldera.server.errors import CalderaError, Forbidden, Invalid, InvalidFields
+from caldera.server.errors import CalderaError, Forbidden, Invalid, InvalidFields, NotFound
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/images", tags=["images"])
-_CHUNK = 64 * 1024
 
 
 class RegistryDown(CalderaError):
@@ -168,29 +165,22 @@ def build_log(
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ) -> StreamingResponse:
-    """Plain bytes of a build's log; with follow, open until the build ends (as a job's log)."""
+    """Plain bytes of a build's log from ``offset``; with follow, open until the build ends, read as a job's log is.
+    Only the image's owner and admins read it: for anyone else it does not exist (a public image's log may name
+    the owner's paths and packages)."""
     img = catalogue.visible(db, user, image_id)
     if img.owner_id != user.id and user.role != Role.ADMIN.value:
-        raise Forbidden("only the image's owner reads its build log")
-    path, image_id = log_path(p, img.id), img.id
+        raise NotFound(f"no image {image_id[:40]!r}")
+    image_id = img.id
 
-    def stream() -> Iterator[bytes]:
-        pos = offset
-        while True:
-            with p.session() as s:
-                row = s.get(Image, image_id)
-                done = row is None or row.state != "building"
-            if path.exists():
-                with path.open("rb") as f:
-                    f.seek(pos)
-                    while chunk := f.read(_CHUNK):
-                        pos += len(chunk)
-                        yield chunk
-            if done or not follow:
-                return
-            time.sleep(0.3)
+    def ended() -> bool:
+        with p.session() as s:
+            row = s.get(Image, image_id)
+            return row is None or row.state != "building"
 
-    return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
+    return StreamingResponse(
+        follow_file(log_path(p, image_id), offset, follow, ended), media_type="text/plain; charset=utf-8"
+    )
 
 
 @router.delete("/{image_id}", status_code=204)

@@ -19,16 +19,24 @@ from caldera.server.web.session import page_user
 
 router = APIRouter(include_in_schema=False)
 MIB = 1 << 20
+BUILD_LOGS = 10  # newest first; older ones stay readable through each row's log link
 
 
 def _images_page(request: Request, p: Platform, user: User, db: Session, errors=(), form=None, status=200):
     q = request.app.state.builds
+    images = api_images.list_images(user=user, p=p, db=db)
     return page(
-        request, "images.html", status=status, user=user, errors=list(errors), form=form or {},
-        images=api_images.list_images(user=user, p=p, db=db), pythons=q.builder.pythons(), cudas=list(CUDA),
+        request, "images.html", status=status, user=user, errors=list(errors), form=form or {}, images=images,
+        build_logs=_build_logs(images, user), pythons=q.builder.pythons(), cudas=list(CUDA),
         cudnns=list(CUDNN), used_mib=catalogue.used_bytes(db, user) // MIB,
         quota_mib=catalogue.quota_bytes(db, p.settings, user) // MIB,
     )  # fmt: skip
+
+
+def _build_logs(images: list[dict], user: User) -> list[dict]:
+    """My builds whose log the page follows: those running (live) and those that failed (the kept log)."""
+    mine = [i for i in images if i["owner"] == user.username and i["state"] in ("building", "failed")]
+    return mine[:BUILD_LOGS]
 
 
 @router.get("/images")

@@ -30,6 +30,7 @@ class JobForm(BaseModel):
     replicas: str = Field("1", max_length=8)
     procs_per_replica: str = Field("1", max_length=8)
     env: str = Field("", max_length=16384, description="KEY=VALUE lines")
+    image: str = Field("", max_length=512, description="the platform's default image when empty")
 
 
 FIELDS = set(JobForm.model_fields)
@@ -55,6 +56,7 @@ def form_of(spec: dict) -> JobForm:
         replicas=text(spec.get("replicas", 1)),
         procs_per_replica=text(spec.get("procs_per_replica", 1)),
         env="\n".join(f"{k}={v}" for k, v in spec.get("env", {}).items()),
+        image=spec.get("image") or "",
     )
 
 
@@ -77,7 +79,8 @@ def body_of(kind: str, form: JobForm, choices: list[QueueChoice]) -> tuple[dict,
     if form.gpu_model:
         resources["gpu_model"] = form.gpu_model
     body: dict = {"name": form.name, "kind": kind, "priority": form.priority, "resources": resources}
-    for key, value in (("command", form.command.strip()), ("queue", form.queue), ("account", account)):
+    pairs = (("command", form.command.strip()), ("queue", form.queue), ("account", account), ("image", form.image))
+    for key, value in pairs:
         if value:
             body[key] = value
     if form.max_runtime_s.strip():

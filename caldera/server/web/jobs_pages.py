@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from caldera.core.spec import SpecError, parse_spec
-from caldera.core.states import JobState
+from caldera.core.states import TERMINAL, JobState
 from caldera.db.models import User
-from caldera.server import api_jobs, api_templates, jobs, tenancy
+from caldera.images import catalogue
+from caldera.server import api_images, api_jobs, api_templates, jobs, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
 from caldera.server.platform import Platform
@@ -52,6 +53,9 @@ def form_page(
     if kind not in job_forms.KINDS:
         raise PageNotFound()
     choices = overview.queue_choices(p, overview.my_queues(db, user))
+    images = [catalogue.reference(p.settings, i) for i in catalogue.usable(db, user) if i.state == "ready"]
+    if form.image and form.image not in images:
+        images.append(form.image)  # a clone's or a template's image, e.g. one of the host's: the API judges it
     return page(
         request,
         "new_job.html",
@@ -65,6 +69,7 @@ def form_page(
         models=sorted({m for c in choices for m in c.models}),
         max_gpu=max((c.max_gpu for c in choices), default=0),
         priorities=job_forms.PRIORITIES,
+        images=images,
         yaml_text=yaml_text,
     )
 
@@ -85,13 +90,15 @@ def new_job(
     kind: str,
     clone: str = "",
     template: int | None = None,
+    image: str = Query("", max_length=512),
     user=Depends(page_user),
     p=Depends(platform),
     db=Depends(db_session),
 ):
     """An empty form; with ?clone=<job id> one filled from a job the user may see, with ?template=<id> from a
-    template of theirs or shared with one of their accounts (the template's kind wins)."""
-    form = job_forms.JobForm(queue=_default_queue(db, user))
+    template of theirs or shared with one of their accounts (the template's kind wins), with ?image=<reference>
+    one that runs in that image (the images page's "start a session")."""
+    form = job_forms.JobForm(queue=_default_queue(db, user), image=image)
     if clone:
         form = job_forms.form_of(_visible(db, user, clone).spec)
     elif template is not None:
@@ -193,11 +200,42 @@ def _status(db: Session, user: User, job) -> dict:
     }
 
 
-@router.get("/jobs/{job_id}")
-def job_page(request: Request, job_id: str, user: User = Depends(page_user), db: Session = Depends(db_session)):
-    job = _visible(db, user, job_id)
+def _job_page(request: Request, p: Platform, db: Session, user: User, job, errors=(), status: int = 200):
     ranks = job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1)
-    return page(request, "job.html", user=user, ranks=ranks, **_status(db, user, job))
+    ended = " ".join(sorted(s.value for s in TERMINAL))  # where the page's log follower stops
+    return page(
+        request, "job.html", status=status, user=user, ranks=ranks, ended_states=ended, errors=list(errors),
+        snapshots=p.settings.runtime == "container", **_status(db, user, job),
+    )  # fmt: skip
+
+
+@router.get("/jobs/{job_id}")
+def job_page(request: Request, job_id: str, user=Depends(page_user), p=Depends(platform), db=Depends(db_session)):
+    return _job_page(request, p, db, user, _visible(db, user, job_id))
+
+
+@router.post("/jobs/{job_id}/snapshot")
+def save_as_image(
+    request: Request,
+    job_id: str,
+    name: str = Form("session", max_length=64),
+    tag: str = Form("", max_length=64),
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """A running Jupyter session of mine saved as an image, by the API's snapshot route and its rules; the images
+    page then follows its log. A refusal comes back on the job's page."""
+    job = _visible(db, user, job_id)
+
+    def save() -> dict:
+        body = api_images.SnapshotForm(job_id=job.id, name=name, tag=tag.strip() or None)
+        return api_images.save_session(body=body, user=user, p=p, q=request.app.state.builds, db=db)
+
+    saved, errors = api_call.call(db, save)
+    if saved:
+        return RedirectResponse(f"/images#build-{saved['id']}", 303)
+    return _job_page(request, p, db, user, _visible(db, user, job_id), errors, status=400)
 
 
 @router.get("/jobs/{job_id}/partials/status")
