@@ -12,6 +12,7 @@ import pytest
 from caldera.db.models import User
 from caldera.images import catalogue
 from caldera.images.builds import BuildFailed, log_path
+from tests.test_job_stream import parse_sse
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
@@ -98,3 +99,35 @@ def test_a_build_waiting_in_the_queue_is_followed_from_its_start(api, admin):
     t0 = time.monotonic()
     text = api.client.get(f"/api/v1/images/{waiting}/log?follow=true", headers=ana).text
     assert time.monotonic() - t0 >= 0.9 and text.startswith("second ran\n") and "build failed: second" in text, text
+
+
+def test_a_build_streams_as_server_sent_events_like_a_job(api, admin):
+    """The images page's follower: the build's state, its log as it is written, then the end with the result."""
+    ana = api.user(admin, "ana")
+    bob = api.user(admin, "bob")
+    p = api.client.app.state.platform
+    go_on = threading.Event()
+
+    def work(image_id: str) -> None:
+        with log_path(p, image_id).open("a") as log:
+            log.write("step 1\n")
+            log.flush()
+            assert go_on.wait(30)
+            log.write("step 2\n")
+        raise BuildFailed("step 3 broke")
+
+    image_id = _queued_build(api, work)
+    lines = []
+    with api.client.stream("GET", f"/api/v1/images/{image_id}/stream", headers=ana) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            lines.append(line)
+            if "step 1" in line:
+                go_on.set()
+    events = parse_sse(lines)
+    assert events[0]["event"] == "state" and events[0]["data"]["state"] == "building"
+    log = "".join(e["data"] for e in events if e["event"] == "log")
+    assert log.startswith("step 1\nstep 2\n") and log.rstrip().endswith("build failed: step 3 broke"), log
+    assert events[-1]["event"] == "end" and events[-1]["data"] == {"state": "failed", "message": "step 3 broke"}
+    r = api.client.get(f"/api/v1/images/{image_id}/stream", headers=bob)
+    assert r.status_code == 404 and "step" not in r.text

@@ -89,7 +89,7 @@ def test_a_saved_session_keeps_what_the_user_installed(api, admin, settings, tmp
     r = post_form(portal, f"/jobs/{jid}/snapshot", {"name": "lab", "tag": "2"})
     assert r.status_code == 303 and r.headers["location"].startswith("/images#build-"), r.text
     iid = r.headers["location"].split("#build-")[1]
-    assert f'data-log="/api/v1/images/{iid}/log"' in portal.get("/images").text
+    assert f'data-stream="/api/v1/images/{iid}/stream"' in portal.get("/images").text
     snap = _snapshot(api, ana, None, iid)
     assert snap["state"] == "ready" and snap["source"] == "snapshot", snap
     assert snap["reference"] == f"{registry.host(settings)}/user/ana/lab:2"

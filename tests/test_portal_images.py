@@ -90,8 +90,8 @@ def test_my_running_and_failed_builds_have_their_logs_on_the_page_and_no_one_els
         db.commit()
     page = browser_for(api.client, "ana", "password-123").get("/images").text
     for state in ("building", "failed"):
-        assert f'data-log="/api/v1/images/{ids[state]}/log"' in page, state
-    assert f'data-log="/api/v1/images/{ids["ready"]}/log"' not in page
+        assert f'data-stream="/api/v1/images/{ids[state]}/stream"' in page, state
+    assert f'data-stream="/api/v1/images/{ids["ready"]}/stream"' not in page
     assert f'href="/api/v1/images/{ids["ready"]}/log"' in page and 'src="/static/log_follow.js"' in page
     assert f'<details class="build" id="build-{ids["building"]}" open>' in page
     bob_page = browser_for(api.client, "bob", "password-123").get("/images").text

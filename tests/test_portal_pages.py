@@ -66,7 +66,7 @@ def test_job_page_says_why_it_waits_and_has_a_log_per_rank(api, admin, me):
     assert why[0]["code"] in pending and why[0]["message"] in pending
     ranks = re.search(r'<select id="rank">(.*?)</select>', html, re.S).group(1)
     assert re.findall(r'<option value="(\d+)"', ranks) == ["0", "1", "2", "3"]
-    assert 'hx-trigger="job-state from:body, every 5s"' in html  # waiting: refreshed on each state event
+    assert 'hx-trigger="log-state from:body, every 5s"' in html  # waiting: refreshed on each state event
 
 
 def test_home_shows_my_jobs_queues_and_free_gpus(api, admin, me):
@@ -143,7 +143,7 @@ def test_another_users_job_is_not_there(api, admin, me):
     assert alice.get(f"/new/batch?clone={jid}").status_code == 404
     assert jid not in alice.get("/").text
     page = me.get(f"/jobs/{jid}").text  # its owner sees it, its events and a cancel button
-    assert "Submitted" in page and 'id="cancel"' in page and f'data-log="/api/v1/jobs/{jid}/logs"' in page
+    assert "Submitted" in page and 'id="cancel"' in page and f'data-stream="/api/v1/jobs/{jid}/stream"' in page
     assert post_form(me, f"/jobs/{jid}/cancel", {}).status_code == 303
     assert api.client.get(f"/api/v1/jobs/{jid}", headers=admin).json()["state"] == "Cancelled"
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from collections.abc import Iterator
+
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
@@ -18,6 +20,7 @@ from caldera.runtime.local.log_follow import follow_file
 from caldera.server import audit, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import CalderaError, Forbidden, Invalid, InvalidFields, NotFound
+from caldera.server.log_stream import Progress, live_events, parse_resume, sse_response
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/images", tags=["images"])
@@ -156,6 +159,15 @@ def describe(
     return catalogue.view(p.settings, img, _owners(db).get(img.owner_id))
 
 
+def _own_build(db: Session, user: User, image_id: str) -> Image:
+    """The image whose build log ``user`` may read: the owner's and, for admins, everyone's. For anyone else it does
+    not exist (a public image's log may name the owner's paths and packages)."""
+    img = catalogue.visible(db, user, image_id)
+    if img.owner_id != user.id and user.role != Role.ADMIN.value:
+        raise NotFound(f"no image {image_id[:40]!r}")
+    return img
+
+
 @router.get("/{image_id}/log")
 def build_log(
     image_id: str,
@@ -166,12 +178,8 @@ def build_log(
     db: Session = Depends(db_session),
 ) -> StreamingResponse:
     """Plain bytes of a build's log from ``offset``; with follow, open until the build ends, read as a job's log is.
-    Only the image's owner and admins read it: for anyone else it does not exist (a public image's log may name
-    the owner's paths and packages)."""
-    img = catalogue.visible(db, user, image_id)
-    if img.owner_id != user.id and user.role != Role.ADMIN.value:
-        raise NotFound(f"no image {image_id[:40]!r}")
-    image_id = img.id
+    Only the image's owner and admins read it."""
+    image_id = _own_build(db, user, image_id).id
 
     def ended() -> bool:
         with p.session() as s:
@@ -181,6 +189,32 @@ def build_log(
     return StreamingResponse(
         follow_file(log_path(p, image_id), offset, follow, ended), media_type="text/plain; charset=utf-8"
     )
+
+
+@router.get("/{image_id}/stream")
+def build_stream(
+    image_id: str,
+    last_event_id: str | None = Header(None, max_length=64),
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> StreamingResponse:
+    """Server-sent events of a build: its state as it changes and its log as it grows, until it has ended (see
+    ``caldera.server.log_stream``); readable by whoever reads its log."""
+    image_id = _own_build(db, user, image_id).id
+    path = log_path(p, image_id)
+
+    def read() -> Progress | None:
+        with p.session() as s:
+            row = s.get(Image, image_id)
+            if row is None:
+                return None
+            return Progress({"state": row.state, "message": row.message}, row.state != "building")
+
+    def read_log(now: Progress, offset: int) -> Iterator[bytes]:
+        return follow_file(path, offset, follow=False, ended=lambda: True)
+
+    return sse_response(live_events(read, read_log, parse_resume(last_event_id)))
 
 
 @router.delete("/{image_id}", status_code=204)

@@ -17,7 +17,7 @@ from caldera.runtime.base import Handle
 from caldera.server import jobs
 from caldera.server.deps import current_user, db_session, platform
 from caldera.server.errors import Invalid
-from caldera.server.job_stream import live_events, parse_resume
+from caldera.server.log_stream import Progress, live_events, parse_resume, sse_response
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -140,11 +140,20 @@ def stream(
     db: Session = Depends(db_session),
 ) -> StreamingResponse:
     """Server-sent events: the job's state as it changes and one rank's log as it grows, until the job has ended
-    (see ``caldera.server.job_stream``). A reconnect with ``Last-Event-ID`` resumes the log where it stopped."""
+    (see ``caldera.server.log_stream``). A reconnect with ``Last-Event-ID`` resumes the log where it stopped."""
     job = jobs.visible(db, user, job_id)
     _check_rank(job, rank)
-    return StreamingResponse(
-        live_events(p, job.id, rank, parse_resume(last_event_id)),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    job_id = job.id
+
+    def read() -> Progress | None:
+        with p.session() as s:
+            j = s.get(Job, job_id)
+            if j is None:
+                return None
+            fields = {"state": j.state, "attempt": j.attempt, "exit_code": j.exit_code, "message": j.message}
+            return Progress(fields, JobState(j.state).terminal, j.attempt, bool(j.handle), j.handle)
+
+    def read_log(now: Progress, offset: int) -> Iterator[bytes]:
+        return p.runtime.logs(Handle(job_id, now.attempt, now.source), rank=rank, offset=offset)
+
+    return sse_response(live_events(read, read_log, parse_resume(last_event_id)))

@@ -9,7 +9,7 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from caldera.core.spec import SpecError, parse_spec
-from caldera.core.states import TERMINAL, JobState
+from caldera.core.states import JobState
 from caldera.db.models import User
 from caldera.images import catalogue
 from caldera.server import api_images, api_jobs, api_templates, jobs, tenancy
@@ -202,9 +202,8 @@ def _status(db: Session, user: User, job) -> dict:
 
 def _job_page(request: Request, p: Platform, db: Session, user: User, job, errors=(), status: int = 200):
     ranks = job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1)
-    ended = " ".join(sorted(s.value for s in TERMINAL))  # where the page's log follower stops
     return page(
-        request, "job.html", status=status, user=user, ranks=ranks, ended_states=ended, errors=list(errors),
+        request, "job.html", status=status, user=user, ranks=ranks, errors=list(errors),
         snapshots=p.settings.runtime == "container", **_status(db, user, job),
     )  # fmt: skip
 

@@ -1,81 +1,59 @@
-// Follow a log without reloading: a job's (per rank) or an image build's. Every <pre class="log" data-log=URL>
-// reads new bytes from the API's log endpoint (the session cookie authenticates it) from the offset reached so
-// far, every 200 ms while output flows and once a second when idle, until its state URL (data-state) reads one of
-// the states in data-ended and nothing is left. Optional: data-rank (id of a rank <select>), data-download (id of a
-// download link), data-status (ids of elements that show data-waiting while the log endpoint answers 409, not
-// started yet, and with data-show-state the state as it changes and the final one with its message).
+// Follow a log without reloading: a job's (per rank) or an image build's. Every <pre class="log" data-stream=URL>
+// opens that server-sent event stream (the session cookie authenticates it), which brings the subject's state
+// whenever it changes and its log as it grows; EventSource reconnects by itself and the server resumes from the
+// last event id, and an "end" event closes it once the log is complete. Optional: data-rank (id of a rank
+// <select>), data-download (id of a download link, pointed at data-log), data-status (ids of elements that show
+// data-waiting until there is a log and, with data-show-state, the state as it changes and the final message).
+// Each state change is also a "log-state" event on <body>, for htmx blocks that refresh on it.
 "use strict";
 (function () {
   function follow(log) {
-    const ended = new Set(log.dataset.ended.split(" "));
     const statusEls = (log.dataset.status || "").split(" ").map((id) => document.getElementById(id)).filter(Boolean);
     const rankSelect = log.dataset.rank && document.getElementById(log.dataset.rank);
     const download = log.dataset.download && document.getElementById(log.dataset.download);
-    let offset = 0, decoder = new TextDecoder(), generation = 0, timer = null;
+    let source = null;
 
-    function logUrl(withOffset) {
-      const url = new URL(log.dataset.log, location.href);
-      if (rankSelect) url.searchParams.set("rank", rankSelect.value);
-      if (withOffset) url.searchParams.set("offset", String(offset));
-      return url.pathname + url.search;
+    function url(base) {
+      const u = new URL(base, location.href);
+      if (rankSelect) u.searchParams.set("rank", rankSelect.value);
+      return u.pathname + u.search;
     }
 
-    async function state() {
-      const r = await fetch(log.dataset.state, { credentials: "same-origin" });
-      return r.ok ? await r.json() : {};
-    }
-
-    function show(text) {
+    function show(now, ended) {
+      let text = "";
+      if (!now.started) text = log.dataset.waiting || "";
+      else if ("showState" in log.dataset) text = now.state + (ended && now.message ? ": " + now.message : "");
       for (const el of statusEls) el.textContent = text;
+      document.body.dispatchEvent(new CustomEvent("log-state"));
     }
 
-    async function tick(gen) {
-      if (gen !== generation) return;
-      let got = 0;
-      const now = await state();  // read the state first: a log read after it has ended is complete
-      const done = ended.has(now.state);
-      try {
-        const r = await fetch(logUrl(true), { credentials: "same-origin" });
-        if (gen !== generation) return;
-        if (r.status === 409) {
-          show(log.dataset.waiting || "");
-        } else if (r.ok) {
-          const buf = await r.arrayBuffer();
-          got = buf.byteLength;
-          if (got) {
-            const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
-            offset += got;
-            log.textContent += decoder.decode(buf, { stream: true });
-            if (atBottom) log.scrollTop = log.scrollHeight;
-          }
-          const final = done && now.message ? ": " + now.message : "";
-          show("showState" in log.dataset && now.state ? now.state + final : "");
-        }
-      } catch (e) {
-        // a network hiccup: try again on the next tick
-      }
-      if (done && got === 0) {
-        log.dataset.done = "true";
-        log.dataset.finalState = now.state;
-        return;
-      }
-      timer = setTimeout(() => tick(gen), got ? 200 : 1000);
+    function append(text) {
+      const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+      log.textContent += text;
+      if (atBottom) log.scrollTop = log.scrollHeight;
     }
 
     function start() {
-      generation += 1;
-      clearTimeout(timer);
-      offset = 0;
-      decoder = new TextDecoder();
+      if (source) source.close();
       log.textContent = "";
       delete log.dataset.done;
-      if (download) download.href = logUrl(false);
-      tick(generation);
+      if (download && log.dataset.log) download.href = url(log.dataset.log);
+      source = new EventSource(url(log.dataset.stream));
+      source.addEventListener("log", (e) => append(JSON.parse(e.data)));
+      source.addEventListener("attempt", () => { log.textContent = ""; });
+      source.addEventListener("state", (e) => show(JSON.parse(e.data), false));
+      source.addEventListener("end", (e) => {
+        source.close();
+        const now = JSON.parse(e.data);
+        show({ ...now, started: true }, true);
+        log.dataset.finalState = now.state;
+        log.dataset.done = "true";
+      });
     }
 
     if (rankSelect) rankSelect.addEventListener("change", start);
     start();
   }
 
-  document.querySelectorAll("pre.log[data-log]").forEach(follow);
+  document.querySelectorAll("pre.log[data-stream]").forEach(follow);
 })();
