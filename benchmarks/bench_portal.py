@@ -49,6 +49,7 @@ def _server(tmp: Path) -> ServerProcess:
         "CALDERA_SCHEDULE_INTERVAL_S": "1",
         "CALDERA_RUN_JOBS_AS": "owner" if os.geteuid() == 0 else "server",
         "CALDERA_DATABASE_URL": f"sqlite:///{tmp / 'caldera.db'}",
+        "CALDERA_NODE_NAME": "node-0",
     }
     return ServerProcess(traversable(tmp) / "data", free_port(), env).start()
 
@@ -75,12 +76,16 @@ def main() -> None:
         try:
             with httpx.Client(base_url=srv.url, timeout=60) as api:
                 pair = api.post("/api/v1/auth/login", json={"username": "admin", "password": "admin-password"})
-                api.headers["Authorization"] = f"Bearer {pair.json()['access_token']}"
-                api.put("/api/v1/queues/default", json={"account": "default", "quotas": {"gpu": {"capability": 0}}})
+                auth = {"Authorization": f"Bearer {pair.json()['access_token']}"}
+                api.headers.update(auth)
+                # a cordoned node: every job is accepted and waits, and each cycle explains why
+                r = api.post("/api/v1/admin/nodes/node-0/cordon", json={"reason": "benchmark: jobs wait"})
+                assert r.status_code == 200, r.text
                 t0 = time.perf_counter()
                 for i in range(args.jobs):
                     job = {"name": f"j{i}", "command": "true", "resources": {"gpu": 1}}
-                    assert api.post("/api/v1/jobs", json=job).status_code == 201
+                    r = api.post("/api/v1/jobs", json=job)
+                    assert r.status_code == 201, r.text
                 print(f"submitted {args.jobs} jobs in {time.perf_counter() - t0:.1f} s")
                 time.sleep(3)  # a few cycles: every job has its pending reasons
 
@@ -105,6 +110,10 @@ def main() -> None:
                     ms = [n[key] - n["startTime"] for n in nav]
                     print(f"home in chromium, {key}: median {statistics.median(ms):.0f} ms, max {max(ms):.0f} ms")
 
+                # the log-follow job must run: lift the cordon, and cancel the waiting jobs ahead of it
+                httpx.post(f"{srv.url}/api/v1/admin/nodes/node-0/uncordon", headers=auth).raise_for_status()
+                for j in httpx.get(f"{srv.url}/api/v1/jobs?limit=5000", headers=auth, timeout=60).json():
+                    httpx.post(f"{srv.url}/api/v1/jobs/{j['id']}/cancel", headers=auth, timeout=60)
                 page.goto(srv.url + "/new/batch")
                 page.fill("input[name=name]", "ticker")
                 page.fill("input[name=command]", TICKER)
