@@ -15,7 +15,7 @@ import pytest
 from caldera.runtime.container.settings import ContainerSettings
 from tests.conftest import ServerProcess, free_port, kill_job_processes, server_env, traversable
 from tests.test_browser import browser  # noqa: F401 - the chromium fixture
-from tests.test_portal_browser import _login, _shot
+from tests.test_portal_browser import _shot, signed_in_page
 from tests.test_server_process import token
 
 pytestmark = [
@@ -43,11 +43,7 @@ def test_build_an_image_and_follow_its_log_in_the_browser(images_server, browser
     admin = token(server)
     r = httpx.post(server.url + "/api/v1/users", json={"username": "alice", "password": "password-123"}, headers=admin)
     assert r.status_code == 201, r.text
-    page = browser.new_context(locale="en-US").new_page()
-    violations = []
-    page.on("console", lambda m: "Content Security Policy" in m.text and violations.append(m.text))
-    _login(page, server, "alice", "password-123")
-    page.wait_for_selector("text=Jobs of alice")
+    page, violations = signed_in_page(browser, server, "alice", "password-123")
     page.goto(server.url + "/images")
 
     page.fill("#build-image input[name=name]", "live-env")

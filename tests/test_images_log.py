@@ -30,11 +30,8 @@ def _queued_build(api, work, visibility="public") -> str:
     return image_id
 
 
-def test_a_followed_build_log_streams_while_it_runs_and_ends_with_the_build(api, admin):
-    ana = api.user(admin, "ana")
-    bob = api.user(admin, "bob")
-    p = api.client.app.state.platform
-    go_on = threading.Event()
+def _two_step_build(p, go_on: threading.Event):
+    """A build that logs step 1, waits for ``go_on``, logs step 2 and fails."""
 
     def work(image_id: str) -> None:
         with log_path(p, image_id).open("a") as log:
@@ -44,7 +41,15 @@ def test_a_followed_build_log_streams_while_it_runs_and_ends_with_the_build(api,
             log.write("step 2\n")
         raise BuildFailed("step 3 broke")
 
-    image_id = _queued_build(api, work)
+    return work
+
+
+def test_a_followed_build_log_streams_while_it_runs_and_ends_with_the_build(api, admin):
+    ana = api.user(admin, "ana")
+    bob = api.user(admin, "bob")
+    p = api.client.app.state.platform
+    go_on = threading.Event()
+    image_id = _queued_build(api, _two_step_build(p, go_on))
     got: list[tuple[float, bytes]] = []
     url = f"/api/v1/images/{image_id}/log?follow=true"
     with api.client.stream("GET", url, headers=ana) as r:
@@ -107,16 +112,7 @@ def test_a_build_streams_as_server_sent_events_like_a_job(api, admin):
     bob = api.user(admin, "bob")
     p = api.client.app.state.platform
     go_on = threading.Event()
-
-    def work(image_id: str) -> None:
-        with log_path(p, image_id).open("a") as log:
-            log.write("step 1\n")
-            log.flush()
-            assert go_on.wait(30)
-            log.write("step 2\n")
-        raise BuildFailed("step 3 broke")
-
-    image_id = _queued_build(api, work)
+    image_id = _queued_build(api, _two_step_build(p, go_on))
     lines = []
     with api.client.stream("GET", f"/api/v1/images/{image_id}/stream", headers=ana) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")

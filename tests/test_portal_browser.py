@@ -24,6 +24,16 @@ def _login(page, server, username, password):
     page.click("button[type=submit]")
 
 
+def signed_in_page(chromium, server, username, password):
+    """A page of a new browser context, logged in as ``username``, and the list its CSP violations go to."""
+    page = chromium.new_context(locale="en-US").new_page()
+    violations: list[str] = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and violations.append(m.text))
+    _login(page, server, username, password)
+    page.wait_for_selector(f"text=Jobs of {username}")
+    return page, violations
+
+
 def _shot(page, name):
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
@@ -35,13 +45,7 @@ def test_student_and_admin_in_the_browser(server, browser):  # noqa: F811
     r = httpx.post(server.url + "/api/v1/users", json={"username": "alice", "password": "password-123"}, headers=admin)
     assert r.status_code == 201, r.text
     theirs = httpx.post(server.url + "/api/v1/jobs", json={"name": "admins", "command": "true"}, headers=admin)
-    context = browser.new_context(locale="en-US")
-    page = context.new_page()
-    violations = []
-    page.on("console", lambda m: "Content Security Policy" in m.text and violations.append(m.text))
-
-    _login(page, server, "alice", "password-123")
-    page.wait_for_selector("text=Jobs of alice")
+    page, violations = signed_in_page(browser, server, "alice", "password-123")
     _shot(page, "home")
 
     page.click("text=Batch job")
@@ -107,7 +111,7 @@ def test_student_and_admin_in_the_browser(server, browser):  # noqa: F811
         page.goto(server.url + path)
         _shot(page, name)
     assert not violations, violations
-    context.close()
+    page.context.close()
 
 
 def test_yaml_templates_queue_and_admin_pages_in_the_browser(server, browser):  # noqa: F811
@@ -116,12 +120,7 @@ def test_yaml_templates_queue_and_admin_pages_in_the_browser(server, browser):  
     admin = token(server)
     r = httpx.put(server.url + "/api/v1/queues/default", json={"account": "default", "weight": 2}, headers=admin)
     assert r.status_code == 200, r.text
-    context = browser.new_context(locale="en-US")
-    page = context.new_page()
-    violations = []
-    page.on("console", lambda m: "Content Security Policy" in m.text and violations.append(m.text))
-    _login(page, server, "admin", "admin-password")
-    page.wait_for_selector("text=Jobs of admin")
+    page, violations = signed_in_page(browser, server, "admin", "admin-password")
 
     page.goto(server.url + "/new/batch")
     page.fill("input[name=name]", "sweep")
@@ -149,4 +148,4 @@ def test_yaml_templates_queue_and_admin_pages_in_the_browser(server, browser):  
         _shot(page, name)
     assert "put-queue" in page.inner_text("#audit")
     assert not violations, violations
-    context.close()
+    page.context.close()

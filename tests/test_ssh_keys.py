@@ -267,13 +267,9 @@ def test_cli_add_list_remove(server, tmp_path, monkeypatch, keys):
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_the_key_form_in_the_browser(server, browser, keys):  # noqa: F811
     """Paste a private key by mistake (the reason shows next to the field), then the .pub; delete it again."""
-    from tests.test_portal_browser import _login, _shot
+    from tests.test_portal_browser import _shot, signed_in_page
 
-    page = browser.new_context(locale="en-US").new_page()
-    violations = []
-    page.on("console", lambda m: "Content Security Policy" in m.text and violations.append(m.text))
-    _login(page, server, "admin", "admin-password")
-    page.wait_for_selector("text=Jobs of admin")
+    page, violations = signed_in_page(browser, server, "admin", "admin-password")
     page.goto(server.url + "/tokens#ssh-keys")
     page.fill("#add-ssh-key textarea[name=public_key]", keys["ed25519"].private)
     page.click("#add-ssh-key button[type=submit]")
