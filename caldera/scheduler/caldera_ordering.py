@@ -78,7 +78,10 @@ class Ordering(Reservations):
                 maj = np.where(starving, self._starving_key(t_of[gi], levels, nr, r_ns[gi], r_st[gi]), maj)
             else:
                 starving = None
-        oia = sort_order(queued, qs, maj)
+        if self.pol.within_level == "attained" and n and levels > 1:
+            oia = self._attained_order(queued, qs, maj, nr)
+        else:
+            oia = sort_order(queued, qs, maj)
         self.oia = oia
         if starving is not None:
             self.must_see = starving[oia]  # starving jobs are looked at until the reservations run out
@@ -122,6 +125,14 @@ class Ordering(Reservations):
             return tier * levels * nr + r_ns
         return tier * levels * nr + r_st
 
+    @staticmethod
+    def _attained_order(queued: list[SchedJob], qs: np.ndarray, maj: np.ndarray, nr: int) -> np.ndarray:
+        """By tier and level, then least attained service (of batch jobs; 0 for the others), then fair share
+        (``maj`` is ``(tier, level) * nr + fair-share rank``), then first queued, then id."""
+        att = np.fromiter((j.attained_gpu_s if j.las and not j.interactive else 0.0 for j in queued), np.float64)
+        ids = np.array([j.id for j in queued])
+        return np.lexsort((ids, qs, maj % nr, att, maj // nr)).astype(np.intp)
+
     def _las_levels(self, queued: list[SchedJob]) -> np.ndarray:
         """Attained-service level of each queued job; 0 for jobs that take no part (interactive, opted out)."""
         th = np.asarray(self.pol.las_thresholds_gpu_s, dtype=np.float64)
@@ -135,10 +146,6 @@ class Ordering(Reservations):
         cap = self.pol.max_preemptions_per_cycle
         if self.las_on and (self.gave_up or (cap is not None and len(self.preemptions) >= cap)):
             return None  # preemption search stopped early: the next cycle may go on where this one stopped
-        if self.las_on and self.las_avail > 0 and any(j.las and not j.interactive for j in self.snap.queued):
-            # Fair share moves as usage decays, and with it who preempts whom among the levels: not predicted yet
-            # (_las_wake alone missed cases on Philly), so ask again soon.
-            return None
         w = self._timed_wake()
         return None if w is None else min(w, self._las_wake())
 
@@ -150,7 +157,7 @@ class Ordering(Reservations):
         th = self.pol.las_thresholds_gpu_s or ()
         min_run = self.pol.las_min_run_s
         t = math.inf
-        for job in self.snap.running:
+        for job in (*self.snap.running, *self.started_jobs):
             g = job.request.gpu * job.replicas
             if not g or job.terminating or not job.las or job.interactive:
                 continue

@@ -109,6 +109,7 @@ class CalderaPolicy:
         las_across_queues: str = "guarantee",
         aging_threshold_s: float | None = 1800.0,
         aging_factor: float = 2.0,
+        within_level: str = "fair_share",
     ) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
@@ -127,6 +128,9 @@ class CalderaPolicy:
         self.las_across_queues = las_across_queues
         self.aging_threshold_s = aging_threshold_s
         self.aging_factor = float(aging_factor)
+        if within_level not in ("fair_share", "attained"):
+            raise ValueError("within_level must be 'fair_share' or 'attained'")
+        self.within_level = within_level
 
     def __call__(self, snapshot: Snapshot) -> Decisions:
         if self.aging_threshold_s is None:
