@@ -130,8 +130,26 @@ class Ordering(Reservations):
         """By tier and level, then least attained service (of batch jobs; 0 for the others), then fair share
         (``maj`` is ``(tier, level) * nr + fair-share rank``), then first queued, then id."""
         att = np.fromiter((j.attained_gpu_s if j.las and not j.interactive else 0.0 for j in queued), np.float64)
-        ids = np.array([j.id for j in queued])
-        return np.lexsort((ids, qs, maj % nr, att, maj // nr)).astype(np.intp)
+        if not att.any():
+            return sort_order(queued, qs, maj)
+        keys = (qs, maj % nr, att, maj // nr)
+        idx = np.lexsort(keys).astype(np.intp)
+        same = np.ones(len(idx) - 1, dtype=bool)
+        for key in keys:
+            sk = key[idx]
+            same &= sk[1:] == sk[:-1]
+        ties = np.flatnonzero(same).tolist()  # rare exact ties: by id, as sort_order does
+        k = 0
+        while k < len(ties):
+            a = b = ties[k]
+            while k + 1 < len(ties) and ties[k + 1] == b + 1:
+                k += 1
+                b = ties[k]
+            run = idx[a : b + 2].tolist()
+            run.sort(key=lambda j: queued[j].id)
+            idx[a : b + 2] = run
+            k += 1
+        return idx
 
     def _las_levels(self, queued: list[SchedJob]) -> np.ndarray:
         """Attained-service level of each queued job; 0 for jobs that take no part (interactive, opted out)."""

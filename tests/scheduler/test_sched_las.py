@@ -114,10 +114,26 @@ def test_no_wake_before_the_next_level_while_fair_share_moves():
     assert d.wake_at == NOW + 32000  # a reaches 36,000 GPU-s; then b preempts it
 
 
-def test_within_a_level_by_attained_service_when_asked():
-    """``within_level="attained"``: among jobs of one level, the one with less service first (service is spread
-    over more jobs, as least-attained-service means); by default fair share decides, then first queued."""
-    queued = [job("more", attained_gpu_s=3000, queued_since=NOW - 500), job("less", queued_since=NOW - 5)]
-    assert [s.job_id for s in policy()(snapshot(nodes(1, 1), queued)).starts] == ["more"]
-    d = policy(within_level="attained")(snapshot(nodes(1, 1), queued))
-    assert [s.job_id for s in d.starts] == ["less"]
+def test_within_a_level_less_attained_service_first():
+    """Among jobs of one level the one with less service goes first (by default; ``within_level="fair_share"``:
+    fair share, then first queued), even against a user with less recent usage."""
+    queued = [
+        job("more", user="light", attained_gpu_s=3000, queued_since=NOW - 500),
+        job("less", user="heavy", queued_since=NOW - 5),
+    ]
+    snap = snapshot(nodes(1, 1), queued)
+    snap.user_usage = {"heavy": 50_000.0, "light": 0.0}
+    assert [s.job_id for s in policy()(snap).starts] == ["less"]
+    assert [s.job_id for s in policy(within_level="fair_share")(snap).starts] == ["more"]
+
+
+def test_among_victims_of_one_level_the_largest_first_so_fewer_restart():
+    """A 2-GPU job needs room held by three batch jobs of the same level: one 2-GPU victim pays one restart where
+    the two youngest 1-GPU ones would pay two."""
+    run = [
+        running("pair", {"n0": [0, 1]}, attained_gpu_s=LONG, started_at=NOW - 7200),
+        running("one", {"n0": [2]}, attained_gpu_s=LONG, started_at=NOW - 100),
+        running("two", {"n0": [3]}, attained_gpu_s=LONG, started_at=NOW - 50),
+    ]
+    got, _ = preempted(snapshot(nodes(1, 4), [job("new", 2)], run))
+    assert got == [("pair", "new", "LeastAttainedService")]
