@@ -24,7 +24,8 @@ Admission, per job in that order (:mod:`caldera_admission`, :mod:`caldera_preemp
    jobs with ``preempted_by`` == its id, or terminating with no ``preempted_by``) are counted first, then victims are
    added one at a time, lowest priority class first, youngest (latest ``started_at``) first, until the gang fits:
 
-   * best-effort jobs, for anyone (``Preempt.reason`` ``BestEffort``);
+   * best-effort batch jobs, for anyone (``Preempt.reason`` ``BestEffort``; an interactive job, whatever its
+     class, only ever to reclaim a guarantee);
    * reclaim: when the job's queue would still be within its GPU guarantee, jobs of other queues that are above
      their deserved share, as long as that queue stays at or above its own guarantee (``Reclaim``);
    * with ``priority_preemption`` (default on): lower priority classes of the same queue (``Priority``).
