@@ -63,7 +63,12 @@ class Ordering(Reservations):
         r_ns = np.array([rdense[k] for k in rest_ns], dtype=np.int64)
         r_st = np.array([rdense[k] for k in rest_st], dtype=np.int64)
         levels = len(self.pol.las_thresholds_gpu_s or ()) + 1
-        lev = self._las_levels(queued) if levels > 1 and n else np.zeros(n, dtype=np.int64)
+        att = _batch_attained(queued) if levels > 1 and n else None
+        if att is None:
+            lev = np.zeros(n, dtype=np.int64)
+        else:
+            th = np.asarray(self.pol.las_thresholds_gpu_s, dtype=np.float64)
+            lev = np.searchsorted(th, att, side="right").astype(np.int64)
         nr = len(rdense)
         qs = queued_since(queued)
         maj = (t_of[gi] * levels + lev) * nr + r_ns[gi] if n else np.zeros(0, dtype=np.int64)
@@ -78,8 +83,8 @@ class Ordering(Reservations):
                 maj = np.where(starving, self._starving_key(t_of[gi], levels, nr, r_ns[gi], r_st[gi]), maj)
             else:
                 starving = None
-        if self.pol.within_level == "attained" and n and levels > 1:
-            oia = self._attained_order(queued, qs, maj, nr)
+        if self.pol.within_level == "attained" and att is not None and att.any():
+            oia = _attained_order(queued, qs, maj, nr, att)
         else:
             oia = sort_order(queued, qs, maj)
         self.oia = oia
@@ -124,38 +129,6 @@ class Ordering(Reservations):
         if levels > 1:
             return tier * levels * nr + r_ns
         return tier * levels * nr + r_st
-
-    @staticmethod
-    def _attained_order(queued: list[SchedJob], qs: np.ndarray, maj: np.ndarray, nr: int) -> np.ndarray:
-        """By tier and level, then least attained service (of batch jobs; 0 for the others), then fair share
-        (``maj`` is ``(tier, level) * nr + fair-share rank``), then first queued, then id."""
-        att = np.fromiter((j.attained_gpu_s if j.las and not j.interactive else 0.0 for j in queued), np.float64)
-        if not att.any():
-            return sort_order(queued, qs, maj)
-        keys = (qs, maj % nr, att, maj // nr)
-        idx = np.lexsort(keys).astype(np.intp)
-        same = np.ones(len(idx) - 1, dtype=bool)
-        for key in keys:
-            sk = key[idx]
-            same &= sk[1:] == sk[:-1]
-        ties = np.flatnonzero(same).tolist()  # rare exact ties: by id, as sort_order does
-        k = 0
-        while k < len(ties):
-            a = b = ties[k]
-            while k + 1 < len(ties) and ties[k + 1] == b + 1:
-                k += 1
-                b = ties[k]
-            run = idx[a : b + 2].tolist()
-            run.sort(key=lambda j: queued[j].id)
-            idx[a : b + 2] = run
-            k += 1
-        return idx
-
-    def _las_levels(self, queued: list[SchedJob]) -> np.ndarray:
-        """Attained-service level of each queued job; 0 for jobs that take no part (interactive, opted out)."""
-        th = np.asarray(self.pol.las_thresholds_gpu_s, dtype=np.float64)
-        att = np.fromiter((j.attained_gpu_s if j.las and not j.interactive else 0.0 for j in queued), np.float64)
-        return np.searchsorted(th, att, side="right").astype(np.int64)
 
     def best_effort_group(self, group: int) -> bool:
         return self.grank[group] == 0
@@ -203,3 +176,16 @@ class Ordering(Reservations):
         if g == 0 or g <= self.idx.max_block() or self._could_preempt():
             return None
         return math.inf
+
+
+def _batch_attained(queued: list[SchedJob]) -> np.ndarray:
+    """Attained service of each queued job; 0 for jobs that take no part in least-attained-service (interactive,
+    opted out)."""
+    return np.fromiter((j.attained_gpu_s if j.las and not j.interactive else 0.0 for j in queued), np.float64)
+
+
+def _attained_order(queued: list[SchedJob], qs: np.ndarray, maj: np.ndarray, nr: int, att: np.ndarray) -> np.ndarray:
+    """By tier and level, then least attained service ``att``, then fair share (``maj`` is ``(tier, level) * nr +
+    fair-share rank``), then first queued, then id."""
+    values, att_rank = np.unique(att, return_inverse=True)
+    return sort_order(queued, qs, ((maj // nr) * len(values) + att_rank) * nr + maj % nr)
