@@ -123,7 +123,7 @@ class Admission(CycleBase):
         self.thr = pol.starvation_threshold_s
         self.las_on = pol.las_thresholds_gpu_s is not None
         self.las_avail = 0  # GPUs of running batch jobs above the lowest attained-service level
-        self.las_victims: list[Victim] = []  # those jobs, highest level first, then youngest
+        self.las_victims: list[Victim] = []  # those jobs, highest level first, then most GPUs, then youngest
         self._why: dict[str, str] = {}  # victim id -> why the candidate search offered it, when not by its kind
         self.queues: dict[str, _Queue] = {}
         self.users: dict[tuple[str, str], list[int]] = {}

@@ -63,7 +63,12 @@ class Ordering(Reservations):
         r_ns = np.array([rdense[k] for k in rest_ns], dtype=np.int64)
         r_st = np.array([rdense[k] for k in rest_st], dtype=np.int64)
         levels = len(self.pol.las_thresholds_gpu_s or ()) + 1
-        lev = self._las_levels(queued) if levels > 1 and n else np.zeros(n, dtype=np.int64)
+        att = _batch_attained(queued) if levels > 1 and n else None
+        if att is None:
+            lev = np.zeros(n, dtype=np.int64)
+        else:
+            th = np.asarray(self.pol.las_thresholds_gpu_s, dtype=np.float64)
+            lev = np.searchsorted(th, att, side="right").astype(np.int64)
         nr = len(rdense)
         qs = queued_since(queued)
         maj = (t_of[gi] * levels + lev) * nr + r_ns[gi] if n else np.zeros(0, dtype=np.int64)
@@ -78,7 +83,10 @@ class Ordering(Reservations):
                 maj = np.where(starving, self._starving_key(t_of[gi], levels, nr, r_ns[gi], r_st[gi]), maj)
             else:
                 starving = None
-        oia = sort_order(queued, qs, maj)
+        if self.pol.within_level == "attained" and att is not None and att.any():
+            oia = _attained_order(queued, qs, maj, nr, att)
+        else:
+            oia = sort_order(queued, qs, maj)
         self.oia = oia
         if starving is not None:
             self.must_see = starving[oia]  # starving jobs are looked at until the reservations run out
@@ -122,12 +130,6 @@ class Ordering(Reservations):
             return tier * levels * nr + r_ns
         return tier * levels * nr + r_st
 
-    def _las_levels(self, queued: list[SchedJob]) -> np.ndarray:
-        """Attained-service level of each queued job; 0 for jobs that take no part (interactive, opted out)."""
-        th = np.asarray(self.pol.las_thresholds_gpu_s, dtype=np.float64)
-        att = np.fromiter((j.attained_gpu_s if j.las and not j.interactive else 0.0 for j in queued), np.float64)
-        return np.searchsorted(th, att, side="right").astype(np.int64)
-
     def best_effort_group(self, group: int) -> bool:
         return self.grank[group] == 0
 
@@ -135,10 +137,6 @@ class Ordering(Reservations):
         cap = self.pol.max_preemptions_per_cycle
         if self.las_on and (self.gave_up or (cap is not None and len(self.preemptions) >= cap)):
             return None  # preemption search stopped early: the next cycle may go on where this one stopped
-        if self.las_on and self.las_avail > 0 and any(j.las and not j.interactive for j in self.snap.queued):
-            # Fair share moves as usage decays, and with it who preempts whom among the levels: not predicted yet
-            # (_las_wake alone missed cases on Philly), so ask again soon.
-            return None
         w = self._timed_wake()
         return None if w is None else min(w, self._las_wake())
 
@@ -150,7 +148,7 @@ class Ordering(Reservations):
         th = self.pol.las_thresholds_gpu_s or ()
         min_run = self.pol.las_min_run_s
         t = math.inf
-        for job in self.snap.running:
+        for job in (*self.snap.running, *self.started_jobs):
             g = job.request.gpu * job.replicas
             if not g or job.terminating or not job.las or job.interactive:
                 continue
@@ -178,3 +176,16 @@ class Ordering(Reservations):
         if g == 0 or g <= self.idx.max_block() or self._could_preempt():
             return None
         return math.inf
+
+
+def _batch_attained(queued: list[SchedJob]) -> np.ndarray:
+    """Attained service of each queued job; 0 for jobs that take no part in least-attained-service (interactive,
+    opted out)."""
+    return np.fromiter((j.attained_gpu_s if j.las and not j.interactive else 0.0 for j in queued), np.float64)
+
+
+def _attained_order(queued: list[SchedJob], qs: np.ndarray, maj: np.ndarray, nr: int, att: np.ndarray) -> np.ndarray:
+    """By tier and level, then least attained service ``att``, then fair share (``maj`` is ``(tier, level) * nr +
+    fair-share rank``), then first queued, then id."""
+    values, att_rank = np.unique(att, return_inverse=True)
+    return sort_order(queued, qs, ((maj // nr) * len(values) + att_rank) * nr + maj % nr)

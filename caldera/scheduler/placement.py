@@ -18,7 +18,7 @@ nodes without free GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -242,9 +242,12 @@ class ClusterIndex:
         n: int,
         excluded: set[int] | frozenset[int] | None = None,
         exclude_models: set[str] | frozenset[str] | None = None,
+        speeds: Mapping[str, float] | None = None,
     ) -> Plan | None:
         """Where ``n`` replicas of ``g`` GPUs (of ``model``, any one model when None), ``cpu`` cores and ``mem`` MiB
-        each fit now, avoiding the ``excluded`` nodes; None when they do not all fit. Changes nothing."""
+        each fit now, avoiding the ``excluded`` nodes; None when they do not all fit. Changes nothing. With
+        ``speeds`` (per model) and no ``model``, the fastest model where they fit, then the fewest nodes and least
+        left over; else only the latter."""
         if g <= 0:
             plan = self._place_cpu(cpu, mem, n, excluded)
             return (None, plan) if plan is not None else None
@@ -255,7 +258,7 @@ class ClusterIndex:
             plan = self._place_pool(pool, g, cpu, mem, n, excluded)
             return (model, plan) if plan is not None else None
         best: Plan | None = None
-        best_key: tuple[int, int] | None = None
+        best_key: tuple[float, int, int] | None = None
         for m in self.models_sorted:
             if exclude_models and m in exclude_models:
                 continue
@@ -265,7 +268,8 @@ class ClusterIndex:
                 continue
             if len(self.pools) == 1:
                 return (m, plan)
-            key = (len(plan), sum(self.node_free_gpus(i, m) - k * g for i, k in plan))
+            speed = -speeds.get(m, 1.0) if speeds else 0.0
+            key = (speed, len(plan), sum(self.node_free_gpus(i, m) - k * g for i, k in plan))
             if best_key is None or key < best_key:
                 best, best_key = (m, plan), key
         return best

@@ -47,6 +47,9 @@ class SchedJob:
     # max_runtime_s for backfill and reservations when the job declares none; None: unknown
     expected_runtime_s: float | None = None
     las: bool = True  # may be preempted for jobs with less attained service (a batch job that did not opt out)
+    # how fast it runs on each GPU model, relative to one another (e.g. measured throughputs); a policy may put a
+    # job that names no model on the fastest one free. None: the same everywhere
+    speeds: Mapping[str, float] | None = None
 
     @property
     def gpus(self) -> int:

@@ -369,6 +369,7 @@ class Simulator:
             submitted_at=j.submit_time_s,
             queued_since=j.submit_time_s,
             max_runtime_s=None if est is None else j.duration_s * est,
+            speeds=j.speeds,
         )
         job = SimJob(j, sj)
         if self.history is not None:

@@ -11,7 +11,8 @@ LONG = 20 * 3600.0  # GPU-seconds: past both default attained-service levels
 
 def decide(snap, **kw):
     kw.setdefault("starvation_threshold_s", None)
-    kw.setdefault("aging_threshold_s", 1800.0)  # the default, spelled out
+    kw.setdefault("aging_threshold_s", 1800.0)  # patience 30 min, or twice the expected run time when longer
+    kw.setdefault("aging_factor", 2.0)
     d = CalderaPolicy(**kw)(snap)
     check_decisions(snap, d)
     return d

@@ -91,3 +91,49 @@ def test_less_attained_service_goes_first_within_a_class():
     queued = [job("veteran", attained_gpu_s=LONG, queued_since=NOW - 500), job("newcomer", queued_since=NOW - 5)]
     d = policy()(snapshot(nodes(1, 1), queued))
     assert [s.job_id for s in d.starts] == ["newcomer"]
+
+
+def test_wake_when_a_job_started_this_cycle_reaches_the_next_level():
+    """Only time can let the waiting 2-GPU job preempt: the 1-GPU job started now reaches the first level (1
+    GPU-hour) in an hour and becomes its victim then; no periodic cycle before that can do anything."""
+    snap = snapshot(nodes(1, 2), [job("small", queued_since=NOW - 10), job("pair", 2, queued_since=NOW - 5)])
+    d = policy()(snap)
+    check_decisions(snap, d)
+    assert [s.job_id for s in d.starts] == ["small"] and not d.preemptions
+    assert d.wake_at == NOW + 3600
+
+
+def test_no_wake_before_the_next_level_while_fair_share_moves():
+    """A running batch job and a waiting one in the same (second) level: fair share may reorder the queue as usage
+    decays, yet nobody can preempt anybody before the running job reaches the next level (10 GPU-hours)."""
+    run = [running("a", {"n0": [0]}, attained_gpu_s=4000, started_at=NOW - 600, user="u1")]
+    snap = snapshot(nodes(1, 1), [job("b", user="u2", attained_gpu_s=5000, queued_since=NOW - 60)], run)
+    snap.user_usage = {"u1": 4000.0, "u2": 5000.0}
+    d = policy()(snap)
+    assert not d.starts and not d.preemptions
+    assert d.wake_at == NOW + 32000  # a reaches 36,000 GPU-s; then b preempts it
+
+
+def test_within_a_level_less_attained_service_first():
+    """Among jobs of one level the one with less service goes first (by default; ``within_level="fair_share"``:
+    fair share, then first queued), even against a user with less recent usage."""
+    queued = [
+        job("more", user="light", attained_gpu_s=3000, queued_since=NOW - 500),
+        job("less", user="heavy", queued_since=NOW - 5),
+    ]
+    snap = snapshot(nodes(1, 1), queued)
+    snap.user_usage = {"heavy": 50_000.0, "light": 0.0}
+    assert [s.job_id for s in policy()(snap).starts] == ["less"]
+    assert [s.job_id for s in policy(within_level="fair_share")(snap).starts] == ["more"]
+
+
+def test_among_victims_of_one_level_the_largest_first_so_fewer_restart():
+    """A 2-GPU job needs room held by three batch jobs of the same level: one 2-GPU victim pays one restart where
+    the two youngest 1-GPU ones would pay two."""
+    run = [
+        running("pair", {"n0": [0, 1]}, attained_gpu_s=LONG, started_at=NOW - 7200),
+        running("one", {"n0": [2]}, attained_gpu_s=LONG, started_at=NOW - 100),
+        running("two", {"n0": [3]}, attained_gpu_s=LONG, started_at=NOW - 50),
+    ]
+    got, _ = preempted(snapshot(nodes(1, 4), [job("new", 2)], run))
+    assert got == [("pair", "new", "LeastAttainedService")]

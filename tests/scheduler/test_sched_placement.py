@@ -138,3 +138,25 @@ def test_simple_api_packs_too():
     assert {a.node for a in allocs} == {"n1"}
     assert place_gang(free, Resources(gpu=8), 2) is None
     assert len(free["n2"].free_gpus) == 8  # a failed gang changed nothing
+
+
+def test_a_job_with_speeds_goes_to_the_fastest_model_where_it_fits():
+    """A 4-GPU job that names no model: speed-blind (the default), the half-used K80 node is the best fit; with
+    ``speed_placement``, the V100 node (3x faster for it) unless no V100 fits, then the K80s."""
+    ns = nodes(1, 8, "k80", prefix="k") + nodes(1, 8, "v100", prefix="v")
+    run = [running("r", {"k0": range(4)})]
+    fast = job("fast", 4)
+    d = CalderaPolicy(starvation_threshold_s=None)(snapshot(ns, [job("blind", 4)], run))
+    assert {n for n, _ in _gpus_on(d, "blind")} == {"k0"}
+    fast.speeds = {"v100": 1.0, "k80": 0.33}
+    snap = snapshot(ns, [fast], run)
+    assert {n for n, _ in _gpus_on(CalderaPolicy(starvation_threshold_s=None)(snap), "fast")} == {"k0"}  # default
+    d = CalderaPolicy(starvation_threshold_s=None, speed_placement=True)(snap)
+    check_decisions(snap, d)
+    assert {n for n, _ in _gpus_on(d, "fast")} == {"v0"}
+    busy = [*run, running("v", {"v0": range(6)})]
+    d = CalderaPolicy(starvation_threshold_s=None, speed_placement=True)(snapshot(ns, [fast], busy))
+    assert {n for n, _ in _gpus_on(d, "fast")} == {"k0"}
+    idx = ClusterIndex(ns, run)
+    assert idx.place(4, None, 1.0, 1024, 1, speeds={"k80": 2.0, "v100": 1.0})[0] == "k80"
+    assert idx.place(4, None, 1.0, 1024, 1, speeds={"v100": 1.0})[0] == "k80"  # a model not named: 1; tie -> fit

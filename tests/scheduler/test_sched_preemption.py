@@ -181,3 +181,15 @@ def test_victims_spare_what_is_not_needed():
     snap = snapshot(nodes(1), [job("hi", 4, priority="high")], run)
     d = policy()(snap)
     assert sorted(p.job_id for p in d.preemptions) == ["lo-a", "lo-b"]
+
+
+def test_an_interactive_best_effort_job_is_preempted_only_to_reclaim_a_guarantee():
+    session = [running("lab", {"n0": range(4)}, queue="b", priority="best-effort", interactive=True)]
+    snap = snapshot(nodes(1, 4), [job("new", 4, queue="c")], session, [Q("b"), Q("c")])
+    d = policy()(snap)
+    check_decisions(snap, d)
+    assert d.preemptions == []  # queue c has no guarantee: the session stays
+    snap = snapshot(nodes(1, 4), [job("new", 4, queue="a")], session, [Q("a", guarantee=4), Q("b", deserved=0)])
+    d = policy()(snap)
+    check_decisions(snap, d)
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [("lab", "Reclaim")]
