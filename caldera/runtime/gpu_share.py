@@ -25,10 +25,16 @@ from caldera.core.spec import JobSpec
 MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"
 
 
+def mps_pipe_dir(env: dict[str, str] | None = None) -> Path | None:
+    """The directory where an MPS control daemon listens (``CUDA_MPS_PIPE_DIRECTORY``, else /tmp/nvidia-mps, of
+    the platform's environment); None when no daemon's ``control`` pipe is there."""
+    pipe = Path((env or os.environ).get("CUDA_MPS_PIPE_DIRECTORY", MPS_PIPE_DEFAULT))
+    return pipe.resolve() if (pipe / "control").exists() else None
+
+
 def mps_running(env: dict[str, str] | None = None) -> bool:
-    """Whether an MPS control daemon listens where CUDA clients look for it (``CUDA_MPS_PIPE_DIRECTORY``)."""
-    pipe = Path((env or os.environ).get("CUDA_MPS_PIPE_DIRECTORY", MPS_PIPE_DEFAULT)) / "control"
-    return pipe.exists()
+    """Whether an MPS control daemon listens where CUDA clients look for it."""
+    return mps_pipe_dir(env) is not None
 
 
 def device_memory_mib(nodes: Iterable[Node], allocations: Iterable[Allocation]) -> int | None:
@@ -53,8 +59,8 @@ def shared_gpu_env(spec: JobSpec, device_mib: int | None) -> dict[str, str]:
     return env
 
 
-# runtimes whose jobs reach the host's MPS pipe (containers would need it mounted; the container runtime does not)
-MPS_RUNTIMES = frozenset({"local"})
+# runtimes whose shareable jobs reach the host's MPS pipe (the container runtime mounts it read-only)
+MPS_RUNTIMES = frozenset({"local", "container"})
 
 
 def for_launch(
