@@ -4,7 +4,7 @@ Jobs run at the speed of the ground truth (Gavel's measured pairwise throughputs
 ``1 - decay`` of the mix on its GPU, re-evaluated whenever a mix changes. The scheduler sees only predictions of
 a decay model trained on a disjoint part of the data (:func:`held_out_pairs`: the V100 measurements of half the
 job-type pairs are never shown to it; benchmarks/interference_sharing.py). One-GPU jobs are shareable (two per
-GPU); multi-GPU jobs run exclusively.
+GPU by default); multi-GPU jobs run exclusively unless ``share_gangs`` (an assumption, see :func:`compare`).
 
 Gavel gives no memory sizes, only which pairs did not fit (throughput 0.0). Each job type gets a GPU-memory request
 fitted so that "requests fit the device" reproduces those pairs as closely as a per-type number can; a mix that
@@ -23,6 +23,7 @@ import csv
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import combinations_with_replacement
 from pathlib import Path
 
 import numpy as np
@@ -346,7 +347,9 @@ def compare(
     one_gpu = sorted({as_one_gpu(t) for t in types}, key=lambda t: t.key)
     fitted = fit_memory(ds, gpu, one_gpu)
     memory = {t: fitted[as_one_gpu(t)] for t in types}
-    mixes = same_size_pairs(one_gpu)
+    mixes: list[tuple[JobType, ...]] = list(same_size_pairs(one_gpu))
+    if max_jobs_per_gpu > 2:  # one-GPU triples; the truth charges each job the sum of its pairwise decays
+        mixes += list(combinations_with_replacement([t for t in one_gpu if t in types], 3))
 
     def truth(a: JobType, b: JobType) -> float | None:
         return ds.ratio(gpu, as_one_gpu(a), as_one_gpu(b)) if share_gangs else ds.ratio(gpu, a, b)
