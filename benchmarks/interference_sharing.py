@@ -3,7 +3,7 @@
 Markdown tables, one per split seed, then the aware policy's gains over exclusive FIFO across them.
 
     python benchmarks/interference_sharing.py [--nodes 6] [--limit 1500] [--skip 0] [--seeds 0,1,2]
-        [--tolerance 0.45] [--prefer-gain 0.6]
+        [--tolerance 0.45] [--prefer-gain 0.6] [--max-jobs-per-gpu 2] [--oracle] [--share-gangs]
 
 The simulated cluster is V100; the measured V100 pairwise throughputs drive the jobs' real speeds. The scheduler
 sees only the decay model's predictions; the model is trained without the V100 measurements of half the job-type
