@@ -3,12 +3,12 @@
 :class:`SharingPolicy` wraps any policy. The inner policy decides as if GPUs were exclusive; then each queued
 shareable job it did not start, in queue order, may join an occupied GPU when
 
-* (a gang: a job of several GPUs) it joins the GPUs of jobs of its own shape (replicas x GPUs per replica) that
-  hold exactly those GPUs, so each rank runs next to the same partners and the gang's ranks slow down alike (what
-  Gavel measured: pairs of jobs of one scale factor on the same GPUs); a gang never shares one GPU of its set only;
-
 * every job on that GPU is shareable (exclusive jobs are never co-located) and the GPU has room for one more
   (``SharingInfo.max_jobs_per_gpu``);
+* (a gang: a job of several GPUs) the GPUs are those of jobs of its own shape (replicas x GPUs per replica) that
+  hold exactly them, each GPU with the same partners, so every rank runs next to the same partner type and the
+  ranks slow down alike; a gang never shares one GPU of its set only (Gavel's model of space sharing; it measured
+  no such pair, so the job spec keeps sharing to one-GPU jobs for now);
 * the GPU-memory requests (``Resources.gpu_memory_mib``) of all of them fit the device's memory, and the node has
   the job's CPU and memory;
 * (interference-aware mode) the predicted decay of *every* job of the new mix stays within that job's tolerance,
