@@ -3,7 +3,7 @@
 Markdown tables, one per split seed, then the aware policy's gains over exclusive FIFO across them.
 
     python benchmarks/interference_sharing.py [--nodes 6] [--limit 1500] [--skip 0] [--seeds 0,1,2]
-        [--tolerance 0.45] [--prefer-gain 0.6]
+        [--tolerance 0.45] [--prefer-gain 0.6] [--max-jobs-per-gpu 2] [--oracle] [--share-gangs]
 
 The simulated cluster is V100; the measured V100 pairwise throughputs drive the jobs' real speeds. The scheduler
 sees only the decay model's predictions; the model is trained without the V100 measurements of half the job-type
@@ -34,6 +34,11 @@ def main() -> None:
     ap.add_argument("--match-window", type=int, default=1, help="waiting jobs placed best pair first (1: in order)")
     ap.add_argument("--min-gain", type=float, default=0.0, help="share only above this predicted gain")
     ap.add_argument("--keep-order", action="store_true", help="never share past a waiting exclusive job")
+    ap.add_argument(
+        "--share-gangs",
+        action="store_true",
+        help="multi-GPU jobs share too, assumed to decay as their one-GPU versions (Gavel measured no gang pair)",
+    )
     ap.add_argument("--oracle", action="store_true", help="also the aware policy told the measured decays")
     ap.add_argument("--seeds", default="0", help="which halves of the V100 pairs the model never sees, e.g. 0,1,2")
     args = ap.parse_args()
@@ -55,6 +60,7 @@ def main() -> None:
             match_window=args.match_window,
             min_gain=args.min_gain,
             keep_order=args.keep_order,
+            share_gangs=args.share_gangs,
         )
         print(ex.summary(), f"on {args.nodes} x {args.gpus_per_node} V100\n")
         print(markdown_table(ex.outcomes), "\n", flush=True)

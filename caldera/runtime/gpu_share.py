@@ -3,7 +3,7 @@
 Two jobs the scheduler co-locates get the same device in ``CUDA_VISIBLE_DEVICES`` (every runtime hands out the
 allocation's indices), so sharing itself needs nothing of a runtime. Holding each to its ``gpu_memory_mib``:
 
-* ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<MiB>M``: device 0 of what the job sees) is enforced by the CUDA MPS
+* ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<MiB>M,1=...``: each device the job sees) is enforced by the CUDA MPS
   server when an MPS control daemon serves the GPU (started by the admin; :func:`mps_running` looks for its pipe).
   Set in the job's environment, the job could change it before CUDA starts: a limit the job cannot lift needs the
   daemon's own default (``set_default_device_pinned_mem_limit``).
@@ -25,19 +25,23 @@ from caldera.core.spec import JobSpec
 MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"
 
 
+def mps_pipe_dir(env: dict[str, str] | None = None) -> Path | None:
+    """The directory where an MPS control daemon listens (``CUDA_MPS_PIPE_DIRECTORY``, else /tmp/nvidia-mps, of
+    the platform's environment); None when no daemon's ``control`` pipe is there."""
+    pipe = Path((env or os.environ).get("CUDA_MPS_PIPE_DIRECTORY", MPS_PIPE_DEFAULT))
+    return pipe.resolve() if (pipe / "control").exists() else None
+
+
 def mps_running(env: dict[str, str] | None = None) -> bool:
-    """Whether an MPS control daemon listens where CUDA clients look for it (``CUDA_MPS_PIPE_DIRECTORY``)."""
-    pipe = Path((env or os.environ).get("CUDA_MPS_PIPE_DIRECTORY", MPS_PIPE_DEFAULT)) / "control"
-    return pipe.exists()
+    """Whether an MPS control daemon listens where CUDA clients look for it."""
+    return mps_pipe_dir(env) is not None
 
 
 def device_memory_mib(nodes: Iterable[Node], allocations: Iterable[Allocation]) -> int | None:
-    """The memory of the (one) GPU a shared job was given; None when the node does not say."""
+    """The memory of the smallest GPU a shared job was given; None when the nodes do not say."""
     mem = {(n.name, d.index): d.memory_mib for n in nodes for d in n.gpus}
-    for a in allocations:
-        for g in a.gpus:
-            return mem.get((a.node, g)) or None
-    return None
+    sizes = [m for a in allocations for g in a.gpus if (m := mem.get((a.node, g)))]
+    return min(sizes) if sizes else None
 
 
 def shared_gpu_env(spec: JobSpec, device_mib: int | None) -> dict[str, str]:
@@ -45,7 +49,8 @@ def shared_gpu_env(spec: JobSpec, device_mib: int | None) -> dict[str, str]:
     mib = spec.resources.gpu_memory_mib
     if not spec.shareable or mib is None:
         return {}
-    env = {"CALDERA_GPU_MEMORY_MIB": str(mib), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={mib}M"}
+    limit = ",".join(f"{i}={mib}M" for i in range(spec.resources.gpu))  # per GPU, as the request is
+    env = {"CALDERA_GPU_MEMORY_MIB": str(mib), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": limit}
     if device_mib:
         env["CALDERA_GPU_MEMORY_FRACTION"] = f"{min(1.0, mib / device_mib):.4f}"
     if "PYTORCH_CUDA_ALLOC_CONF" not in spec.env:
@@ -53,8 +58,8 @@ def shared_gpu_env(spec: JobSpec, device_mib: int | None) -> dict[str, str]:
     return env
 
 
-# runtimes whose jobs reach the host's MPS pipe (containers would need it mounted; the container runtime does not)
-MPS_RUNTIMES = frozenset({"local"})
+# runtimes whose shareable jobs reach the host's MPS pipe (the container runtime mounts it read-only)
+MPS_RUNTIMES = frozenset({"local", "container"})
 
 
 def for_launch(

@@ -1,10 +1,14 @@
-"""GPU sharing: shareable one-GPU jobs placed on GPUs other shareable jobs already use.
+"""GPU sharing: shareable jobs placed on GPUs other shareable jobs already use.
 
 :class:`SharingPolicy` wraps any policy. The inner policy decides as if GPUs were exclusive; then each queued
 shareable job it did not start, in queue order, may join an occupied GPU when
 
 * every job on that GPU is shareable (exclusive jobs are never co-located) and the GPU has room for one more
   (``SharingInfo.max_jobs_per_gpu``);
+* (a gang: a job of several GPUs) the GPUs are those of jobs of its own shape (replicas x GPUs per replica) that
+  hold exactly them, each GPU with the same partners, so every rank runs next to the same partner type and the
+  ranks slow down alike; a gang never shares one GPU of its set only (Gavel's model of space sharing; it measured
+  no such pair, so the job spec keeps sharing to one-GPU jobs for now);
 * the GPU-memory requests (``Resources.gpu_memory_mib``) of all of them fit the device's memory, and the node has
   the job's CPU and memory;
 * (interference-aware mode) the predicted decay of *every* job of the new mix stays within that job's tolerance,
@@ -87,20 +91,25 @@ class SharingInfo:
 
 
 def can_share(job: SchedJob) -> bool:
-    return job.shareable and job.request.gpu == 1 and job.replicas == 1 and job.request.gpu_memory_mib is not None
+    return job.shareable and job.request.gpu >= 1 and job.request.gpu_memory_mib is not None
 
 
 @dataclass(slots=True)
 class _Gpu:
-    node: str
-    index: int
+    """A place a job can join: one GPU, or the GPUs of a gang whose every GPU holds the same jobs (all ranks of
+    each job next to the same partners). ``layout`` is where its jobs' replicas run: a newcomer takes the same."""
+
+    layout: tuple[tuple[str, tuple[int, ...]], ...]  # (node, GPU indices) per replica
     model: str
-    memory_mib: int
+    memory_mib: int  # the smallest device's
     jobs: list[SchedJob]
 
     @property
     def where(self) -> str:
-        return f"{self.node} GPU {self.index}"
+        return ", ".join(f"{n} GPU{'s' if len(g) > 1 else ''} {','.join(map(str, g))}" for n, g in self.layout)
+
+    def fits_shape(self, job: SchedJob) -> bool:
+        return len(self.layout) == job.replicas and all(len(g) == job.request.gpu for _, g in self.layout)
 
 
 class _Occupancy:
@@ -114,33 +123,53 @@ class _Occupancy:
         self.mem = {n.name: n.memory_mib for n in snap.nodes if n.schedulable}
         devices = {(n.name, d.index): d for n in snap.nodes if n.schedulable for d in n.gpus}
         by_gpu: dict[tuple[str, int], list[SchedJob]] = {}
+        layout: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {}
         for job, allocs in placed:
+            layout[job.id] = tuple((a.node, a.gpus) for a in allocs)
             for a in allocs:
                 if a.node in self.cpu:
                     self.cpu[a.node] -= a.cpu
                     self.mem[a.node] -= a.memory_mib
                 for g in a.gpus:
                     by_gpu.setdefault((a.node, g), []).append(job)
-        self.gpus = [
-            _Gpu(node, g, devices[(node, g)].model, devices[(node, g)].memory_mib, jobs)
-            for (node, g), jobs in by_gpu.items()
-            if (node, g) in devices and all(can_share(j) and not j.terminating for j in jobs)
-        ]
+        self.gpus: list[_Gpu] = []
+        seen: set[tuple[str, ...]] = set()
+        for jobs in by_gpu.values():
+            ids = tuple(j.id for j in jobs)
+            if ids in seen or not all(can_share(j) and not j.terminating for j in jobs):
+                continue
+            seen.add(ids)
+            lay = layout[ids[0]]
+            keys = [(n, g) for n, gs in lay for g in gs]
+            # every job of the mix on exactly these GPUs, each of them schedulable and holding just these jobs
+            if any(layout[i] != lay for i in ids) or any(k not in devices for k in keys):
+                continue
+            if any(tuple(j.id for j in by_gpu.get(k, ())) != ids for k in keys):
+                continue
+            mem = min(devices[k].memory_mib for k in keys)
+            self.gpus.append(_Gpu(lay, devices[keys[0]].model, mem, jobs))
 
     def room(self, job: SchedJob, gpu: _Gpu, max_jobs: int) -> bool:
         req = job.request
-        if req.gpu_model and gpu.model != req.gpu_model or len(gpu.jobs) >= max_jobs:
+        if req.gpu_model and gpu.model != req.gpu_model or len(gpu.jobs) >= max_jobs or not gpu.fits_shape(job):
             return False
-        if self.cpu[gpu.node] + 1e-9 < req.cpu or self.mem[gpu.node] < req.memory_mib:
-            return False
+        per_node: dict[str, int] = {}
+        for n, _ in gpu.layout:
+            per_node[n] = per_node.get(n, 0) + 1
+        for n, k in per_node.items():
+            if self.cpu[n] + 1e-9 < k * req.cpu or self.mem[n] < k * req.memory_mib:
+                return False
         used = sum(j.request.gpu_memory_mib or 0 for j in gpu.jobs)
         return used + (req.gpu_memory_mib or 0) <= gpu.memory_mib
 
-    def take(self, job: SchedJob, gpu: _Gpu) -> Allocation:
-        self.cpu[gpu.node] -= job.request.cpu
-        self.mem[gpu.node] -= job.request.memory_mib
+    def take(self, job: SchedJob, gpu: _Gpu) -> tuple[Allocation, ...]:
+        out = []
+        for n, g in gpu.layout:
+            self.cpu[n] -= job.request.cpu
+            self.mem[n] -= job.request.memory_mib
+            out.append(Allocation(n, g, job.request.cpu, job.request.memory_mib))
         gpu.jobs.append(job)
-        return Allocation(gpu.node, (gpu.index,), job.request.cpu, job.request.memory_mib)
+        return tuple(out)
 
 
 def _pct(x: float) -> str:
@@ -274,7 +303,7 @@ def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -
 
     def place(job: SchedJob, gpu: _Gpu) -> None:
         note = judges[job.id].note(gpu)
-        out.starts.append(Start(job.id, (occ.take(job, gpu),), note))
+        out.starts.append(Start(job.id, occ.take(job, gpu), note))
         if job.id in movable:
             out.moved.add(job.id)
 

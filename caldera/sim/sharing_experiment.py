@@ -53,6 +53,7 @@ def run_experiment(
     match_window: int = 1,
     min_gain: float = 0.0,
     keep_order: bool = False,
+    share_gangs: bool = False,
 ) -> SharingExperiment:
     """``skip`` and ``limit``: replay jobs ``skip .. skip + limit`` of the traces by arrival (another window)."""
     from caldera.interference.train import train
@@ -84,6 +85,7 @@ def run_experiment(
         match_window=match_window,
         min_gain=min_gain,
         keep_order=keep_order,
+        share_gangs=share_gangs,
     )
     one_gpu = sum(1 for j in jobs if j.gpus == 1)
     mae, p95 = float(err.mean()), float(np.percentile(err, 95))
@@ -94,13 +96,15 @@ def markdown_table(outs: list[Outcome]) -> str:
     base = outs[0]
     lines = [
         "| policy | eff. util (busy GPU) | cluster tput | avg JCT h | JCT vs FIFO | makespan h | p95 decay | "
-        "bad co-locations | co-locations | OOMs | gang share | eff. util (1-GPU jobs' GPUs) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "bad co-locations | co-locations (gangs) | OOMs | gang share | eff. util (1-GPU jobs' GPUs) | "
+        "eff. util (gangs' GPUs) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for o in outs:
         lines.append(
             f"| {o.policy} | {o.eff_util_busy:.3f} | {o.cluster_throughput:.3f} | {o.avg_jct_s / 3600:.1f} | "
             f"{base.avg_jct_s / o.avg_jct_s:.2f}x | {o.makespan_s / 3600:.0f} | {o.p95_decay:.3f} | "
-            f"{o.bad_colocations} | {o.colocations} | {o.ooms} | {o.gang_share:.2f} | {o.eff_util_one_gpu:.3f} |"
+            f"{o.bad_colocations} | {o.colocations} ({o.gang_colocations}) | {o.ooms} | {o.gang_share:.2f} | "
+            f"{o.eff_util_one_gpu:.3f} | {o.eff_util_gangs:.3f} |"
         )
     return "\n".join(lines)

@@ -4,7 +4,7 @@ Jobs run at the speed of the ground truth (Gavel's measured pairwise throughputs
 ``1 - decay`` of the mix on its GPU, re-evaluated whenever a mix changes. The scheduler sees only predictions of
 a decay model trained on a disjoint part of the data (:func:`held_out_pairs`: the V100 measurements of half the
 job-type pairs are never shown to it; benchmarks/interference_sharing.py). One-GPU jobs are shareable (two per
-GPU); multi-GPU jobs run exclusively.
+GPU by default); multi-GPU jobs run exclusively unless ``share_gangs`` (an assumption, see :func:`compare`).
 
 Gavel gives no memory sizes, only which pairs did not fit (throughput 0.0). Each job type gets a GPU-memory request
 fitted so that "requests fit the device" reproduces those pairs as closely as a per-type number can; a mix that
@@ -23,6 +23,7 @@ import csv
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import combinations_with_replacement
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from caldera.interference.predictor import Predictor, TablePredictor
 from caldera.interference.records import Dataset, JobType, Sample
 from caldera.interference.snapshot import pairs, prediction_table
 from caldera.scheduler.fifo import FifoPolicy
-from caldera.scheduler.sharing import SharingInfo, SharingPolicy
+from caldera.scheduler.sharing import Mix, SharingInfo, SharingPolicy
 from caldera.scheduler.snapshot import Policy, SchedJob, Snapshot
 
 BAD_DECAY = 0.5
@@ -126,10 +127,12 @@ class Outcome:
     bad_colocations: int
     colocations: int
     ooms: int
-    # the share of busy GPU time that multi-GPU jobs held (never shareable: Gavel measured one-GPU pairs only),
-    # and the effective utilisation of the rest, the GPUs sharing could act on
+    # the share of busy GPU time that multi-GPU jobs held, and the effective utilisation of the rest (the GPUs of
+    # one-GPU jobs)
     gang_share: float = 0.0
     eff_util_one_gpu: float = 0.0
+    eff_util_gangs: float = 0.0  # the same on the GPUs multi-GPU jobs held
+    gang_colocations: int = 0  # co-locations formed by a multi-GPU job joining another
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -147,8 +150,11 @@ class ShareSim:
         nodes: int,
         gpus_per_node: int,
         gpu_model: str = "v100",
+        share_gangs: bool = False,
     ) -> None:
-        self.jobs = [replace(j, remaining=j.work_s) for j in jobs]
+        self.jobs = [
+            replace(j, remaining=j.work_s, shareable=j.shareable and (share_gangs or j.gpus == 1)) for j in jobs
+        ]
         self.truth = truth
         self.memory = memory
         self.policy = policy
@@ -163,10 +169,12 @@ class ShareSim:
         self.on_gpu: dict[tuple[str, int], list[str]] = {}
         self.bad = self.colocs = self.ooms = 0
         self.busy_area = self.tput_area = 0.0
-        self.gang_area = 0.0  # GPU-seconds of multi-GPU jobs, which never share
+        self.gang_area = 0.0  # GPU-seconds of GPUs held by multi-GPU jobs
+        self.gang_tput_area = 0.0  # their normalised throughput, integrated
+        self.gang_colocs = 0
 
     def _sched_job(self, j: ShareJob) -> SchedJob:
-        share = j.shareable and j.gpus == 1
+        share = j.shareable
         req = Resources(cpu=1.0, memory_mib=1024, gpu=j.gpus, gpu_memory_mib=self.memory.get(j.job) if share else None)
         return SchedJob(
             j.id, j.id, "gavel", "gavel", PriorityClass.NORMAL, req, 1, j.arrival, j.arrival, shareable=share
@@ -180,11 +188,10 @@ class ShareSim:
         return min(1.0, max(0.0, total))
 
     def _rates(self, by_id: dict[str, ShareJob]) -> None:
+        """Each running job's speed next to its partners (a gang's ranks all share the same partners)."""
         for ids in self.on_gpu.values():
             for i in ids:
-                j = by_id[i]
-                if j.gpus == 1:
-                    j.rate = 1.0 - self._decay(j, [by_id[k] for k in ids if k != i])
+                by_id[i].rate = 1.0 - self._decay(by_id[i], [by_id[k] for k in ids if k != i])
 
     def run(self) -> list[ShareJob]:
         by_id = {j.id: j for j in self.jobs}
@@ -225,7 +232,9 @@ class ShareSim:
             j.decay_time += dt * (1.0 - j.rate)
         self.busy_area += dt * len(self.on_gpu)
         self.tput_area += dt * sum(by_id[i].rate for ids in self.on_gpu.values() for i in ids)
-        self.gang_area += dt * sum(1 for ids in self.on_gpu.values() if by_id[ids[0]].gpus > 1)
+        gang_gpus = [ids for ids in self.on_gpu.values() if by_id[ids[0]].gpus > 1]
+        self.gang_area += dt * len(gang_gpus)
+        self.gang_tput_area += dt * sum(by_id[i].rate for ids in gang_gpus for i in ids)
 
     def _finish(self, j: ShareJob, sj: SchedJob, now: float) -> None:
         j.end = now
@@ -246,9 +255,10 @@ class ShareSim:
             sj = queued.pop(s.job_id)
             j = by_id[s.job_id]
             places = [(a.node, g) for a in s.allocations for g in a.gpus]
-            others = [by_id[k] for p in places for k in self.on_gpu.get(p, [])]
+            others = [by_id[k] for k in dict.fromkeys(k for p in places for k in self.on_gpu.get(p, []))]
             if others:
                 self.colocs += 1
+                self.gang_colocs += j.gpus > 1
                 if any(self.truth(j.job, o.job) == 0.0 for o in others):
                     self.ooms += 1  # did not fit after all: it fails and waits again, alone this time
                     j.shareable = False
@@ -283,10 +293,31 @@ class ShareSim:
             self.colocs,
             self.ooms,
             self.gang_area / self.busy_area if self.busy_area else 0.0,
-            (self.tput_area - self.gang_area) / (self.busy_area - self.gang_area)
+            (self.tput_area - self.gang_tput_area) / (self.busy_area - self.gang_area)
             if self.busy_area > self.gang_area
             else 0.0,
+            self.gang_tput_area / self.gang_area if self.gang_area else 0.0,
+            self.gang_colocs,
         )
+
+
+def same_size_pairs(types: list[JobType]) -> list[tuple[JobType, JobType]]:
+    """The pairs the sharing policy can form: two jobs of one GPU count (a gang shares only with its own shape)."""
+    return [(a, b) for a, b in pairs(types) if a.scale_factor == b.scale_factor]
+
+
+def as_one_gpu(t: JobType) -> JobType:
+    return replace(t, scale_factor=1)
+
+
+def _gang_entries(table: dict[tuple[str, Mix], tuple[float, ...]], types: list[JobType], gpu: str) -> None:
+    """Gang pairs in a decay table, copied from the pairs of their one-GPU versions (the same sorted order: the
+    keys differ only in the scale factor at their end)."""
+    for a, b in same_size_pairs(types):
+        if a.scale_factor > 1:
+            one = table.get((gpu, (as_one_gpu(a).key, as_one_gpu(b).key)))
+            if one is not None:
+                table[(gpu, (a.key, b.key))] = one
 
 
 def compare(
@@ -304,17 +335,33 @@ def compare(
     match_window: int = 1,
     min_gain: float = 0.0,
     keep_order: bool = False,
+    share_gangs: bool = False,
 ) -> list[Outcome]:
-    """Run the three policies on ``jobs``; ``predictor`` is what the interference-aware scheduler is told."""
-    types = sorted({j.job for j in jobs if j.gpus == 1}, key=lambda t: t.key)
-    memory = fit_memory(ds, gpu, types)
+    """Run the three policies on ``jobs``; ``predictor`` is what the interference-aware scheduler is told.
+
+    ``share_gangs``: multi-GPU jobs are shareable too, with jobs of their own GPU count on the same GPUs. Gavel
+    measured no such pair (it lists them all as 0.0, never space-shared), so this is an assumption, not ground
+    truth: each rank runs as the one-GPU versions of the two job types did side by side (decay, memory and the
+    predictions alike), leaving out any contention of the gangs' gradient exchanges."""
+    types = sorted({j.job for j in jobs if share_gangs or j.gpus == 1}, key=lambda t: t.key)
+    one_gpu = sorted({as_one_gpu(t) for t in types}, key=lambda t: t.key)
+    fitted = fit_memory(ds, gpu, one_gpu)
+    memory = {t: fitted[as_one_gpu(t)] for t in types}
+    mixes: list[tuple[JobType, ...]] = list(same_size_pairs(one_gpu))
+    if max_jobs_per_gpu > 2:  # one-GPU triples; the truth charges each job the sum of its pairwise decays
+        mixes += list(combinations_with_replacement([t for t in one_gpu if t in types], 3))
 
     def truth(a: JobType, b: JobType) -> float | None:
-        return ds.ratio(gpu, a, b)
+        return ds.ratio(gpu, as_one_gpu(a), as_one_gpu(b)) if share_gangs else ds.ratio(gpu, a, b)
 
-    workload = {j.id: j.job.key for j in jobs if j.gpus == 1}
+    def table(p: Predictor) -> dict[tuple[str, Mix], tuple[float, ...]]:
+        t = prediction_table(mixes, p, gpu)
+        _gang_entries(t, types, gpu)
+        return t
+
+    workload = {j.id: j.job.key for j in jobs if j.job in memory}
     aware_info = SharingInfo(
-        prediction_table(pairs(types), predictor, gpu),
+        table(predictor),
         workload,
         default_tolerance=tolerance,
         prefer_gain=prefer_gain,
@@ -331,11 +378,20 @@ def compare(
     ]
     if oracle:  # the same policy told the measured decays: what perfect predictions would buy
         measured = TablePredictor({(gpu, a, b): 1.0 - r for (g, a, b), r in ds.ratios.items() if g == gpu and r > 0})
-        exact = replace(aware_info, decay=prediction_table(pairs(types), measured, gpu))
-        runs.append(("aware, measured decays", exact, SharingPolicy(FifoPolicy(), aware=True)))
+        runs.append(("aware, measured decays", replace(aware_info, decay=table(measured)), SharingPolicy(FifoPolicy())))
     out = []
     for name, info, pol in runs:
-        sim = ShareSim(jobs, truth, memory, info, pol, nodes=nodes, gpus_per_node=gpus_per_node, gpu_model=gpu)
+        sim = ShareSim(
+            jobs,
+            truth,
+            memory,
+            info,
+            pol,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            gpu_model=gpu,
+            share_gangs=share_gangs,
+        )
         sim.run()
         out.append(sim.outcome(name))
     return out

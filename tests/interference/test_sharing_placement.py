@@ -11,6 +11,7 @@ from caldera.core.tenancy import QueueConfig
 from caldera.scheduler.fifo import FifoPolicy
 from caldera.scheduler.sharing import SharingInfo, SharingPolicy
 from caldera.scheduler.snapshot import SchedJob
+from caldera.scheduler.validation import decision_errors
 from tests.builders import job, node, running, snapshot
 
 GPU_MEM = 81920  # the builders' a100
@@ -168,3 +169,34 @@ def test_min_gain_asks_for_a_margin_over_the_prediction():
     for margin, started in ((0.4, ["q"]), (0.6, [])):
         snap = full_cluster(r0, queued=[shared(job("q"))], sharing=info(table, {"r0": "a", "q": "b"}, min_gain=margin))
         assert [s.job_id for s in run(snap).starts] == started, margin
+
+
+def test_a_gang_shares_only_the_gpus_of_a_job_of_its_own_shape_and_every_rank_the_same_partner():
+    table = {**pair("g2a", "g2b", 0.1, 0.15), **pair("g2a", "one", 0.0, 0.0)}
+    gang = shared(running("gang", {"n0": [0, 1]}))
+    q = shared(job("q", gpu=2))
+    snap = snapshot([node("n0", gpus=2)], [q], [gang])
+    snap.sharing = info(table, {"gang": "g2a", "q": "g2b"})
+    d = run(snap)
+    assert [(s.job_id, [(a.node, a.gpus) for a in s.allocations]) for s in d.starts] == [("q", [("n0", (0, 1))])]
+    assert d.starts[0].note.startswith("shares n0 GPUs 0,1 with gang; predicted slowdown")
+    assert not decision_errors(snap, d)
+    # a one-GPU job never joins one GPU of the gang (its ranks would slow down unevenly), even naively
+    one = shared(job("one"))
+    snap.queued = [one]
+    snap.sharing = info(table, {"gang": "g2a", "one": "one"})
+    assert run(snap).starts == [] and run(snap, aware=False).starts == []
+    # a gang whose GPUs hold different partners offers no place to another gang
+    solo = shared(running("solo", {"n0": [1]}))
+    snap = snapshot([node("n0", gpus=2)], [q], [gang, solo])
+    snap.sharing = info(table, {"gang": "g2a", "solo": "g2a", "q": "g2b"}, max_jobs_per_gpu=3)
+    assert run(snap, aware=False).starts == []
+    # nor does a gang of another shape (4 GPUs for a 2-GPU job), nor one whose GPUs lack memory for it
+    big = shared(running("big", {"n0": [0, 1, 2, 3]}))
+    snap = snapshot([node("n0", gpus=4)], [q], [big])
+    snap.sharing = info(table, {"big": "g2a", "q": "g2b"})
+    assert run(snap, aware=False).starts == []
+    heavy = shared(running("gang", {"n0": [0, 1]}), mem=70000)
+    snap = snapshot([node("n0", gpus=2)], [q], [heavy])
+    snap.sharing = info(table, {"gang": "g2a", "q": "g2b"})
+    assert run(snap, aware=False).starts == []

@@ -68,3 +68,33 @@ def test_caldera_sim_sharing_compares_the_three_policies(gavel_file) -> None:
     assert float(rows["interference-aware"][2]) > 1.0  # sharing raised it
     assert int(rows["interference-aware"][8]) <= int(rows["naive packing"][8])  # no more bad co-locations
     assert "held-out V100 samples: MAE" in r.output
+
+
+def test_gangs_share_their_gpus_with_a_gang_of_their_own_size_when_asked():
+    """Gavel measured no gang pair; with ``share_gangs`` each rank is assumed to run as the one-GPU versions of the
+    two types did side by side."""
+    G, H, One = JobType("G", 8, 2), JobType("H", 8, 2), JobType("One", 8, 1)
+    G1, H1 = JobType("G", 8, 1), JobType("H", 8, 1)
+    ds = Dataset({t: Profile(t, {"v100": 1.0}) for t in (G, H, One, G1, H1)}, [])
+    ds.ratios.update({("v100", G1, H1): 0.8, ("v100", H1, G1): 0.7, ("v100", One, One): 0.5})
+    for x in (G1, H1):
+        ds.ratios[("v100", x, x)] = 0.5
+    ds.ratios.update({("v100", x, y): 0.0 for x in (G, H) for y in (G, H)})  # as in Gavel's file
+    truth = TablePredictor({("v100", x, y): 1 - r for (_, x, y), r in ds.ratios.items() if r > 0})
+    js = [ShareJob("g", G, 0.0, 100.0, 2, remaining=100.0), ShareJob("h", H, 1.0, 100.0, 2, remaining=100.0)]
+    js.append(ShareJob("one", One, 2.0, 10.0, 1, remaining=10.0))
+    # two GPUs: h joins g on both GPUs (g at 0.8, h at 0.7); the one-GPU job may not join one GPU of the pair
+    exclusive, _, aware = compare(ds, js, truth, nodes=1, gpus_per_node=2, tolerance=0.35, share_gangs=True)
+    assert (aware.colocations, aware.gang_colocations) == (1, 1)
+    # g (99 steps left at 0.8) ends at 1 + 99 / 0.8; h, alone then, ends when its 100 steps are done; the
+    # one-GPU job runs last
+    g_end = 1 + 99 / 0.8
+    h_end = g_end + 100 - 0.7 * (g_end - 1)
+    assert aware.makespan_s == pytest.approx(h_end + 10.0)
+    gang_gpu_s = 2 * h_end
+    assert aware.gang_share == pytest.approx(gang_gpu_s / (gang_gpu_s + 10.0))
+    assert aware.eff_util_gangs == pytest.approx((2 * 1 + 2 * 1.5 * (g_end - 1) + 2 * (h_end - g_end)) / gang_gpu_s)
+    # by default (no gang sharing) h waits for g, then the one-GPU job for both
+    _, _, apart = compare(ds, js, truth, nodes=1, gpus_per_node=2, tolerance=0.35)
+    assert apart.colocations == 0 and apart.makespan_s == pytest.approx(210.0)
+    assert exclusive.makespan_s == pytest.approx(210.0)

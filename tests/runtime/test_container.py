@@ -5,6 +5,7 @@ not usable (``caldera images bootstrap`` makes the image)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -346,3 +347,35 @@ def test_a_job_sees_neither_another_jobs_scratch_nor_its_processes(rt, launch, s
     assert obs.phase is Phase.SUCCEEDED, out
     assert "SEES-SCRATCH" not in out and "sleep" not in out, out  # its own pid namespace: catatonit, sh, cat...
     assert out.split()[0].endswith(".1") and other.job_id not in out.split()[0], out  # its own scratch only
+
+
+def test_a_shareable_job_gets_the_mps_pipe_directory_read_only(rt, launch, settings, tmp_path, monkeypatch) -> None:
+    """With an MPS control daemon (here a fake one: its pipe directory with a ``control`` FIFO), a shareable job
+    sees the pipe directory at the same path, read-only, and CUDA_MPS_PIPE_DIRECTORY names it; other jobs do not."""
+    pipe = tmp_path / "nvidia-mps"
+    pipe.mkdir(mode=0o755)
+    traversable(pipe)
+    os.mkfifo(pipe / "control")
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipe))
+    alloc = Allocation("ctr-node", (0,), 1.0, 256)
+    script = (
+        'echo dir=$CUDA_MPS_PIPE_DIRECTORY limit=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; test -p "$CUDA_MPS_PIPE_DIRECTORY/'
+        'control" && echo fifo; touch "$CUDA_MPS_PIPE_DIRECTORY/planted" 2>/dev/null || echo refused; '
+        "while ! test -e go; do sleep 0.1; done"
+    )
+    spec = {"command": ["sh", "-c", script], "shareable": True, "resources": {"gpu": 1, "gpu_memory_mib": 4000}}
+    h = launch(alloc=alloc, env={"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4000M"}, **spec)
+    wait_for(lambda: b"refused" in b"".join(rt.logs(h)) or rt.observe(h).phase in TERMINAL, 30, "the job to look")
+    mounts = json.loads(rt.podman.run("container", "inspect", h.data["names"][0], "--format", "{{json .Mounts}}"))
+    mps = [m for m in mounts if m["Destination"] == str(pipe)]
+    assert [(m["Source"], m["RW"]) for m in mps] == [(str(pipe), False)], mounts
+    (settings.workspaces / "alice" / "jobs" / h.job_id / "go").touch()  # looked at while it ran: it may end
+    obs, out = _run(rt, h)
+    assert obs.phase is Phase.SUCCEEDED, out
+    assert f"dir={pipe} limit=0=4000M\nfifo\nrefused\n" == out, out
+    assert not (pipe / "planted").exists()
+    # an exclusive job on the same host gets neither the mount nor the variable
+    look = f'echo "dir=$CUDA_MPS_PIPE_DIRECTORY"; test -e {pipe} && echo SEES; true'
+    h = launch(alloc=alloc, command=["sh", "-c", look])
+    obs, out = _run(rt, h)
+    assert obs.phase is Phase.SUCCEEDED and out == "dir=\n", out

@@ -4,7 +4,8 @@ Each rank runs as its owner's uid:gid with every capability dropped, ``no-new-pr
 (so SIGTERM reaches the command as it does outside a container), cgroup limits from its allocation (cpus, memory)
 and a pids limit, no network but loopback (the ranks of a distributed job share rank 0's network namespace), its
 GPUs as devices, and two host directories mounted at their own paths: the owner's workspace and the attempt's
-scratch directory (preemption notice, the lab's socket). Nothing else of the host is visible.
+scratch directory (preemption notice, the lab's socket); a shareable job also gets the CUDA MPS pipe directory,
+read-only, where an MPS daemon runs. Nothing else of the host is visible.
 
 Containers carry their job id, attempt and rank as labels and names (``caldera-<job>-<attempt>-<rank>``), and
 conmon keeps them and their logs going without a server, so any instance of this runtime re-attaches by asking
@@ -37,6 +38,7 @@ from typing import Any
 from caldera.config import Settings
 from caldera.core.cluster import Device, Node
 from caldera.core.spec import JobKind
+from caldera.runtime import gpu_share
 from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
 from caldera.runtime.container import devices, logs
 from caldera.runtime.container.image import ImageInfo
@@ -221,6 +223,7 @@ class ContainerRuntime:
         }
         env = self._base_env(req, scratch, info)
         env.update(owner.authorized_keys(scratch, req.authorized_keys, req.run_as))  # scratch is mounted as is
+        mps_args = self._mps(spec, env)
         if spec.kind is JobKind.JUPYTER:
             argv = self._jupyter(req, rd, scratch, workdir, env, data)
         else:
@@ -258,6 +261,7 @@ class ContainerRuntime:
                 *(a for m in mounts for a in ("--volume", f"{m}:{m}:rw")),
                 "--volume",
                 f"{scratch}:{scratch}:rw",
+                *mps_args,
                 "--workdir",
                 str(workdir),
                 *env_args,
@@ -312,6 +316,17 @@ class ContainerRuntime:
             CUDA_DEVICE_ORDER="PCI_BUS_ID",
         )
         return env
+
+    @staticmethod
+    def _mps(spec: Any, env: dict[str, str]) -> list[str]:
+        """A shareable job on a host with an MPS control daemon gets its pipe directory, read-only (clients only
+        connect to the pipes and sockets there), and ``CUDA_MPS_PIPE_DIRECTORY`` naming it, so the MPS server
+        enforces its GPU-memory limit as for the process runtime (caldera/runtime/gpu_share.py)."""
+        pipe = gpu_share.mps_pipe_dir() if spec.shareable else None
+        if pipe is None:
+            return []
+        env["CUDA_MPS_PIPE_DIRECTORY"] = str(pipe)
+        return ["--volume", f"{pipe}:{pipe}:ro"]
 
     @staticmethod
     def _rank_env(spec: Any, rank: int, world: int) -> dict[str, str]:
