@@ -98,6 +98,9 @@ class FreeCapacity:
                     return Problem("start_busy", jid, f"start of {jid} on {a.node} GPU {g}, which is not free")
                 used.add((a.node, g))
                 models.add(node_models[g])
+        if shared is not None and not shared.same_partners(allocations):
+            msg = f"start of {jid} shares its GPUs with different jobs: every GPU of a shared start holds the same"
+            return Problem("start_shared_partners", jid, msg)
         if req.gpu_model and not models <= {req.gpu_model}:
             return Problem("start_model", jid, f"start of {jid} on {sorted(models)} GPUs, not {req.gpu_model}")
         if len(models) > 1:  # replicas of one job run at one speed: the slowest model would hold the rest back
@@ -124,6 +127,12 @@ class SharedGpus:
         for a in allocations:
             for g in a.gpus:
                 self.holders.setdefault((a.node, g), []).append(job)
+
+    def same_partners(self, allocations: Iterable[Allocation]) -> bool:
+        """Whether every GPU of a start holds the same jobs (none, or all ranks next to the same partners): a job
+        slowed on one GPU holds back all its ranks, which the decay model predicts only for one partner mix."""
+        mixes = {frozenset(h.id for h in self.holders.get((a.node, g), ())) for a in allocations for g in a.gpus}
+        return len(mixes) <= 1
 
     def admits(self, job: SchedJob, node: str, gpu: int) -> bool:
         holders = self.holders.get((node, gpu), [])

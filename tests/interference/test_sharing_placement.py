@@ -6,11 +6,12 @@ import dataclasses
 
 import pytest
 
+from caldera.core.cluster import Allocation
 from caldera.core.spec import SpecError, parse_spec
 from caldera.core.tenancy import QueueConfig
 from caldera.scheduler.fifo import FifoPolicy
 from caldera.scheduler.sharing import SharingInfo, SharingPolicy
-from caldera.scheduler.snapshot import SchedJob
+from caldera.scheduler.snapshot import Decisions, SchedJob, Start
 from caldera.scheduler.validation import decision_errors
 from tests.builders import job, node, running, snapshot
 
@@ -200,3 +201,21 @@ def test_a_gang_shares_only_the_gpus_of_a_job_of_its_own_shape_and_every_rank_th
     snap = snapshot([node("n0", gpus=2)], [q], [heavy])
     snap.sharing = info(table, {"gang": "g2a", "q": "g2b"})
     assert run(snap, aware=False).starts == []
+
+
+def test_validation_refuses_a_shared_start_whose_gpus_hold_different_partners():
+    """The invariant the loop and the simulator check before applying a start, whatever policy made it."""
+    gang = shared(running("gang", {"n0": [0, 1]}))
+    solo = shared(running("solo", {"n0": [2]}))
+    q = shared(job("q", gpu=2))
+    snap = snapshot([node("n0", gpus=4)], [q], [gang, solo])
+    snap.sharing = info({}, {"gang": "g2a", "solo": "g2a", "q": "g2b"}, max_jobs_per_gpu=3)
+
+    def start_on(*gpus: int) -> list[str]:
+        d = Decisions(starts=[Start("q", (Allocation("n0", gpus, cpu=1.0, memory_mib=1024),))])
+        return [p.kind for p in decision_errors(snap, d)]
+
+    assert start_on(0, 1) == []  # both GPUs hold the gang alone
+    assert start_on(1, 2) == ["start_shared_partners"]  # the gang on one, solo on the other
+    assert start_on(0, 3) == ["start_shared_partners"]  # half shared, half alone
+    assert start_on(3, 3) == ["start_gpus"]
