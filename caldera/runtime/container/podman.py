@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
+from pathlib import Path
 from typing import Any
 
 _MAX_ERR = 2000
@@ -26,11 +28,19 @@ class Podman:
         if conf:
             self.env["CONTAINERS_CONF"] = conf
         self.timeout_s = timeout_s
+        # conmon leaves files (an empty `oom` after an out-of-memory kill) in the directory it was started from:
+        # a private one of ours, not whatever the server's working directory is
+        self.cwd = Path(tempfile.gettempdir()) / f"caldera-podman-{os.getuid()}"
+        self.cwd.mkdir(mode=0o700, exist_ok=True)
 
     def run(self, *argv: str, env: dict[str, str] | None = None, check: bool = True) -> str:
         try:
             p = subprocess.run(
-                [*self.base, *argv], capture_output=True, env={**(env or {}), **self.env}, timeout=self.timeout_s
+                [*self.base, *argv],
+                capture_output=True,
+                env={**(env or {}), **self.env},
+                timeout=self.timeout_s,
+                cwd=self.cwd,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise PodmanError(list(argv), -1, str(exc)) from None
@@ -48,12 +58,17 @@ class Podman:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            cwd=self.cwd,
         )
 
     def image_exists(self, image: str) -> bool:
         return (
             subprocess.run(
-                [*self.base, "image", "exists", image], env=self.env, capture_output=True, timeout=self.timeout_s
+                [*self.base, "image", "exists", image],
+                env=self.env,
+                capture_output=True,
+                timeout=self.timeout_s,
+                cwd=self.cwd,
             ).returncode
             == 0
         )
