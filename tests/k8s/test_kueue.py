@@ -8,8 +8,6 @@ import time
 import uuid
 from typing import Any
 
-import pytest
-
 from caldera.core.tenancy import QueueConfig
 from caldera.runtime.kubernetes import kueue
 
@@ -23,6 +21,7 @@ def _job(namespace: str, queue: str, gpus: int) -> dict[str, Any]:
         "metadata": {"annotations": {}},
         "spec": {
             "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
             "nodeSelector": {kueue.GPU_MODEL_LABEL: "a100"},
             "containers": [
                 {"name": "main", "image": "busybox", "resources": {"requests": resources, "limits": resources}}
@@ -85,11 +84,6 @@ def _wait_running(api_client: Any, namespace: str, job_name: str, timeout: float
             return pods
         time.sleep(0.3)
     raise AssertionError(f"job {job_name} has no running pod")
-
-
-@pytest.fixture
-def account() -> str:
-    return f"acct{uuid.uuid4().hex[:6]}"
 
 
 def test_within_guarantee_admitted_and_over_it_waits_with_kueues_reason(k8s_cluster, account: str) -> None:

@@ -248,6 +248,20 @@ def _condition(conditions: list[Mapping[str, Any]], kind: str) -> Mapping[str, A
     return next((c for c in conditions if c.get("type") == kind), None)
 
 
+_FLAVOR_IN_MESSAGE = re.compile(r"\bflavor ([a-z0-9][a-z0-9.-]*[a-z0-9])")
+EVICTED_BY_PREEMPTION = "Preempted"  # the Evicted condition's reason when Kueue preempted the workload
+
+
+def eviction(workload: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(Kueue's reason, its message) when Kueue evicted the workload (condition Evicted True): ``Preempted`` (quota
+    reclaimed within the cohort, or a higher priority), ``PodsReadyTimeout`` (not every pod ready in time), ..."""
+    evicted = _condition(list((workload.get("status") or {}).get("conditions") or []), "Evicted")
+    if evicted and evicted.get("status") == "True":
+        reason = str(evicted.get("reason") or "Evicted")
+        return reason, str(evicted.get("message") or f"evicted by Kueue ({reason})")[:_MAX_MESSAGE]
+    return None
+
+
 def workload_reasons(workload: Mapping[str, Any]) -> list[Reason]:
     """Why a Workload's job is not running, as Caldera's reasons; empty when it is admitted and its pods ready.
     ``details`` keep Kueue's own condition type and reason, so nothing Kueue said is lost."""
@@ -257,6 +271,9 @@ def workload_reasons(workload: Mapping[str, Any]) -> list[Reason]:
     def reason(code: str, cond: Mapping[str, Any] | None, default: str) -> Reason:
         message = str((cond or {}).get("message") or default)[:_MAX_MESSAGE]
         details = {"source": "kueue", "condition": (cond or {}).get("type"), "kueue_reason": (cond or {}).get("reason")}
+        details["workload"] = (workload.get("metadata") or {}).get("name")
+        if flavors := sorted(set(_FLAVOR_IN_MESSAGE.findall(message))):
+            details["flavors"] = flavors  # e.g. "insufficient unused quota for nvidia.com/gpu in flavor gpu-a100"
         return Reason(code, message, details)
 
     if spec.get("active") is False:
