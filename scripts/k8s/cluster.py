@@ -41,7 +41,6 @@ PORT_NAMES = (
     "kueue_webhook",
     "kueue_metrics",
     "kueue_health",
-    "kueue_visibility",
 )
 
 
@@ -293,7 +292,9 @@ def kueue_config(state: Path, p: dict[str, int]) -> Path:
         },
         "integrations": {"frameworks": ["batch/job"]},
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
-        "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": p["kueue_visibility"]},
+        # the on-demand visibility API is an aggregated API server with certificates of its own (a fixed path);
+        # Caldera reads a Workload's conditions instead
+        "featureGates": {"VisibilityOnDemand": False},
     }
     path = state / "kueue-config.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -465,7 +466,14 @@ def up(state: Path, nodes: int, models: list[str]) -> Path:
         "-",
         stdin=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}),
     )
-    # Kueue reads the kubeconfig from KUBECONFIG, which start() sets for every component
+    # Kueue reads the kubeconfig from KUBECONFIG, which start() sets for every component; without its internal
+    # cert management it serves metrics with a certificate from a fixed path (no option moves it): any will do
+    metrics_certs = Path("/etc/kueue/metrics/certs")
+    if not (metrics_certs / "tls.key").exists():
+        metrics_certs.mkdir(parents=True, exist_ok=True)
+        (metrics_certs / "tls.crt").write_bytes((pki / "webhook.crt").read_bytes())
+        (metrics_certs / "tls.key").write_bytes((pki / "webhook.key").read_bytes())
+        os.chmod(metrics_certs / "tls.key", 0o600)
     start(state, "kueue", [str(bin_dir / "kueue"), "--config", str(kueue_config(state, p))])
     wait_until(
         "kueue",

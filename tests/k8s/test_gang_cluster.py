@@ -62,8 +62,8 @@ def test_a_gang_admitted_by_quota_that_cannot_all_be_placed_is_evicted_whole(k8s
             return len(pods) == 2 and sorted(p["status"].get("phase") for p in pods) == ["Pending", "Running"]
 
         wait_for(half_running, 60, what="rank 0 on gpu-node-0, rank 1 with no a100 node left")
-        codes = {r["code"] for r in rt.why_pending(gang)}
-        assert {"Unschedulable", kueue.KUEUE_WAITING_FOR_PODS_READY} <= codes
+        want = {"Unschedulable", kueue.KUEUE_WAITING_FOR_PODS_READY}
+        wait_for(lambda: want <= {r["code"] for r in rt.why_pending(gang)}, 30, what="the scheduler's and Kueue's why")
         assert rt.observe(gang).phase is Phase.STARTING  # never Running with half its ranks
 
         # Kueue's pods-ready timeout (30 s on the test cluster) evicts the Workload; the running rank is stopped

@@ -27,7 +27,9 @@ def test_over_quota_why_shows_kueues_reason_and_flavor(k8s_cluster, platform_on_
     alice = k.api.user(k.admin, "alice", accounts=[k.account])
     first = _submit(k.api, alice, name="first", queue=queue, command=["sleep", "600"], resources=A100)
     _until(k.api, alice, first, {"Running"})
-    second = _submit(k.api, alice, name="second", queue=queue, command=["sleep", "600"], resources={"gpu": 1})
+    second = _submit(
+        k.api, alice, name="second", queue=queue, command=["sleep", "600"], resources={"gpu": 1, "gpu_model": "a100"}
+    )
 
     def kueue_reason():
         why = _why(k, alice, second)

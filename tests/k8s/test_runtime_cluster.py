@@ -22,7 +22,7 @@ def test_a_job_admitted_by_kueue_runs_and_a_restarted_runtime_finds_it_by_its_la
     [pod] = rt.pods.get((req.job_id, "1"))
     assert pod["spec"]["nodeName"] in {"gpu-node-0", "gpu-node-1"}  # the a100 nodes
     assert pod["spec"]["securityContext"]["runAsUser"] == 200_001 and not pod["spec"]["automountServiceAccountToken"]
-    assert rt.why_pending(handle) == []
+    wait_for(lambda: rt.why_pending(handle) == [], 30, what="Kueue to see every pod ready")
 
     rt.close()
     again = make_rt()  # a restarted server: nothing but the cluster's labels tell it what runs

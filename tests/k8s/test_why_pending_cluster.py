@@ -26,13 +26,13 @@ def test_a_job_over_its_queues_quota_waits_with_kueues_insufficient_quota_naming
     wait_for(lambda: _codes(rt, second) == {kueue.KUEUE_INSUFFICIENT_QUOTA}, 30, what="Kueue's reason")
     [reason] = rt.why_pending(second)
     assert reason["details"]["source"] == "kueue" and reason["details"]["condition"] == "QuotaReserved"
-    assert reason["details"]["flavors"] == ["gpu-a100"] and "nvidia.com/gpu" in reason["message"]
+    assert reason["details"]["flavors"] == ["gpu-a100"] and reason["details"]["resources"] == ["nvidia.com/gpu"]
     assert reason["details"]["workload"]  # the Workload found by its owner reference to the Job
     assert rt.observe(second).phase is Phase.STARTING and rt.pods.get((second.job_id, "1")) == []
 
     rt.stop(first, 0)  # its quota comes back: Kueue admits the second one and the reasons go
     wait_for(lambda: rt.observe(second).phase is Phase.RUNNING, 60, what="the second job to run")
-    assert rt.why_pending(second) == []
+    wait_for(lambda: rt.why_pending(second) == [], 30, what="Kueue to see every pod ready")
 
 
 def test_a_pod_no_node_can_take_shows_kube_schedulers_failed_scheduling_event(k8s_cluster, make_rt, account):
