@@ -1,9 +1,10 @@
 """Kubernetes runtime figures against a running cluster (the test cluster of tests/k8s: kwok GPU nodes, Kueue):
 
-    scripts/k8s/up --state-dir /var/tmp/caldera-k8s-bench --nodes 8 --models a100
+    scripts/k8s/up --state-dir /var/tmp/caldera-k8s-bench --nodes 8 --models a100 --pods-ready-timeout 10m
     python benchmarks/k8s_startup.py --kubeconfig /var/tmp/caldera-k8s-bench/kubeconfig [--replicas 16] [--jobs 1000]
 
-(one GPU model on all 8 nodes: Kueue gives the whole gang one flavor, so 16 x 4 GPUs need 8 nodes of one model).
+(one GPU model on all 8 nodes: Kueue gives the whole gang one flavor, so 16 x 4 GPUs need 8 nodes of one model; a
+long pods-ready timeout: on 2 cores 1,000 pods take longer than the tests' 30 s to all start, and Kueue would evict).
 The jobs run in the account ``bench``'s queue ``default``, made here as Kueue objects without quota.
 
 1. Time from launch() to every pod Running for one distributed job of ``--replicas`` pods (4 GPUs each, so 16

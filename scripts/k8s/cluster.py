@@ -272,7 +272,7 @@ def kwok_config(bin_dir: Path, state: Path, port: int) -> Path:
     return path
 
 
-def kueue_config(state: Path, p: dict[str, int]) -> Path:
+def kueue_config(state: Path, p: dict[str, int], pods_ready_timeout: str) -> Path:
     cfg = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -281,12 +281,13 @@ def kueue_config(state: Path, p: dict[str, int]) -> Path:
         "metrics": {"bindAddress": f"127.0.0.1:{p['kueue_metrics']}"},
         "webhook": {"host": "127.0.0.1", "port": p["kueue_webhook"], "certDir": str(state / "pki" / "webhook-certs")},
         "leaderElection": {"leaderElect": False},
+        "clientConnection": {"qps": 200, "burst": 400},  # as the controller-manager's: room for 1,000 jobs
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
         # all-or-nothing start: an admitted job whose pods are not all ready within the timeout is evicted and
         # requeued (short here so a test sees it; sites use minutes)
         "waitForPodsReady": {
-            "timeout": "30s",
+            "timeout": pods_ready_timeout,
             "blockAdmission": False,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 10},
         },
@@ -346,7 +347,7 @@ def node_models(count: int, models: list[str]) -> list[tuple[str, str]]:
     return [(f"gpu-node-{i}", models[min(i // per, len(models) - 1)]) for i in range(count)]
 
 
-def up(state: Path, nodes: int, models: list[str]) -> Path:
+def up(state: Path, nodes: int, models: list[str], pods_ready_timeout: str = "30s") -> Path:
     state.mkdir(parents=True, exist_ok=True)
     bin_dir = build_binaries()
     p = ports(state)
@@ -439,6 +440,11 @@ def up(state: Path, nodes: int, models: list[str]) -> Path:
             "--use-service-account-credentials=false",
             "--concurrent-job-syncs",
             "20",
+            # its default 20 requests/s makes 1,000 jobs queue for minutes (and Kueue's pods-ready timeout evict them)
+            "--kube-api-qps",
+            "200",
+            "--kube-api-burst",
+            "400",
         ],
     )
     start(state, "kube-scheduler", [str(bin_dir / "kube-scheduler"), *common, "--secure-port", str(p["scheduler"])])
@@ -474,7 +480,7 @@ def up(state: Path, nodes: int, models: list[str]) -> Path:
         (metrics_certs / "tls.crt").write_bytes((pki / "webhook.crt").read_bytes())
         (metrics_certs / "tls.key").write_bytes((pki / "webhook.key").read_bytes())
         os.chmod(metrics_certs / "tls.key", 0o600)
-    start(state, "kueue", [str(bin_dir / "kueue"), "--config", str(kueue_config(state, p))])
+    start(state, "kueue", [str(bin_dir / "kueue"), "--config", str(kueue_config(state, p, pods_ready_timeout))])
     wait_until(
         "kueue",
         lambda: urllib.request.urlopen(f"http://127.0.0.1:{p['kueue_health']}/readyz", timeout=2).status == 200,
@@ -521,13 +527,14 @@ def main() -> None:
     ap.add_argument("--state-dir", type=Path, default=default_state_dir())
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--models", default="a100,h100", help="GPU models of the nodes, in equal runs")
+    ap.add_argument("--pods-ready-timeout", default="30s", help="Kueue's waitForPodsReady timeout (e.g. 5m)")
     args = ap.parse_args()
     state = args.state_dir.resolve()
     if args.command == "down":
         down(state)
         return
     t0 = time.monotonic()
-    kubeconfig = up(state, args.nodes, [m for m in args.models.split(",") if m])
+    kubeconfig = up(state, args.nodes, [m for m in args.models.split(",") if m], args.pods_ready_timeout)
     print(f"cluster up in {time.monotonic() - t0:.1f}s; state {state}", file=sys.stderr)
     print(f"use it: export KUBECONFIG={kubeconfig}; {state}/bin/kubectl get nodes", file=sys.stderr)
     print(kubeconfig)
