@@ -1,6 +1,11 @@
 """Kubernetes runtime figures against a running cluster (the test cluster of tests/k8s: kwok GPU nodes, Kueue):
 
-    python benchmarks/k8s_startup.py --kubeconfig PATH [--replicas 16] [--jobs 1000] [--window 60]
+    scripts/k8s/up --state-dir /var/tmp/caldera-k8s-bench --nodes 8 --models a100 --pods-ready-timeout 10m
+    python benchmarks/k8s_startup.py --kubeconfig /var/tmp/caldera-k8s-bench/kubeconfig [--replicas 16] [--jobs 1000]
+
+(one GPU model on all 8 nodes: Kueue gives the whole gang one flavor, so 16 x 4 GPUs need 8 nodes of one model; a
+long pods-ready timeout: on 2 cores 1,000 pods take longer than the tests' 30 s to all start, and Kueue would evict).
+The jobs run in the account ``bench``'s queue ``default``, made here as Kueue objects without quota.
 
 1. Time from launch() to every pod Running for one distributed job of ``--replicas`` pods (4 GPUs each, so 16
    pods fill 8 nodes of 8 GPUs), as observe() reports it (it reads the watch cache; polled every 50 ms).
@@ -23,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from caldera.config import Settings  # noqa: E402
 from caldera.core.spec import JobSpec  # noqa: E402
+from caldera.core.tenancy import QueueConfig  # noqa: E402
 from caldera.runtime.base import Handle, LaunchRequest, Phase  # noqa: E402
+from caldera.runtime.kubernetes import kueue  # noqa: E402
 from caldera.runtime.kubernetes.runtime import KubernetesRuntime  # noqa: E402
 from caldera.runtime.kubernetes.settings import KubernetesSettings  # noqa: E402
 
@@ -49,8 +56,9 @@ def _until_running(rt: KubernetesRuntime, handles: list[Handle], timeout: float)
 
 
 def _api_requests(rt: KubernetesRuntime) -> float:
-    resp = rt.api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False)
-    return sum(float(v) for v in _REQUESTS.findall(resp[0].data.decode()))
+    resp = rt.api.call_api("GET", rt.api.configuration.host + "/metrics")
+    resp.read()
+    return sum(float(v) for v in _REQUESTS.findall(resp.data.decode()))
 
 
 def main() -> None:
@@ -62,6 +70,8 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rt = KubernetesRuntime(Settings(data_dir=Path(tmp)), KubernetesSettings(kubeconfig=args.kubeconfig))
+        models = sorted({d.model for n in rt.nodes() for d in n.gpus})
+        kueue.apply(rt.api, kueue.translate([QueueConfig(name="default", account="bench")], models))
         t0 = time.perf_counter()
         gang = rt.launch(_req(kind="distributed", replicas=args.replicas, resources={"gpu": 4, "cpu": 1}))
         launched = time.perf_counter() - t0

@@ -95,3 +95,34 @@ def test_pending_reasons_name_kueue_and_the_scheduler():
     (r,) = pending_reasons(_job(), [unplaced, _pod("Running")])
     assert (r["code"], r["message"], r["details"]["source"]) == ("Unschedulable", "0/2 nodes: GPU", "kube-scheduler")
     assert pending_reasons(_job(), [_pod("Running")]) == []
+
+
+def test_an_attempt_kueue_evicted_ends_once_its_pods_are_gone():
+    import json
+
+    from caldera.runtime.kubernetes.status import EVICTED_ANNOTATION
+
+    marked = {EVICTED_ANNOTATION: json.dumps({"reason": "Preempted", "message": "to accommodate a workload"})}
+    # the suspension may have failed the Job (its pods counted as failures): the eviction is what ended it
+    job = _job([("Failed", "BackoffLimitExceeded")], suspend=True, annotations=marked)
+    assert phase_of(job, [_pod("Running")], 1, False).phase is Phase.RUNNING  # still in its grace
+    ended = phase_of(job, [], 1, False)
+    assert (ended.phase, ended.reason, ended.message) == (Phase.FAILED, "Preempted", "to accommodate a workload")
+    seen = phase_of(_job(suspend=True), [], 1, False, eviction=("PodsReadyTimeout", "not ready in time"))
+    assert (seen.phase, seen.reason) == (Phase.FAILED, "Evicted")
+    assert phase_of(job, [], 1, stopped=True).reason == "Stopped"  # the platform's own stop wins
+
+
+def test_kueues_reasons_replace_awaiting_admission_once_there_is_a_workload():
+    from caldera.runtime.kubernetes.status import pending_reasons
+
+    message = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu-a100"
+    workload = {
+        "metadata": {"name": "job-x-1"},
+        "status": {
+            "conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message}]
+        },
+    }
+    (r,) = pending_reasons(_job(suspend=True), [], workload)
+    assert r["code"] == "KueueInsufficientQuota" and r["details"]["flavors"] == ["gpu-a100"]
+    assert r["details"]["workload"] == "job-x-1"

@@ -176,6 +176,9 @@ class SchedulerLoop:
             if obs.phase is Phase.RUNNING and job.state == JobState.STARTING.value:
                 record(db, job, JobState.RUNNING, "Running", obs.message or "all processes running", now)
             elif obs.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST):
+                if obs.reason in ("Preempted", "Evicted") and job.stop_requested is None:
+                    # the runtime's own admission ended it (Kueue reclaiming quota): requeued like our preemption
+                    job.stop_requested, job.stop_detail = "preempt", {"reason": obs.reason, "message": obs.message}
                 self._finish(db, job, obs.phase, obs.exit_code, obs.reason, obs.message, now)
 
     def _finish(

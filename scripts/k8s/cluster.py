@@ -2,7 +2,8 @@
 """Caldera's test cluster on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (fake
 GPU nodes) and Kueue's manager as host processes in one state folder.
 
-    cluster.py up   [--state-dir DIR] [--nodes N]   start (idempotent: a running cluster is left as it is)
+    cluster.py up   [--state-dir DIR] [--nodes N] [--models a100,h100]
+                                                    start (idempotent: a running cluster is left as it is)
     cluster.py down [--state-dir DIR]               stop every process it started (the state folder stays)
 
 The binaries come from scripts/k8s/build (cached in $CALDERA_K8S_CACHE). ``up`` prints the kubeconfig path last.
@@ -40,7 +41,6 @@ PORT_NAMES = (
     "kueue_webhook",
     "kueue_metrics",
     "kueue_health",
-    "kueue_visibility",
 )
 
 
@@ -75,31 +75,33 @@ def openssl(*args: str) -> None:
 def make_certs(pki: Path) -> None:
     """A self-made CA, the apiserver's and Kueue's webhook serving certs, the admin client cert (system:masters)
     and the service-account key pair. Made once per state folder."""
-    if (pki / "done").exists():
-        return
     pki.mkdir(parents=True, exist_ok=True)
     os.chmod(pki, 0o700)
-    openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "3650",
-        "-subj",
-        "/CN=caldera-test-ca",
-        "-keyout",
-        str(pki / "ca.key"),
-        "-out",
-        str(pki / "ca.crt"),
-    )
+    if not (pki / "ca.crt").exists():
+        openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "3650",
+            "-subj",
+            "/CN=caldera-test-ca",
+            "-keyout",
+            str(pki / "ca.key"),
+            "-out",
+            str(pki / "ca.crt"),
+        )
     certs = {
         "apiserver": ("/CN=kube-apiserver", "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"),
         "webhook": ("/CN=kueue-webhook", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+        "kwok": ("/CN=kwok-kubelet", "subjectAltName=IP:127.0.0.1,DNS:localhost"),  # kwok's kubelet API (pod logs)
         "admin": ("/O=system:masters/CN=caldera-admin", "extendedKeyUsage=clientAuth"),
     }
     for name, (subject, ext) in certs.items():
+        if (pki / f"{name}.crt").exists():
+            continue
         openssl(
             "req",
             "-newkey",
@@ -130,13 +132,13 @@ def make_certs(pki: Path) -> None:
             "-out",
             str(pki / f"{name}.crt"),
         )
-    openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
-    openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+    if not (pki / "sa.pub").exists():
+        openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
+        openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
     webhook_dir = pki / "webhook-certs"
     webhook_dir.mkdir(exist_ok=True)
     (webhook_dir / "tls.crt").write_bytes((pki / "webhook.crt").read_bytes())
     (webhook_dir / "tls.key").write_bytes((pki / "webhook.key").read_bytes())
-    (pki / "done").write_text("")
 
 
 def write_kubeconfig(state: Path, port: int) -> Path:
@@ -226,7 +228,21 @@ def kubectl(bin_dir: Path, state: Path, *args: str, stdin: str | None = None) ->
     ).stdout
 
 
+KWOK_STAGES = ("node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-ready.yaml")  # kwok's, from the build
+
+
+def apply_crds(bin_dir: Path, state: Path, files: list[str]) -> None:
+    """Apply CRDs and wait until they are served: kwok and Kueue exit when a kind they watch is unknown."""
+    kubectl(bin_dir, state, "apply", "--server-side", "--force-conflicts", *[a for f in files for a in ("-f", f)])
+    names = [yaml.safe_load(Path(f).read_text())["metadata"]["name"] for f in files]
+    kubectl(bin_dir, state, "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
+
+
 def kwok_config(bin_dir: Path, state: Path, port: int) -> Path:
+    """kwok's options and stages. Its server is the fake nodes' kubelet API (nodeIP:nodePort = 127.0.0.1:port, TLS
+    by the state's CA), so the API server's pods/log reaches it; what a pod "printed" is the file a kwok ``Logs``
+    object (a CRD, enableCRDs) names for it, since no container runs."""
+    pki = state / "pki"
     options = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokConfiguration",
@@ -234,8 +250,13 @@ def kwok_config(bin_dir: Path, state: Path, port: int) -> Path:
             "manageAllNodes": False,
             "manageNodesWithAnnotationSelector": f"{KWOK_NODE_ANNOTATION}=fake",
             "serverAddress": f"127.0.0.1:{port}",
+            "nodePort": port,
+            "tlsCertFile": str(pki / "kwok.crt"),
+            "tlsPrivateKeyFile": str(pki / "kwok.key"),
+            "enableCRDs": ["Logs"],
+            "enableDebuggingHandlers": True,  # containerLogs (exec, attach: none configured, so they refuse)
             "cidr": "10.244.0.0/16",
-            "nodeIP": "10.0.0.1",
+            "nodeIP": "127.0.0.1",
             "podPlayStageParallelism": 16,
             "nodePlayStageParallelism": 4,
             "nodeLeaseParallelism": 4,
@@ -244,14 +265,14 @@ def kwok_config(bin_dir: Path, state: Path, port: int) -> Path:
         },
     }
     docs = [yaml.safe_dump(options)]
-    docs += [p.read_text() for p in sorted((bin_dir / "kwok-stages").glob("*.yaml"))]
+    docs += [(bin_dir / "kwok-stages" / name).read_text() for name in KWOK_STAGES]
     docs.append((HERE / "kwok-stages.yaml").read_text())
     path = state / "kwok.yaml"
     path.write_text("\n---\n".join(docs))
     return path
 
 
-def kueue_config(state: Path, p: dict[str, int]) -> Path:
+def kueue_config(state: Path, p: dict[str, int], pods_ready_timeout: str) -> Path:
     cfg = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -260,16 +281,21 @@ def kueue_config(state: Path, p: dict[str, int]) -> Path:
         "metrics": {"bindAddress": f"127.0.0.1:{p['kueue_metrics']}"},
         "webhook": {"host": "127.0.0.1", "port": p["kueue_webhook"], "certDir": str(state / "pki" / "webhook-certs")},
         "leaderElection": {"leaderElect": False},
+        "clientConnection": {"qps": 200, "burst": 400},  # as the controller-manager's: room for 1,000 jobs
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
+        # all-or-nothing start: an admitted job whose pods are not all ready within the timeout is evicted and
+        # requeued (short here so a test sees it; sites use minutes)
         "waitForPodsReady": {
-            "timeout": "5m",
+            "timeout": pods_ready_timeout,
             "blockAdmission": False,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 10},
         },
         "integrations": {"frameworks": ["batch/job"]},
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
-        "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": p["kueue_visibility"]},
+        # the on-demand visibility API is an aggregated API server with certificates of its own (a fixed path);
+        # Caldera reads a Workload's conditions instead
+        "featureGates": {"VisibilityOnDemand": False},
     }
     path = state / "kueue-config.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -294,7 +320,8 @@ def kueue_webhooks(bin_dir: Path, state: Path, port: int) -> str:
 
 
 def fake_node(name: str, model: str) -> dict:
-    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}
+    # pods 250 (a kubelet's default is 110): room for the benchmark's 1,000 one-pod jobs on 8 nodes
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "250", "nvidia.com/gpu": "8"}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -314,12 +341,13 @@ def fake_node(name: str, model: str) -> dict:
     }
 
 
-def node_models(count: int) -> list[tuple[str, str]]:
-    """The fake nodes: the first half A100, the rest H100 (one model when there is a single node)."""
-    return [(f"gpu-node-{i}", "a100" if i < max(1, count // 2) else "h100") for i in range(count)]
+def node_models(count: int, models: list[str]) -> list[tuple[str, str]]:
+    """The fake nodes, the models in equal runs: with a100,h100 the first half A100, the rest H100."""
+    per = max(1, -(-count // len(models)))
+    return [(f"gpu-node-{i}", models[min(i // per, len(models) - 1)]) for i in range(count)]
 
 
-def up(state: Path, nodes: int) -> Path:
+def up(state: Path, nodes: int, models: list[str], pods_ready_timeout: str = "30s") -> Path:
     state.mkdir(parents=True, exist_ok=True)
     bin_dir = build_binaries()
     p = ports(state)
@@ -382,6 +410,14 @@ def up(state: Path, nodes: int) -> Path:
             "https://kubernetes.default.svc",
             "--service-cluster-ip-range",
             "10.96.0.0/16",
+            "--kubelet-preferred-address-types",
+            "InternalIP",
+            "--kubelet-certificate-authority",
+            str(pki / "ca.crt"),
+            "--kubelet-client-certificate",
+            str(pki / "apiserver.crt"),
+            "--kubelet-client-key",
+            str(pki / "apiserver.key"),
             "--allow-privileged=false",
             "--profiling=false",
             "--enable-priority-and-fairness=false",
@@ -404,9 +440,16 @@ def up(state: Path, nodes: int) -> Path:
             "--use-service-account-credentials=false",
             "--concurrent-job-syncs",
             "20",
+            # its default 20 requests/s makes 1,000 jobs queue for minutes (and Kueue's pods-ready timeout evict them)
+            "--kube-api-qps",
+            "200",
+            "--kube-api-burst",
+            "400",
         ],
     )
     start(state, "kube-scheduler", [str(bin_dir / "kube-scheduler"), *common, "--secure-port", str(p["scheduler"])])
+    kwok_crds = sorted(str(f) for f in (bin_dir / "kwok-crds").glob("*.yaml"))
+    apply_crds(bin_dir, state, kwok_crds)
     start(
         state,
         "kwok",
@@ -419,7 +462,7 @@ def up(state: Path, nodes: int) -> Path:
         ],
     )
     crds = sorted(str(f) for f in (bin_dir / "kueue-crds").glob("*.yaml"))
-    kubectl(bin_dir, state, "apply", "--server-side", "--force-conflicts", *[a for f in crds for a in ("-f", f)])
+    apply_crds(bin_dir, state, crds)
     kubectl(
         bin_dir,
         state,
@@ -429,8 +472,15 @@ def up(state: Path, nodes: int) -> Path:
         "-",
         stdin=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}),
     )
-    # Kueue reads the kubeconfig from KUBECONFIG, which start() sets for every component
-    start(state, "kueue", [str(bin_dir / "kueue"), "--config", str(kueue_config(state, p))])
+    # Kueue reads the kubeconfig from KUBECONFIG, which start() sets for every component; without its internal
+    # cert management it serves metrics with a certificate from a fixed path (no option moves it): any will do
+    metrics_certs = Path("/etc/kueue/metrics/certs")
+    if not (metrics_certs / "tls.key").exists():
+        metrics_certs.mkdir(parents=True, exist_ok=True)
+        (metrics_certs / "tls.crt").write_bytes((pki / "webhook.crt").read_bytes())
+        (metrics_certs / "tls.key").write_bytes((pki / "webhook.key").read_bytes())
+        os.chmod(metrics_certs / "tls.key", 0o600)
+    start(state, "kueue", [str(bin_dir / "kueue"), "--config", str(kueue_config(state, p, pods_ready_timeout))])
     wait_until(
         "kueue",
         lambda: urllib.request.urlopen(f"http://127.0.0.1:{p['kueue_health']}/readyz", timeout=2).status == 200,
@@ -446,7 +496,7 @@ def up(state: Path, nodes: int) -> Path:
         "-",
         stdin=kueue_webhooks(bin_dir, state, p["kueue_webhook"]),
     )
-    nodes_yaml = "\n---\n".join(yaml.safe_dump(fake_node(n, m)) for n, m in node_models(nodes))
+    nodes_yaml = "\n---\n".join(yaml.safe_dump(fake_node(n, m)) for n, m in node_models(nodes, models))
     kubectl(bin_dir, state, "apply", "--server-side", "-f", "-", stdin=nodes_yaml)
     wait_until(
         "nodes Ready",
@@ -476,13 +526,15 @@ def main() -> None:
     ap.add_argument("command", choices=["up", "down"])
     ap.add_argument("--state-dir", type=Path, default=default_state_dir())
     ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--models", default="a100,h100", help="GPU models of the nodes, in equal runs")
+    ap.add_argument("--pods-ready-timeout", default="30s", help="Kueue's waitForPodsReady timeout (e.g. 5m)")
     args = ap.parse_args()
     state = args.state_dir.resolve()
     if args.command == "down":
         down(state)
         return
     t0 = time.monotonic()
-    kubeconfig = up(state, args.nodes)
+    kubeconfig = up(state, args.nodes, [m for m in args.models.split(",") if m], args.pods_ready_timeout)
     print(f"cluster up in {time.monotonic() - t0:.1f}s; state {state}", file=sys.stderr)
     print(f"use it: export KUBECONFIG={kubeconfig}; {state}/bin/kubectl get nodes", file=sys.stderr)
     print(kubeconfig)

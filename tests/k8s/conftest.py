@@ -53,3 +53,120 @@ def k8s_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster
         api.close()
     finally:
         subprocess.run([sys.executable, str(REPO / "scripts/k8s/cluster.py"), "down", "--state-dir", str(state)])
+
+
+@pytest.fixture
+def account(k8s_cluster: K8sCluster) -> Iterator[str]:
+    """A fresh Caldera account, so its namespace (caldera-<account>) and queues are this test's alone; the
+    namespace goes afterwards, so no pod of this test holds GPUs in the next one (once their grace is over)."""
+    import uuid
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from caldera.runtime.kubernetes import kueue
+
+    name = f"acct{uuid.uuid4().hex[:6]}"
+    yield name
+    core = client.CoreV1Api(k8s_cluster.api_client)
+    try:
+        core.delete_namespace(kueue.namespace_for(name), propagation_policy="Background")
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def add_queue(api_client: object, account: str, name: str, quotas: dict | None = None) -> None:
+    """A Caldera queue as Kueue objects (ClusterQueue in the account's cohort, LocalQueue in its namespace); applied,
+    never synced, so the other tests' queues on the shared cluster stay."""
+    from caldera.core.tenancy import QueueConfig
+    from caldera.runtime.kubernetes import kueue
+
+    queue = QueueConfig(name=name, account=account, quotas=quotas or {})
+    kueue.apply(api_client, kueue.translate([queue], ["a100", "h100"], cohort_per="account"))
+
+
+@pytest.fixture
+def make_rt(k8s_cluster: K8sCluster, tmp_path: Path):
+    """KubernetesRuntime factory against the test cluster (a second call is the runtime after a server restart);
+    the pods' grace is 3 s (kwok removes a deleted pod when its grace ends)."""
+    from caldera.config import Settings
+    from caldera.runtime.kubernetes.runtime import KubernetesRuntime
+    from caldera.runtime.kubernetes.settings import KubernetesSettings
+
+    made: list = []
+
+    def _make(**settings: object):
+        settings.setdefault("preempt_grace_s", 3)
+        rt = KubernetesRuntime(
+            Settings(data_dir=tmp_path / "data", **settings), KubernetesSettings(kubeconfig=k8s_cluster.kubeconfig)
+        )
+        made.append(rt)
+        return rt
+
+    yield _make
+    for rt in made:
+        rt.close()
+
+
+def launch_request(account: str, queue: str, attempt: int = 1, **spec: object):
+    import uuid
+
+    from caldera.core.spec import JobSpec
+    from caldera.runtime.base import LaunchRequest, RunAs
+
+    spec.setdefault("name", "t")
+    spec.setdefault("command", ["true"])
+    return LaunchRequest(
+        uuid.uuid4().hex[:12],
+        attempt,
+        JobSpec(**spec),
+        (),
+        Path("/w"),
+        env={"CALDERA_ACCOUNT": account, "CALDERA_QUEUE": queue},
+        run_as=RunAs("alice", 200_001, 200_001),
+    )
+
+
+@dataclass
+class K8sPlatform:
+    api: object  # tests.conftest.Api
+    admin: dict[str, str]
+    runtime: object  # KubernetesRuntime
+    account: str
+
+    def tick(self) -> None:
+        self.api.client.app.state.loop.tick()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def platform_on_k8s(k8s_cluster: K8sCluster, make_rt, tmp_path: Path, account: str) -> Iterator[K8sPlatform]:
+    """Caldera's server (API and loop, SQLite) with the Kubernetes runtime on the test cluster, the account
+    ``account`` created through the API; the loop is driven by the test (tick)."""
+    from fastapi.testclient import TestClient
+
+    from caldera.server.app import create_app
+    from caldera.server.platform import Platform
+    from caldera.server.tenancy import bootstrap
+    from tests.conftest import Api, make_settings
+
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", run_jobs_as="server")
+    rt = make_rt(preempt_grace_s=settings.preempt_grace_s)
+    platform = Platform.create(settings, runtime=rt)
+    with platform.session() as db:
+        bootstrap(db, "admin-password")
+        db.commit()
+    with TestClient(create_app(platform, run_loop=False)) as client:
+        api = Api(client)
+        admin = api.login("admin", "admin-password")
+        r = client.post("/api/v1/accounts", json={"name": account}, headers=admin)
+        assert r.status_code == 201, r.text
+        yield K8sPlatform(api, admin, rt, account)
+
+
+def put_queue(k: K8sPlatform, api_client: object, name: str, quotas: dict | None = None) -> None:
+    """The queue in Caldera (admin API) and, as an admin's sync would put it, in Kueue."""
+    body = {"account": k.account, "quotas": quotas or {}}
+    r = k.api.client.put(f"/api/v1/queues/{name}", json=body, headers=k.admin)  # type: ignore[attr-defined]
+    assert r.status_code == 200, r.text
+    add_queue(api_client, k.account, name, quotas)

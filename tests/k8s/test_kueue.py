@@ -8,8 +8,6 @@ import time
 import uuid
 from typing import Any
 
-import pytest
-
 from caldera.core.tenancy import QueueConfig
 from caldera.runtime.kubernetes import kueue
 
@@ -23,6 +21,7 @@ def _job(namespace: str, queue: str, gpus: int) -> dict[str, Any]:
         "metadata": {"annotations": {}},
         "spec": {
             "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
             "nodeSelector": {kueue.GPU_MODEL_LABEL: "a100"},
             "containers": [
                 {"name": "main", "image": "busybox", "resources": {"requests": resources, "limits": resources}}
@@ -87,11 +86,6 @@ def _wait_running(api_client: Any, namespace: str, job_name: str, timeout: float
     raise AssertionError(f"job {job_name} has no running pod")
 
 
-@pytest.fixture
-def account() -> str:
-    return f"acct{uuid.uuid4().hex[:6]}"
-
-
 def test_within_guarantee_admitted_and_over_it_waits_with_kueues_reason(k8s_cluster, account: str) -> None:
     api = k8s_cluster.api_client
     queue = QueueConfig(name=f"{account}-q", account=account, quotas={"gpu/a100": {"guarantee": 4, "capability": 4}})
@@ -143,9 +137,10 @@ def test_sync_is_idempotent_and_removes_queues_caldera_dropped(k8s_cluster, acco
     objs = kueue.translate([keep, drop], MODELS, cohort_per="account")
     kueue.sync(api, objs)
     cqs = DynamicClient(api).resources.get(api_version=kueue.API_VERSION, kind="ClusterQueue")
-    before = cqs.get(name=kueue.cluster_queue_name(keep.name)).metadata.resourceVersion
-    kueue.sync(api, objs)  # the same queues again: nothing changes
-    assert cqs.get(name=kueue.cluster_queue_name(keep.name)).metadata.resourceVersion == before
+    before = cqs.get(name=kueue.cluster_queue_name(keep.name))
+    kueue.sync(api, objs)  # the same queues again: nothing changes (Kueue's own status updates aside)
+    after = cqs.get(name=kueue.cluster_queue_name(keep.name))
+    assert after.metadata.generation == before.metadata.generation and after.spec == before.spec
 
     deleted = kueue.sync(api, kueue.translate([keep], MODELS, cohort_per="account"))
     assert f"ClusterQueue/{kueue.cluster_queue_name(drop.name)}" in deleted

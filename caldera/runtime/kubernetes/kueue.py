@@ -42,7 +42,7 @@ KUEUE_EVICTED = "KueueEvicted"  # preempted or evicted by Kueue; requeued
 KUEUE_INACTIVE = "KueueInactive"  # the workload is deactivated (e.g. too many pods-ready timeouts)
 
 _MAX_MESSAGE = 2000
-UNLIMITED = {CPU: "1000000", MEMORY: "1000Ti", GPU: "1000000"}  # far above any cluster this runs on
+UNLIMITED = {CPU: "1M", MEMORY: "1000Ti", GPU: "1M"}  # far above any cluster this runs on (canonical forms)
 
 
 def k8s_name(prefix: str, name: str) -> str:
@@ -67,12 +67,22 @@ def flavor_name(model: str) -> str:
     return k8s_name("gpu", model)
 
 
+def _canonical(n: int, base: int, suffixes: tuple[str, ...]) -> str:
+    """``n`` units written as the API server writes a quantity back (1000000 -> 1M, 2048Mi -> 2Gi), so applying
+    the same queues again changes nothing."""
+    i = 0
+    while n and n % base == 0 and i + 1 < len(suffixes):
+        n, i = n // base, i + 1
+    return f"{n}{suffixes[i]}"
+
+
 def _quantity(key: str, value: float) -> str:
-    if key == MEMORY:
-        return f"{int(value)}Mi"
+    if key == MEMORY:  # MiB
+        return _canonical(int(value), 1024, ("Mi", "Gi", "Ti", "Pi", "Ei"))
     if key == CPU:
-        return f"{int(round(value * 1000))}m"
-    return str(int(value))
+        millis = int(round(value * 1000))
+        return _canonical(millis // 1000, 1000, ("", "k", "M", "G")) if millis % 1000 == 0 else f"{millis}m"
+    return _canonical(int(value), 1000, ("", "k", "M", "G", "T"))
 
 
 def _resource(key: str, k8s_key: str, quota: Quota | None) -> dict[str, Any]:
@@ -248,6 +258,22 @@ def _condition(conditions: list[Mapping[str, Any]], kind: str) -> Mapping[str, A
     return next((c for c in conditions if c.get("type") == kind), None)
 
 
+# "... flavor gpu-h100 doesn't match node affinity, insufficient unused quota for nvidia.com/gpu in flavor gpu-a100, 2
+# more needed": the resources and flavors that lack quota (not those that merely do not fit the pod)
+_SHORT_OF_QUOTA = re.compile(r"quota for ([A-Za-z0-9./_-]+) in flavor ([a-z0-9][a-z0-9.-]*[a-z0-9])")
+EVICTED_BY_PREEMPTION = "Preempted"  # the Evicted condition's reason when Kueue preempted the workload
+
+
+def eviction(workload: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(Kueue's reason, its message) when Kueue evicted the workload (condition Evicted True): ``Preempted`` (quota
+    reclaimed within the cohort, or a higher priority), ``PodsReadyTimeout`` (not every pod ready in time), ..."""
+    evicted = _condition(list((workload.get("status") or {}).get("conditions") or []), "Evicted")
+    if evicted and evicted.get("status") == "True":
+        reason = str(evicted.get("reason") or "Evicted")
+        return reason, str(evicted.get("message") or f"evicted by Kueue ({reason})")[:_MAX_MESSAGE]
+    return None
+
+
 def workload_reasons(workload: Mapping[str, Any]) -> list[Reason]:
     """Why a Workload's job is not running, as Caldera's reasons; empty when it is admitted and its pods ready.
     ``details`` keep Kueue's own condition type and reason, so nothing Kueue said is lost."""
@@ -257,6 +283,10 @@ def workload_reasons(workload: Mapping[str, Any]) -> list[Reason]:
     def reason(code: str, cond: Mapping[str, Any] | None, default: str) -> Reason:
         message = str((cond or {}).get("message") or default)[:_MAX_MESSAGE]
         details = {"source": "kueue", "condition": (cond or {}).get("type"), "kueue_reason": (cond or {}).get("reason")}
+        details["workload"] = (workload.get("metadata") or {}).get("name")
+        if short := _SHORT_OF_QUOTA.findall(message):
+            details["flavors"] = sorted({flavor for _, flavor in short})
+            details["resources"] = sorted({resource for resource, _ in short})
         return Reason(code, message, details)
 
     if spec.get("active") is False:

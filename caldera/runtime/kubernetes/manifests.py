@@ -91,9 +91,12 @@ def selector(job_id: str, attempt: int | None = None) -> str:
     return sel if attempt is None else f"{sel},{LABEL_ATTEMPT}={attempt}"
 
 
-def build(req: LaunchRequest, ks: KubernetesSettings, lab_secret: str | None = None) -> list[dict[str, Any]]:
+def build(
+    req: LaunchRequest, ks: KubernetesSettings, lab_secret: str | None = None, grace_s: int = 30
+) -> list[dict[str, Any]]:
     """Every object of the job, in creation order (the Job last, so nothing it needs is missing when Kueue admits
-    it). ``lab_secret``: the name of the Secret holding a jupyter job's token."""
+    it). ``lab_secret``: the name of the Secret holding a jupyter job's token; ``grace_s``: the pods' grace between
+    SIGTERM and SIGKILL when the cluster stops them (Kueue's preemption), the platform's preemption grace."""
     ns = namespace(ks, account_of(req))
     name = job_name(req.job_id, req.attempt)
     objs: list[dict[str, Any]] = [network_policy(req, ks, ns, name)]
@@ -101,7 +104,7 @@ def build(req: LaunchRequest, ks: KubernetesSettings, lab_secret: str | None = N
         objs.append(headless_service(req, ns, name, ks.master_port))
     if req.spec.kind is JobKind.JUPYTER:
         objs.append(lab_service(req, ns, name, ks.lab_port))
-    objs.append(job(req, ks, ns, name, lab_secret))
+    objs.append(job(req, ks, ns, name, lab_secret, grace_s))
     return objs
 
 
@@ -109,7 +112,9 @@ def _meta(req: LaunchRequest, ns: str, name: str) -> dict[str, Any]:
     return {"name": name, "namespace": ns, "labels": labels(req)}
 
 
-def job(req: LaunchRequest, ks: KubernetesSettings, ns: str, name: str, lab_secret: str | None) -> dict[str, Any]:
+def job(
+    req: LaunchRequest, ks: KubernetesSettings, ns: str, name: str, lab_secret: str | None, grace_s: int = 30
+) -> dict[str, Any]:
     spec = req.spec
     replicas = spec.replicas if spec.kind is JobKind.DISTRIBUTED else 1
     meta = _meta(req, ns, name)
@@ -120,7 +125,7 @@ def job(req: LaunchRequest, ks: KubernetesSettings, ns: str, name: str, lab_secr
         "parallelism": replicas,
         "completions": replicas,
         "backoffLimit": 0,  # a failed pod fails the job; the platform decides about a new attempt
-        "template": {"metadata": {"labels": labels(req)}, "spec": pod_spec(req, ks, name, lab_secret)},
+        "template": {"metadata": {"labels": labels(req)}, "spec": pod_spec(req, ks, name, lab_secret, grace_s)},
     }
     if spec.kind is JobKind.DISTRIBUTED:
         job_spec["completionMode"] = "Indexed"
@@ -130,7 +135,9 @@ def job(req: LaunchRequest, ks: KubernetesSettings, ns: str, name: str, lab_secr
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
 
 
-def pod_spec(req: LaunchRequest, ks: KubernetesSettings, name: str, lab_secret: str | None) -> dict[str, Any]:
+def pod_spec(
+    req: LaunchRequest, ks: KubernetesSettings, name: str, lab_secret: str | None, grace_s: int = 30
+) -> dict[str, Any]:
     spec = req.spec
     container: dict[str, Any] = {
         "name": "job",
@@ -157,7 +164,7 @@ def pod_spec(req: LaunchRequest, ks: KubernetesSettings, name: str, lab_secret: 
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,  # a job has no business with the API server
-        "terminationGracePeriodSeconds": 30,  # the stop's grace replaces it (runtime.stop deletes with its grace)
+        "terminationGracePeriodSeconds": grace_s,  # runtime.stop deletes with its own grace
         "securityContext": _pod_security(req),
         "containers": [container],
         "volumes": [

@@ -7,10 +7,13 @@ imported only when this runtime is created.
 
 from __future__ import annotations
 
+import json
+import logging
 import secrets
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +21,17 @@ from caldera.config import Settings
 from caldera.core.cluster import Device, Node
 from caldera.core.spec import JobKind
 from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase
+from caldera.runtime.kubernetes import kueue
 from caldera.runtime.kubernetes import manifests as m
 from caldera.runtime.kubernetes.logcopy import LogCopier
 from caldera.runtime.kubernetes.settings import KubernetesSettings
-from caldera.runtime.kubernetes.status import STOPPED_ANNOTATION, pending_reasons, phase_of
-from caldera.runtime.kubernetes.watch import WatchCache
+from caldera.runtime.kubernetes.status import EVICTED_ANNOTATION, STOPPED_ANNOTATION, pending_reasons, phase_of
+from caldera.runtime.kubernetes.watch import WatchCache, owner_job_of, pod_of_event
 from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir
 
 _ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST)
+log = logging.getLogger(__name__)
 
 
 def _client(ks: KubernetesSettings) -> Any:
@@ -53,18 +58,35 @@ class KubernetesRuntime:
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.net = client.NetworkingV1Api(self.api)
-        self.jobs = WatchCache(self.api, self.batch.list_job_for_all_namespaces, self.ks.watch_timeout_s)
-        self.pods = WatchCache(self.api, self.core.list_pod_for_all_namespaces, self.ks.watch_timeout_s)
+        self.custom = client.CustomObjectsApi(self.api)
+        timeout = self.ks.watch_timeout_s
+        self.jobs = WatchCache(self.api, self.batch.list_job_for_all_namespaces, timeout)
+        self.pods = WatchCache(self.api, self.core.list_pod_for_all_namespaces, timeout, on_change=self._pod_changed)
+        # Kueue's Workloads by the Job that owns them (the reasons it gives, its preemptions) and kube-scheduler's
+        # FailedScheduling events by pod: one watch each, like Jobs and pods
+        group, version = kueue.API_VERSION.split("/")
+        list_workloads = partial(self.custom.list_cluster_custom_object, group, version, "workloads")
+        self.workloads = WatchCache(
+            self.api, list_workloads, timeout, key_fn=owner_job_of, selectors={}, on_change=self._workload_changed
+        )
+        self.events = WatchCache(
+            self.api,
+            self.core.list_event_for_all_namespaces,
+            timeout,
+            key_fn=pod_of_event,
+            selectors={"field_selector": "involvedObject.kind=Pod,reason=FailedScheduling"},
+        )
         self.copier = LogCopier(self.core)
         self._stopped: set[tuple[str, int]] = set()
         self._namespaces: set[str] = set()
         self._lock = threading.Lock()
-        self.jobs.start()
-        self.pods.start()
+        self.caches = (self.jobs, self.pods, self.workloads, self.events)
+        for cache in self.caches:
+            cache.start()
 
     def close(self) -> None:
-        self.jobs.close()
-        self.pods.close()
+        for cache in self.caches:
+            cache.close()
 
     # -- launch -------------------------------------------------------------------------------------------------
     def launch(self, req: LaunchRequest) -> Handle:
@@ -83,7 +105,7 @@ class KubernetesRuntime:
             lab_secret = secret["metadata"]["name"]
             self._create(secret)
             data.update(secret=lab_secret, base_url=req.base_url or "/")
-        for obj in m.build(req, self.ks, lab_secret):
+        for obj in m.build(req, self.ks, lab_secret, grace_s=int(self.settings.preempt_grace_s)):
             self._create(obj)
         self._run_dir(req.job_id, req.attempt).mkdir(parents=True, exist_ok=True, mode=0o700)
         return Handle(req.job_id, req.attempt, data)
@@ -124,15 +146,37 @@ class KubernetesRuntime:
         self.pods.synced.wait(self.ks.request_timeout_s)
         key = (m.label_value(handle.job_id), str(handle.attempt))
         jobs, pods = self.jobs.get(key), self.pods.get(key)
-        obs = phase_of(jobs[0] if jobs else None, pods, int(handle.data.get("replicas", 1)), self._was_stopped(handle))
+        job = jobs[0] if jobs else None
+        workload = self._workload_of(job)
+        eviction = kueue.eviction(workload) if workload is not None else None
+        obs = phase_of(job, pods, int(handle.data.get("replicas", 1)), self._was_stopped(handle), eviction)
         self._copy_logs(handle, pods)
+        if obs.reason in ("Preempted", "Evicted"):  # this attempt is over; its Job goes, the platform requeues
+            ns, name = jobs[0]["metadata"]["namespace"], jobs[0]["metadata"]["name"]
+            self._quiet(self.batch.delete_namespaced_job, name, ns, propagation_policy="Background")
         return obs
 
     def why_pending(self, handle: Handle) -> list[dict[str, Any]]:
-        """The cluster's reasons a started job has no running pods yet (from the watch cache, no API call)."""
+        """The cluster's reasons a started job has no running pods yet, from the watch caches (no API call): Kueue's
+        (the Workload of the job's Job) and kube-scheduler's (FailedScheduling events of its pods)."""
         key = (m.label_value(handle.job_id), str(handle.attempt))
-        jobs = self.jobs.get(key)
-        return pending_reasons(jobs[0] if jobs else None, self.pods.get(key))
+        jobs, pods = self.jobs.get(key), self.pods.get(key)
+        job = jobs[0] if jobs else None
+        workload = self._workload_of(job)
+        events = {}
+        for pod in pods:
+            meta = pod["metadata"]
+            found = self.events.get((meta["namespace"], meta["name"]))
+            if found:
+                events[meta["name"]] = max(found, key=_event_time)
+        return pending_reasons(job, pods, workload, events)
+
+    def _workload_of(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Kueue's Workload of the Job (found by its owner reference), the newest if Kueue made several."""
+        if job is None:
+            return None
+        found = self.workloads.get((job["metadata"]["namespace"], job["metadata"]["name"]))
+        return max(found, key=lambda w: w["metadata"].get("creationTimestamp") or "") if found else None
 
     def _was_stopped(self, handle: Handle) -> bool:
         return (handle.job_id, handle.attempt) in self._stopped or bool(handle.data.get("stopped"))
@@ -144,10 +188,55 @@ class KubernetesRuntime:
             if status.get("phase") not in ("Running", "Succeeded", "Failed"):
                 continue
             index = int((pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", 0))
-            self.copier.ensure(pod["metadata"]["namespace"], pod["metadata"]["name"], rd.log(index))
+            finished = status.get("phase") != "Running"
+            self.copier.ensure(pod["metadata"]["namespace"], pod["metadata"]["name"], rd.log(index), finished)
 
     def _run_dir(self, job_id: str, attempt: int) -> Path:
         return Path(self.settings.runs_dir).resolve() / job_id / str(attempt)
+
+    def _pod_changed(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self.copier.forget(pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
+
+    # -- eviction by Kueue --------------------------------------------------------------------------------------
+    def _workload_changed(self, kind: str, workload: dict[str, Any]) -> None:
+        """Kueue evicted a Caldera job: preempted it (to reclaim quota lent within the cohort, or for a higher
+        priority), or not all its pods were ready in time. Kueue suspends the Job and its pods get SIGTERM with
+        terminationGracePeriodSeconds (the platform's preemption grace) as their grace. Here a preempted job's
+        pods get the notice at once (the preStop hook waits for it), the Workload is deactivated so Kueue does not
+        start this attempt again, and the Job is marked, which observe() reports once the pods are gone; the
+        platform then requeues the job as a new attempt (so a Job the suspension failed does not matter)."""
+        evicted = kueue.eviction(workload) if kind != "DELETED" else None
+        owner = owner_job_of(workload)
+        if evicted is None or owner is None:
+            return
+        job = self.jobs.by_name(*owner)
+        if job is None or EVICTED_ANNOTATION in (job["metadata"].get("annotations") or {}):
+            return  # not Caldera's, or seen already
+        reason, message = evicted
+        ns, name = owner
+        key = (job["metadata"]["labels"][m.LABEL_JOB], job["metadata"]["labels"].get(m.LABEL_ATTEMPT, ""))
+        if reason == kueue.EVICTED_BY_PREEMPTION:
+            grace = int(job["spec"]["template"]["spec"].get("terminationGracePeriodSeconds") or 30)
+            self._give_notice(ns, self.pods.get(key), f"preempted by Kueue: {message}", time.time() + grace)
+        group, version = kueue.API_VERSION.split("/")
+        wl_name = workload["metadata"]["name"]
+        inactive = {"spec": {"active": False}}
+        self._quiet(self.custom.patch_namespaced_custom_object, group, version, ns, "workloads", wl_name, inactive)
+        marked = {EVICTED_ANNOTATION: json.dumps({"reason": reason, "message": message})}
+        self._quiet(self.batch.patch_namespaced_job, name, ns, {"metadata": {"annotations": marked}})
+        log.info("job %s/%s evicted by Kueue (%s): %s", ns, name, reason, message)
+
+    def _give_notice(self, ns: str, pods: list[dict[str, Any]], notice: str, kill_at: float) -> None:
+        """The notice into each pod's notice annotation, which its downward-API volume shows the job as the
+        CALDERA_PREEMPT_NOTICE file; the deadline is the pod's own when it is being deleted already."""
+        for pod in pods:
+            text = notice if notice.endswith("\n") else notice + "\n"
+            if "deadline:" not in text:
+                deadline = pod["metadata"].get("deletionTimestamp") or _iso(kill_at)
+                text += f"deadline: {deadline}\n"
+            patch = {"metadata": {"annotations": {m.NOTICE_ANNOTATION: text}}}
+            self._quiet(self.core.patch_namespaced_pod, pod["metadata"]["name"], ns, patch)
 
     # -- stop ---------------------------------------------------------------------------------------------------
     def stop(self, handle: Handle, grace_s: float, notice: str | None = None) -> None:
@@ -166,12 +255,7 @@ class KubernetesRuntime:
         key = (m.label_value(handle.job_id), str(handle.attempt))
         pods = self.pods.get(key)
         if notice is not None:
-            text = notice if notice.endswith("\n") else notice + "\n"
-            if "deadline" not in notice:
-                text += f"deadline: {time.strftime('%Y-%m-%dT%H:%M:%S+00:00', time.gmtime(kill_at))}\n"
-            for pod in pods:
-                patch = {"metadata": {"annotations": {m.NOTICE_ANNOTATION: text}}}
-                self._quiet(self.core.patch_namespaced_pod, pod["metadata"]["name"], ns, patch)
+            self._give_notice(ns, pods, notice, kill_at)
         for pod in pods:
             self._quiet(self.core.delete_namespaced_pod, pod["metadata"]["name"], ns, grace_period_seconds=int(grace_s))
         if not pods:  # not admitted yet: nothing runs, the Job goes
@@ -270,6 +354,14 @@ class KubernetesRuntime:
                 data.update(secret=meta["name"] + "-lab", base_url=_base_url_of(spec))
             out.append(Handle(job_id, int(attempt), data))
         return out
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(t))
+
+
+def _event_time(event: dict[str, Any]) -> str:
+    return str(event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp") or "")
 
 
 def _base_url_of(job_spec: dict[str, Any]) -> str:
