@@ -24,6 +24,13 @@ class AdmittingRuntime(FakeRuntime):
     def __init__(self, settings):
         super().__init__(settings)
         self.admitted: set[str] = set()
+        self.pushed: list[dict[str, dict]] = []  # the queues each apply_queues call got, by name
+        self.unreachable = False
+
+    def apply_queues(self, queues) -> None:
+        if self.unreachable:
+            raise ConnectionError("cluster unreachable")
+        self.pushed.append({q.name: q.quotas for q in queues})
 
     def observe(self, handle: Handle) -> Observation:
         if handle.job_id not in self.admitted:
@@ -60,3 +67,30 @@ def test_queued_jobs_go_to_the_runtime_at_once_and_show_its_reasons(tmp_path):
         assert why()["pending"] == [CLUSTER_REASON]
         rt.admitted.add(jid)
         assert _until(api, admin, jid, {"Succeeded"})["exit_code"] == 0
+
+
+def test_the_runtime_gets_the_queues_when_they_change_and_again_after_a_failed_push(tmp_path):
+    from fastapi.testclient import TestClient
+
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", run_jobs_as="server")
+    rt = AdmittingRuntime(settings)
+    platform = Platform.create(settings, runtime=rt)
+    with platform.session() as db:
+        bootstrap(db, "admin-password")
+        db.commit()
+    with TestClient(create_app(platform, run_loop=False)) as client:
+        admin = Api(client).login("admin", "admin-password")
+        loop = client.app.state.loop
+        loop.tick()
+        loop.tick()
+        assert [list(p) for p in rt.pushed] == [["default"]]  # once, not every cycle
+        body = {"account": "default", "quotas": {"gpu": {"guarantee": 2}}}
+        rt.unreachable = True
+        assert client.put("/api/v1/queues/lab", json=body, headers=admin).status_code == 200
+        loop.tick()
+        assert len(rt.pushed) == 1  # the push failed; the cycle went on
+        rt.unreachable = False
+        loop.tick()
+        assert sorted(rt.pushed[-1]) == ["default", "lab"] and rt.pushed[-1]["lab"]["gpu"].guarantee == 2
+        loop.tick()
+        assert len(rt.pushed) == 2

@@ -8,6 +8,7 @@ this loop), so a restart finds every process.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -92,6 +93,7 @@ class SchedulerLoop:
         self.last_decisions: Decisions | None = None
         self.cycle_ms: float = 0.0
         self.launcher = Launcher(platform)
+        self._pushed_queues: str | None = None  # the queues the runtime last accepted (admitting runtimes)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -139,6 +141,7 @@ class SchedulerLoop:
             self._observe(db, now)
             user_usage, queue_usage = self._charge(db, now)
             if getattr(self.p.runtime, "admits_jobs", False):
+                self._push_queues(db)
                 decisions = self._hand_over(db)
             else:
                 snap = self._snapshot(db, now, user_usage, queue_usage)
@@ -148,6 +151,21 @@ class SchedulerLoop:
         self.last_decisions = decisions
         self.cycle_ms = (time.perf_counter() - t0) * 1000
         return decisions
+
+    def _push_queues(self, db: Session) -> None:
+        """A runtime that admits jobs itself gets the platform's queues whenever they change (Kubernetes: as
+        Kueue's); a failed push is retried on the next cycle."""
+        apply = getattr(self.p.runtime, "apply_queues", None)
+        queues = sorted(tenancy.all_queue_configs(db).values(), key=lambda q: q.name)
+        pushed = json.dumps([q.model_dump(mode="json") for q in queues], sort_keys=True)
+        if apply is None or pushed == self._pushed_queues:
+            return
+        try:
+            apply(queues)
+        except Exception as exc:  # the cluster may be unreachable for a while: jobs keep their queue names
+            log.warning("could not push the queues to the runtime: %s", exc)
+            return
+        self._pushed_queues = pushed
 
     @staticmethod
     def _hand_over(db: Session) -> Decisions:

@@ -99,7 +99,9 @@ def make_rt(k8s_cluster: K8sCluster, tmp_path: Path):
     def _make(**settings: object):
         settings.setdefault("preempt_grace_s", 3)
         rt = KubernetesRuntime(
-            Settings(data_dir=tmp_path / "data", **settings), KubernetesSettings(kubeconfig=k8s_cluster.kubeconfig)
+            Settings(data_dir=tmp_path / "data", **settings),
+            # cohorts per account, as add_queue makes them: the tests share one cluster
+            KubernetesSettings(kubeconfig=k8s_cluster.kubeconfig, cohort_per="account"),
         )
         made.append(rt)
         return rt
@@ -164,9 +166,8 @@ def platform_on_k8s(k8s_cluster: K8sCluster, make_rt, tmp_path: Path, account: s
         yield K8sPlatform(api, admin, rt, account)
 
 
-def put_queue(k: K8sPlatform, api_client: object, name: str, quotas: dict | None = None) -> None:
-    """The queue in Caldera (admin API) and, as an admin's sync would put it, in Kueue."""
+def put_queue(k: K8sPlatform, name: str, quotas: dict | None = None) -> None:
+    """The queue in Caldera (admin API); the loop's next cycle pushes it to Kueue."""
     body = {"account": k.account, "quotas": quotas or {}}
     r = k.api.client.put(f"/api/v1/queues/{name}", json=body, headers=k.admin)  # type: ignore[attr-defined]
     assert r.status_code == 200, r.text
-    add_queue(api_client, k.account, name, quotas)

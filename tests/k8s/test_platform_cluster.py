@@ -23,7 +23,7 @@ def _why(k, headers, jid) -> dict:
 def test_over_quota_why_shows_kueues_reason_and_flavor(k8s_cluster, platform_on_k8s):
     k = platform_on_k8s
     queue = f"{k.account}-q"
-    put_queue(k, k8s_cluster.api_client, queue, {"gpu/a100": {"guarantee": 8, "capability": 8}})
+    put_queue(k, queue, {"gpu/a100": {"guarantee": 8, "capability": 8}})
     alice = k.api.user(k.admin, "alice", accounts=[k.account])
     first = _submit(k.api, alice, name="first", queue=queue, command=["sleep", "600"], resources=A100)
     _until(k.api, alice, first, {"Running"})
@@ -47,8 +47,8 @@ def test_over_quota_why_shows_kueues_reason_and_flavor(k8s_cluster, platform_on_
 def test_kueue_reclaiming_lent_quota_preempts_with_the_notice_and_caldera_requeues(k8s_cluster, platform_on_k8s):
     k = platform_on_k8s
     lend, borrow = f"{k.account}-lend", f"{k.account}-borrow"
-    put_queue(k, k8s_cluster.api_client, lend, {"gpu/a100": {"guarantee": 8}})
-    put_queue(k, k8s_cluster.api_client, borrow, {"gpu/a100": {"guarantee": 0, "capability": 8}})
+    put_queue(k, lend, {"gpu/a100": {"guarantee": 8}})
+    put_queue(k, borrow, {"gpu/a100": {"guarantee": 0, "capability": 8}})
     alice = k.api.user(k.admin, "alice", accounts=[k.account])
     victim = _submit(k.api, alice, name="victim", queue=borrow, command=["sleep", "600"], resources=A100)
     _until(k.api, alice, victim, {"Running"})  # on 8 GPUs borrowed from the idle lender
@@ -85,7 +85,7 @@ def test_kueue_reclaiming_lent_quota_preempts_with_the_notice_and_caldera_requeu
 
 def test_another_user_can_neither_see_nor_touch_the_job(k8s_cluster, platform_on_k8s):
     k = platform_on_k8s
-    put_queue(k, k8s_cluster.api_client, k.account)  # the account's default queue
+    put_queue(k, k.account)  # the account's default queue
     alice = k.api.user(k.admin, "alice", accounts=[k.account])
     bob = k.api.user(k.admin, "bob")  # another account
     jid = _submit(k.api, alice, name="mine", command=["sleep", "600"], resources={"gpu": 1})
@@ -109,7 +109,7 @@ def test_after_a_server_restart_the_running_job_is_found_again_and_can_be_cancel
     from caldera.server.loop import SchedulerLoop
 
     k = platform_on_k8s
-    put_queue(k, k8s_cluster.api_client, k.account)
+    put_queue(k, k.account)
     alice = k.api.user(k.admin, "alice", accounts=[k.account])
     jid = _submit(k.api, alice, name="long", command=["sleep", "600"], resources={"gpu": 1})
     _until(k.api, alice, jid, {"Running"})
@@ -126,3 +126,29 @@ def test_after_a_server_restart_the_running_job_is_found_again_and_can_be_cancel
     assert found and isinstance(found[0], Handle)
     assert k.api.client.post(f"/api/v1/jobs/{jid}/cancel", headers=alice).status_code == 200
     _until(k.api, alice, jid, {"Cancelled"})
+
+
+def test_queues_edited_through_the_api_reach_kueue(k8s_cluster, platform_on_k8s):
+    from kubernetes.dynamic import DynamicClient
+
+    k = platform_on_k8s
+    name = f"{k.account}-edit"
+    cqs = DynamicClient(k8s_cluster.api_client).resources.get(api_version=kueue.API_VERSION, kind="ClusterQueue")
+
+    def a100_quota() -> str | None:
+        try:
+            cq = cqs.get(name=kueue.cluster_queue_name(name)).to_dict()
+        except Exception:  # not there yet
+            return None
+        for group in cq["spec"]["resourceGroups"]:
+            for flavor in group["flavors"]:
+                if flavor["name"] == "gpu-a100":
+                    return flavor["resources"][0]["nominalQuota"]
+        return None
+
+    put_queue(k, name, {"gpu/a100": {"guarantee": 2, "capability": 4}})
+    k.api.client.app.state.loop.tick()
+    assert str(a100_quota()) == "2"
+    put_queue(k, name, {"gpu/a100": {"guarantee": 6, "capability": 8}})
+    k.api.client.app.state.loop.tick()
+    assert str(a100_quota()) == "6"

@@ -19,7 +19,9 @@ from typing import Any
 
 from caldera.config import Settings
 from caldera.core.cluster import Device, Node
+from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.spec import JobKind
+from caldera.core.tenancy import QueueConfig
 from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase
 from caldera.runtime.kubernetes import kueue
 from caldera.runtime.kubernetes import manifests as m
@@ -320,6 +322,22 @@ class KubernetesRuntime:
                 secrets=(token,),
             )
         ]
+
+    # -- queues -------------------------------------------------------------------------------------------------
+    def apply_queues(self, queues: list[QueueConfig]) -> None:
+        """Caldera's queues as Kueue's (a ResourceFlavor per GPU model the cluster has, a ClusterQueue and a
+        LocalQueue per queue, the cohorts); managed queues no longer among them are deleted."""
+        if not self.ks.manage_queues:
+            return
+        nodes = self.nodes()
+        models = {d.model for n in nodes for d in n.gpus}
+        capacity: dict[str, float] = {CPU: sum(n.cpu for n in nodes), MEMORY: sum(n.memory_mib for n in nodes)}
+        for n in nodes:
+            for d in n.gpus:
+                capacity[f"{GPU}/{d.model}"] = capacity.get(f"{GPU}/{d.model}", 0.0) + 1
+        deleted = kueue.sync(self.api, kueue.translate(queues, models, capacity, self.ks.cohort_per))
+        if deleted:
+            log.info("Kueue: removed %s", ", ".join(deleted))
 
     # -- nodes --------------------------------------------------------------------------------------------------
     def nodes(self) -> list[Node]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,3 +27,9 @@ class KubernetesSettings(BaseSettings):
     platform_namespace: str | None = Field(None, max_length=63, description="or: the namespace the platform runs in")
     watch_timeout_s: int = Field(300, ge=10, description="a watch is renewed (resourceVersion kept) after this")
     request_timeout_s: float = Field(30.0, gt=0, description="longest wait for one API request")
+    manage_queues: bool = Field(
+        True, description="push Caldera's queues to Kueue whenever they change (off: the site manages Kueue itself)"
+    )
+    cohort_per: Literal["account", "cluster"] = Field(
+        "cluster", description="Kueue cohorts: one for the cluster (queues borrow the unguaranteed rest) or per account"
+    )
