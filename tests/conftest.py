@@ -10,6 +10,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -117,6 +119,24 @@ def api(platform):
 
     with TestClient(create_app(platform, run_loop=False)) as client:
         yield Api(client)
+
+
+@contextmanager
+def api_on(settings: Settings, runtime) -> Iterator[tuple[Api, dict[str, str]]]:
+    """The app without its background loop on a new platform with the ``runtime`` a test made, and the admin's
+    headers."""
+    from caldera.server.app import create_app
+    from caldera.server.platform import Platform
+    from caldera.server.tenancy import bootstrap
+
+    platform = Platform.create(settings, runtime=runtime)
+    with platform.session() as db:
+        bootstrap(db, "admin-password")
+        db.commit()
+    with TestClient(create_app(platform, run_loop=False)) as client:
+        api = Api(client)
+        yield api, api.login("admin", "admin-password")
+    platform.engine.dispose()
 
 
 @pytest.fixture

@@ -4,10 +4,7 @@ over at once, placed nowhere by Caldera, and the runtime's reasons are shown by 
 from __future__ import annotations
 
 from caldera.runtime.base import Handle, Observation, Phase
-from caldera.server.app import create_app
-from caldera.server.platform import Platform
-from caldera.server.tenancy import bootstrap
-from tests.conftest import Api, make_settings
+from tests.conftest import api_on, make_settings
 from tests.fake_runtime import FakeRuntime
 from tests.test_runs import _submit, _until
 
@@ -42,17 +39,10 @@ class AdmittingRuntime(FakeRuntime):
 
 
 def test_queued_jobs_go_to_the_runtime_at_once_and_show_its_reasons(tmp_path):
-    from fastapi.testclient import TestClient
-
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", run_jobs_as="server")
     rt = AdmittingRuntime(settings)
-    platform = Platform.create(settings, runtime=rt)
-    with platform.session() as db:
-        bootstrap(db, "admin-password")
-        db.commit()
-    with TestClient(create_app(platform, run_loop=False)) as client:
-        api = Api(client)
-        admin = api.login("admin", "admin-password")
+    with api_on(settings, rt) as (api, admin):
+        client = api.client
         # two jobs each wanting every GPU of the fake host: Caldera's own placement would start one, queue one
         first = _submit(api, admin, name="a", command=["sleep", "0.2"], resources={"gpu": 4})
         jid = _submit(api, admin, name="b", command=["sleep", "0.2"], resources={"gpu": 4})
@@ -70,16 +60,10 @@ def test_queued_jobs_go_to_the_runtime_at_once_and_show_its_reasons(tmp_path):
 
 
 def test_the_runtime_gets_the_queues_when_they_change_and_again_after_a_failed_push(tmp_path):
-    from fastapi.testclient import TestClient
-
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", run_jobs_as="server")
     rt = AdmittingRuntime(settings)
-    platform = Platform.create(settings, runtime=rt)
-    with platform.session() as db:
-        bootstrap(db, "admin-password")
-        db.commit()
-    with TestClient(create_app(platform, run_loop=False)) as client:
-        admin = Api(client).login("admin", "admin-password")
+    with api_on(settings, rt) as (api, admin):
+        client = api.client
         loop = client.app.state.loop
         loop.tick()
         loop.tick()

@@ -145,23 +145,12 @@ class K8sPlatform:
 def platform_on_k8s(k8s_cluster: K8sCluster, make_rt, tmp_path: Path, account: str) -> Iterator[K8sPlatform]:
     """Caldera's server (API and loop, SQLite) with the Kubernetes runtime on the test cluster, the account
     ``account`` created through the API; the loop is driven by the test (tick)."""
-    from fastapi.testclient import TestClient
-
-    from caldera.server.app import create_app
-    from caldera.server.platform import Platform
-    from caldera.server.tenancy import bootstrap
-    from tests.conftest import Api, make_settings
+    from tests.conftest import api_on, make_settings
 
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", run_jobs_as="server")
     rt = make_rt(preempt_grace_s=settings.preempt_grace_s)
-    platform = Platform.create(settings, runtime=rt)
-    with platform.session() as db:
-        bootstrap(db, "admin-password")
-        db.commit()
-    with TestClient(create_app(platform, run_loop=False)) as client:
-        api = Api(client)
-        admin = api.login("admin", "admin-password")
-        r = client.post("/api/v1/accounts", json={"name": account}, headers=admin)
+    with api_on(settings, rt) as (api, admin):
+        r = api.client.post("/api/v1/accounts", json={"name": account}, headers=admin)
         assert r.status_code == 201, r.text
         yield K8sPlatform(api, admin, rt, account)
 

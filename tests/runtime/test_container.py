@@ -235,24 +235,15 @@ def test_a_container_removed_behind_the_runtimes_back_is_lost(rt, launch) -> Non
 
 
 def test_a_job_submitted_through_the_api_runs_in_a_container_as_its_owner(tmp_path) -> None:
-    from fastapi.testclient import TestClient
     from sqlalchemy import select
 
     from caldera.db.models import User
-    from caldera.server.app import create_app
-    from caldera.server.platform import Platform
-    from caldera.server.tenancy import bootstrap
-    from tests.conftest import Api, make_settings
+    from tests.conftest import api_on, make_settings
     from tests.test_runs import _log, _submit, _until
 
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", runtime="container")
-    platform = Platform.create(settings, runtime=ContainerRuntime(settings))
-    with platform.session() as db:
-        bootstrap(db, "admin-password")
-        db.commit()
-    with TestClient(create_app(platform, run_loop=False)) as client:
-        api = Api(client)
-        admin = api.login("admin", "admin-password")
+    with api_on(settings, ContainerRuntime(settings)) as (api, admin):
+        platform = api.client.app.state.platform
         carol = api.user(admin, "carol")
         script = "echo uid=$(id -u) home=$HOME; cat /proc/self/cgroup | grep -c libpod; ls /sys/class/net"
         jid = _submit(api, carol, name="inside", command=["sh", "-c", script], resources={"gpu": 1, "memory_mib": 512})
@@ -264,7 +255,6 @@ def test_a_job_submitted_through_the_api_runs_in_a_container_as_its_owner(tmp_pa
         assert own and f"uid={own} " in out, out  # carol's own uid, not root
         assert f"home={settings.workspaces / 'carol'}" in out
         assert out.split()[-1] == "lo"
-    platform.engine.dispose()
 
 
 def test_a_failing_rank_stops_the_others(rt, launch) -> None:
