@@ -19,6 +19,12 @@ class Conflict(CalderaError):
     status = 409
 
 
+class Unavailable(CalderaError):
+    """Something the platform depends on (a cluster's API server) refused or did not answer."""
+
+    status = 502
+
+
 class Forbidden(CalderaError):
     status = 403
 

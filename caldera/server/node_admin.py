@@ -17,7 +17,7 @@ from caldera.core.states import JobState
 from caldera.db.models import Job, NodeCordon, User
 from caldera.server import audit
 from caldera.server.deps import admin_user, db_session, platform
-from caldera.server.errors import NotFound
+from caldera.server.errors import NotFound, Unavailable
 from caldera.server.jobs import request_preemption
 from caldera.server.platform import Platform
 
@@ -45,8 +45,21 @@ def _node(p: Platform, name: str) -> str:
     return name
 
 
+def mirror(p: Platform, name: str, schedulable: bool) -> None:
+    """A runtime whose cluster places jobs itself (Kubernetes) cordons the node there too, so its scheduler
+    keeps new pods off it."""
+    set_schedulable = getattr(p.runtime, "set_schedulable", None)
+    if set_schedulable is None:
+        return
+    try:
+        set_schedulable(name, schedulable)
+    except Exception as exc:  # the change is not made in Caldera either: the admin retries
+        raise Unavailable(f"the cluster did not {'uncordon' if schedulable else 'cordon'} node {name}: {exc}") from exc
+
+
 def cordon(p: Platform, db: Session, admin: User, name: str, reason: str, drained: bool = False) -> NodeCordon:
-    row = db.get(NodeCordon, _node(p, name)) or NodeCordon(node=name)
+    mirror(p, _node(p, name), schedulable=False)
+    row = db.get(NodeCordon, name) or NodeCordon(node=name)
     row.reason, row.by, row.at, row.drained = reason, admin.username, time.time(), drained
     db.add(row)
     return row
@@ -105,6 +118,7 @@ def uncordon_node(
     name: str, admin: User = Depends(admin_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
 ) -> dict:
     row = db.get(NodeCordon, _node(p, name))
+    mirror(p, name, schedulable=True)
     if row is not None:
         db.delete(row)
     audit.record(db, admin, "uncordon-node", name)

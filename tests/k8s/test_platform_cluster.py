@@ -152,3 +152,24 @@ def test_queues_edited_through_the_api_reach_kueue(k8s_cluster, platform_on_k8s)
     put_queue(k, name, {"gpu/a100": {"guarantee": 6, "capability": 8}})
     k.api.client.app.state.loop.tick()
     assert str(a100_quota()) == "6"
+
+
+def test_a_node_cordoned_through_the_admin_api_is_cordoned_in_the_cluster(k8s_cluster, platform_on_k8s):
+    from kubernetes import client
+
+    k = platform_on_k8s
+    core = client.CoreV1Api(k8s_cluster.api_client)
+    node = "gpu-node-3"  # an h100 node: the other tests' jobs ask for a100s
+    mallory = k.api.user(k.admin, f"mallory{k.account}")
+    try:
+        r = k.api.client.post(f"/api/v1/admin/nodes/{node}/cordon", json={"reason": "fan broken"}, headers=k.admin)
+        assert r.status_code == 200, r.text
+        assert core.read_node(node).spec.unschedulable is True
+        assert not {n.name: n for n in k.runtime.nodes()}[node].schedulable  # and so Caldera sees it from the cluster
+        # not an admin: refused, and the node stays cordoned
+        assert k.api.client.post(f"/api/v1/admin/nodes/{node}/uncordon", headers=mallory).status_code == 403
+        assert core.read_node(node).spec.unschedulable is True
+        assert k.api.client.post(f"/api/v1/admin/nodes/{node}/uncordon", headers=k.admin).status_code == 200
+        assert not core.read_node(node).spec.unschedulable
+    finally:
+        core.patch_node(node, {"spec": {"unschedulable": False}})

@@ -344,6 +344,11 @@ class KubernetesRuntime:
         listed = self.core.list_node(_request_timeout=self.ks.request_timeout_s)
         return [self._node(n) for n in listed.items]
 
+    def set_schedulable(self, name: str, schedulable: bool) -> None:
+        """Cordon (or uncordon) the cluster's node, as ``kubectl cordon`` does: kube-scheduler places no new pod."""
+        body = {"spec": {"unschedulable": not schedulable}}
+        self.core.patch_node(name, body, _request_timeout=self.ks.request_timeout_s)
+
     def _node(self, n: Any) -> Node:
         cap = n.status.allocatable or n.status.capacity or {}
         gpus = int(cap.get(self.ks.gpu_resource, "0") or 0)
