@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -21,6 +22,19 @@ class PodmanError(RuntimeError):
         super().__init__(f"podman {argv[0] if argv else ''} failed ({code}): {self.stderr}")
 
 
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only this uid can use; where something else stands there (in a shared /tmp, a job
+    may have planted a symlink or a directory of its own), a fresh private one instead."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+        return path
+    return Path(tempfile.mkdtemp(prefix=f"{path.name}-"))
+
+
 class Podman:
     def __init__(self, global_args: list[str], conf: str | None = None, timeout_s: float = 120.0):
         self.base = list(global_args)
@@ -30,8 +44,7 @@ class Podman:
         self.timeout_s = timeout_s
         # conmon leaves files (an empty `oom` after an out-of-memory kill) in the directory it was started from:
         # a private one of ours, not whatever the server's working directory is
-        self.cwd = Path(tempfile.gettempdir()) / f"caldera-podman-{os.getuid()}"
-        self.cwd.mkdir(mode=0o700, exist_ok=True)
+        self.cwd = private_dir(Path(tempfile.gettempdir()) / f"caldera-podman-{os.getuid()}")
 
     def run(self, *argv: str, env: dict[str, str] | None = None, check: bool = True) -> str:
         try:
