@@ -11,6 +11,7 @@ import pytest
 
 from caldera.runtime.base import Handle, LaunchError, Phase
 from caldera.runtime.local import procs
+from caldera.runtime.local.rundir import RunDir, write_json_atomic
 from caldera.runtime.local.runtime import LocalRuntime
 
 from .conftest import wait_for, wait_terminal
@@ -168,3 +169,38 @@ def test_signals_to_the_own_group_spare_the_supervisor(launch, runtime) -> None:
     h = launch(command=["sh", "-c", "kill -INT $$; echo not reached"])
     obs = wait_terminal(runtime, h)
     assert (obs.phase, obs.exit_code) == (Phase.FAILED, 130)
+
+
+class _ShimThatFinishesWhilePolled:
+    """A supervisor that starts its command, records its exit and exits in the instant the launcher polls it."""
+
+    def __init__(self, rd: RunDir, rank: int) -> None:
+        self.rd, self.rank, self.returncode = rd, rank, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            write_json_atomic(self.rd.pidfile(self.rank), {"shim_pid": 1, "child_pid": 2})
+            write_json_atomic(self.rd.exitfile(self.rank), {"returncode": 0})
+            self.returncode = 0
+        return self.returncode
+
+
+def test_a_command_that_ends_while_the_launcher_looks_has_started(tmp_path) -> None:
+    rd = RunDir(tmp_path)
+    (tmp_path / "rank-0.log").write_bytes(b"")
+    # regression: the exit was seen before the exit record was read again, and a fast `true` failed its launch
+    LocalRuntime._await_started(rd, [(0, _ShimThatFinishesWhilePolled(rd, 0), None)], "true")  # type: ignore[list-item]
+
+
+def test_a_supervisor_that_exits_without_starting_fails_the_launch(tmp_path) -> None:
+    class Died:
+        returncode = 1
+
+        def poll(self) -> int:
+            return 1
+
+    rd = RunDir(tmp_path)
+    (tmp_path / "rank-0.log").write_bytes(b"shim: bad arguments\n")
+    with pytest.raises(LaunchError, match="bad arguments") as failed:
+        LocalRuntime._await_started(rd, [(0, Died(), None)], "true")  # type: ignore[list-item]
+    assert failed.value.reason == "SupervisorFailed"

@@ -371,6 +371,9 @@ class LocalRuntime:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while pending:
             for r, p in list(pending.items()):
+                # asked first: a shim writes its files before it exits, so one that had exited by now and left
+                # neither file never started the command (asked last, a fast command could finish in between)
+                exited = p.poll() is not None
                 ex = read_json(rd.exitfile(r))
                 if ex is not None:
                     if "spawn_error" in ex:
@@ -378,7 +381,7 @@ class LocalRuntime:
                     del pending[r]
                 elif (read_json(rd.pidfile(r)) or {}).get("child_pid"):
                     del pending[r]
-                elif p.poll() is not None:
+                elif exited:
                     tail = rd.log(r).read_bytes()[-500:].decode(errors="replace").strip()
                     raise LaunchError(
                         "SupervisorFailed",
