@@ -10,6 +10,7 @@ from typing import Any
 
 from caldera.core.tenancy import QueueConfig
 from caldera.runtime.kubernetes import kueue
+from tests.conftest import wait_for
 
 MODELS = ["a100", "h100"]
 
@@ -145,5 +146,10 @@ def test_sync_is_idempotent_and_removes_queues_caldera_dropped(k8s_cluster, acco
     deleted = kueue.sync(api, kueue.translate([keep], MODELS, cohort_per="account"))
     assert f"ClusterQueue/{kueue.cluster_queue_name(drop.name)}" in deleted
     assert f"LocalQueue/{drop.name}" in deleted
-    names = {cq.metadata.name for cq in cqs.get().items}
-    assert kueue.cluster_queue_name(keep.name) in names and kueue.cluster_queue_name(drop.name) not in names
+    # the delete is asynchronous: Kueue's resource-in-use finalizer holds the object until its controller releases it
+    wait_for(
+        lambda: kueue.cluster_queue_name(drop.name) not in {cq.metadata.name for cq in cqs.get().items},
+        what="the dropped ClusterQueue to be gone",
+    )
+    assert kueue.cluster_queue_name(keep.name) in {cq.metadata.name for cq in cqs.get().items}
+    assert kueue.sync(api, kueue.translate([keep], MODELS, cohort_per="account")) == []

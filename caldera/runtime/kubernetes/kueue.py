@@ -248,7 +248,8 @@ def sync(api_client: Any, objects: list[dict[str, Any]]) -> list[str]:
         res = dyn.resources.get(api_version=API_VERSION, kind=kind)
         for item in res.get(label_selector=f"{MANAGED_LABEL}={MANAGER}").items:
             key = (kind, item.metadata.get("namespace"), item.metadata.name)
-            if key not in wanted:
+            # Kueue's finalizer keeps a deleted queue listed until its controller lets go: delete it once, not per sync
+            if key not in wanted and not item.metadata.get("deletionTimestamp"):
                 res.delete(name=item.metadata.name, namespace=item.metadata.get("namespace"))
                 deleted.append(f"{kind}/{item.metadata.name}")
     return deleted
