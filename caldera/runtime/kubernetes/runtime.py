@@ -344,6 +344,17 @@ class KubernetesRuntime:
         listed = self.core.list_node(_request_timeout=self.ks.request_timeout_s)
         return [self._node(n) for n in listed.items]
 
+    def running_on(self, handle: Handle) -> set[str]:
+        """The nodes kube-scheduler bound the attempt's pods to (from the pod watch), but for pods that ended."""
+        self.pods.synced.wait(self.ks.request_timeout_s)
+        pods = self.pods.get((m.label_value(handle.job_id), str(handle.attempt)))
+        ended = ("Succeeded", "Failed")
+        return {
+            p["spec"]["nodeName"]
+            for p in pods
+            if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") not in ended
+        }
+
     def set_schedulable(self, name: str, schedulable: bool) -> None:
         """Cordon (or uncordon) the cluster's node, as ``kubectl cordon`` does: kube-scheduler places no new pod."""
         body = {"spec": {"unschedulable": not schedulable}}
