@@ -7,6 +7,7 @@ imported only when this runtime is created.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import secrets
@@ -81,6 +82,7 @@ class KubernetesRuntime:
         self.copier = LogCopier(self.core)
         self._stopped: set[tuple[str, int]] = set()
         self._namespaces: set[str] = set()
+        self._lab_tokens: dict[tuple[str, str], str] = {}  # (namespace, Secret): a running lab's token
         self._lock = threading.Lock()
         self.caches = (self.jobs, self.pods, self.workloads, self.events)
         for cache in self.caches:
@@ -198,7 +200,11 @@ class KubernetesRuntime:
 
     def _pod_changed(self, kind: str, pod: dict[str, Any]) -> None:
         if kind == "DELETED":
-            self.copier.forget(pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
+            ns = pod["metadata"].get("namespace", "")
+            self.copier.forget(ns, pod["metadata"]["name"])
+            job = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name", "")
+            with self._lock:
+                self._lab_tokens.pop((ns, m.lab_secret_name(job)), None)
 
     # -- eviction by Kueue --------------------------------------------------------------------------------------
     def _workload_changed(self, kind: str, workload: dict[str, Any]) -> None:
@@ -302,26 +308,37 @@ class KubernetesRuntime:
 
     # -- endpoints ----------------------------------------------------------------------------------------------
     def endpoints(self, handle: Handle) -> list[Endpoint]:
-        """The lab of a running jupyter job at its ClusterIP Service; the proxy sends the token as a header."""
+        """The lab of a running jupyter job at its pod's IP (from the pod watch), the token as a header. The pod IP,
+        not a Service's ClusterIP: it needs no kube-proxy on the platform's side, nor a request per proxied call."""
         if handle.data.get("kind") != JobKind.JUPYTER.value or self.observe(handle).phase is not Phase.RUNNING:
             return []
-        ns, name = self._where(handle)
-        svc = self.core.read_namespaced_service(name, ns, _request_timeout=self.ks.request_timeout_s)
-        secret = self.core.read_namespaced_secret(handle.data["secret"], ns, _request_timeout=self.ks.request_timeout_s)
-        import base64
-
-        token = base64.b64decode(secret.data[m.LAB_TOKEN_KEY]).decode()
+        pods = self.pods.get((m.label_value(handle.job_id), str(handle.attempt)))
+        ip = next((p["status"]["podIP"] for p in pods if (p.get("status") or {}).get("podIP")), None)
+        if ip is None:
+            return []
+        token = self._lab_token(self._where(handle)[0], handle.data["secret"])
         base_url = handle.data.get("base_url", "/")
         return [
             Endpoint(
                 name="lab",
-                host=svc.spec.cluster_ip,
+                host=ip,
                 port=self.ks.lab_port,
                 base_url=base_url if base_url.endswith("/") else base_url + "/",
                 headers={"Authorization": f"token {token}"},
                 secrets=(token,),
             )
         ]
+
+    def _lab_token(self, ns: str, secret: str) -> str:
+        """The lab's token from its Secret, read once per job attempt (forgotten with its pod)."""
+        with self._lock:
+            token = self._lab_tokens.get((ns, secret))
+        if token is None:
+            read = self.core.read_namespaced_secret(secret, ns, _request_timeout=self.ks.request_timeout_s)
+            token = base64.b64decode(read.data[m.LAB_TOKEN_KEY]).decode()
+            with self._lock:
+                self._lab_tokens[(ns, secret)] = token
+        return token
 
     # -- queues -------------------------------------------------------------------------------------------------
     def apply_queues(self, queues: list[QueueConfig]) -> None:
@@ -385,7 +402,7 @@ class KubernetesRuntime:
             data = {"namespace": meta["namespace"], "name": meta["name"], "kind": kind}
             data.update(replicas=spec["completions"], per_replica=per)
             if kind == JobKind.JUPYTER.value:
-                data.update(secret=meta["name"] + "-lab", base_url=_base_url_of(spec))
+                data.update(secret=m.lab_secret_name(meta["name"]), base_url=_base_url_of(spec))
             out.append(Handle(job_id, int(attempt), data))
         return out
 
