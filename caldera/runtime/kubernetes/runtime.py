@@ -79,7 +79,7 @@ class KubernetesRuntime:
             key_fn=pod_of_event,
             selectors={"field_selector": "involvedObject.kind=Pod,reason=FailedScheduling"},
         )
-        self.copier = LogCopier(self.core)
+        self.copier = LogCopier(self.core, exists=lambda ns, pod: self.pods.by_name(ns, pod) is not None)
         self._stopped: set[tuple[str, int]] = set()
         self._namespaces: set[str] = set()
         self._lab_tokens: dict[tuple[str, str], str] = {}  # (namespace, Secret): a running lab's token
@@ -192,19 +192,20 @@ class KubernetesRuntime:
             if status.get("phase") not in ("Running", "Succeeded", "Failed"):
                 continue
             index = int((pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", 0))
-            finished = status.get("phase") != "Running"
-            self.copier.ensure(pod["metadata"]["namespace"], pod["metadata"]["name"], rd.log(index), finished)
+            self.copier.ensure(pod["metadata"]["namespace"], pod["metadata"]["name"], rd.log(index), status["phase"])
 
     def _run_dir(self, job_id: str, attempt: int) -> Path:
         return Path(self.settings.runs_dir).resolve() / job_id / str(attempt)
 
     def _pod_changed(self, kind: str, pod: dict[str, Any]) -> None:
-        if kind == "DELETED":
-            ns = pod["metadata"].get("namespace", "")
-            self.copier.forget(ns, pod["metadata"]["name"])
-            job = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name", "")
-            with self._lock:
-                self._lab_tokens.pop((ns, m.lab_secret_name(job)), None)
+        ns, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
+        if kind != "DELETED":
+            self.copier.pod_changed(ns, name, (pod.get("status") or {}).get("phase", ""))
+            return
+        self.copier.forget(ns, name)
+        job = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name", "")
+        with self._lock:
+            self._lab_tokens.pop((ns, m.lab_secret_name(job)), None)
 
     # -- eviction by Kueue --------------------------------------------------------------------------------------
     def _workload_changed(self, kind: str, workload: dict[str, Any]) -> None:
