@@ -3,10 +3,13 @@ over at once, placed nowhere by Caldera, and the runtime's reasons are shown by 
 
 from __future__ import annotations
 
+import dataclasses
+
+from caldera.core.cluster import Node
 from caldera.runtime.base import Handle, Observation, Phase
 from tests.conftest import api_on, make_settings
 from tests.fake_runtime import FakeRuntime
-from tests.test_runs import _submit, _until
+from tests.test_runs import _state, _submit, _until
 
 CLUSTER_REASON = {
     "code": "Unschedulable",
@@ -78,3 +81,39 @@ def test_the_runtime_gets_the_queues_when_they_change_and_again_after_a_failed_p
         assert sorted(rt.pushed[-1]) == ["default", "lab"] and rt.pushed[-1]["lab"]["gpu"].guarantee == 2
         loop.tick()
         assert len(rt.pushed) == 2
+
+
+class PlacingRuntime(AdmittingRuntime):
+    """Its cluster picks each job's node (as kube-scheduler does), which it reports by ``running_on``."""
+
+    def __init__(self, settings):
+        super().__init__(settings)
+        self.bound: dict[str, str] = {}  # job id -> the node the cluster put it on
+
+    def nodes(self) -> list[Node]:
+        [node] = super().nodes()
+        return [dataclasses.replace(node, name=name) for name in ("node-a", "node-b")]
+
+    def running_on(self, handle: Handle) -> set[str]:
+        return {self.bound[handle.job_id]} if handle.job_id in self.bound else set()
+
+
+def test_drain_preempts_the_jobs_the_cluster_runs_on_the_node_though_caldera_placed_none(tmp_path):
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", run_jobs_as="server")
+    rt = PlacingRuntime(settings)
+    with api_on(settings, rt) as (api, admin):
+        there = _submit(api, admin, name="there", command=["sleep", "600"], resources={"gpu": 1})
+        elsewhere = _submit(api, admin, name="elsewhere", command=["sleep", "600"], resources={"gpu": 1})
+        rt.admitted |= {there, elsewhere}
+        rt.bound.update({there: "node-a", elsewhere: "node-b"})
+        for jid in (there, elsewhere):
+            assert _until(api, admin, jid, {"Running"})["allocations"] == []  # Caldera placed neither
+
+        r = api.client.post("/api/v1/admin/nodes/node-a/drain", json={"reason": "PSU"}, headers=admin)
+        assert r.status_code == 200 and r.json()["preempted"] == [there]
+        assert rt.host.jobs[(there, 1)].notice.startswith("preempted: node node-a is drained by an admin: PSU\n")
+        assert rt.host.jobs[(elsewhere, 1)].notice is None
+        requeued = _until(api, admin, there, {"Starting"})  # handed to the cluster again as attempt 2
+        assert requeued["attempt"] == 2
+        assert [e["to"] for e in requeued["events"]][-3:] == ["Preempted", "Queued", "Starting"]
+        assert _state(api, admin, elsewhere)["state"] == "Running"

@@ -6,7 +6,7 @@ again after the server restarts lives under the job's run directory or in ``Hand
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -106,3 +106,11 @@ class Runtime(Protocol):
 
     def endpoints(self, handle: Handle) -> list[Endpoint]:
         """Services of an interactive job, once it is running."""
+
+
+def nodes_of(runtime: Runtime, handle: Handle, placed: Iterable[str]) -> set[str]:
+    """The nodes a job attempt runs on. A runtime whose cluster places jobs itself (``admits_jobs``: Kubernetes,
+    where kube-scheduler picks the node) says where its processes are by a ``running_on(handle) -> set[str]``
+    method; for every other runtime that is where Caldera placed them (``placed``, its allocations' nodes)."""
+    running_on = getattr(runtime, "running_on", None)
+    return set(running_on(handle)) if running_on is not None else set(placed)

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from caldera.core.cluster import Node
 from caldera.core.states import JobState
 from caldera.db.models import Job, NodeCordon, User
+from caldera.runtime.base import Handle, nodes_of
 from caldera.server import audit
 from caldera.server.deps import admin_user, db_session, platform
 from caldera.server.errors import NotFound, Unavailable
@@ -66,17 +67,22 @@ def cordon(p: Platform, db: Session, admin: User, name: str, reason: str, draine
 
 
 def drain(p: Platform, db: Session, admin: User, name: str, reason: str) -> list[str]:
-    """Cordon, then preempt every job with a replica on the node; returns their ids."""
+    """Cordon, then preempt every job with a replica on the node (where the runtime says it runs: on Kubernetes
+    the pods' node, not Caldera's allocation); returns their ids."""
     cordon(p, db, admin, name, reason, drained=True)
     why = f"node {name} is drained by an admin" + (f": {reason}" if reason else "")
     victims = []
     now = time.time()
     with p.state_lock:  # the loop and the API change job state under this lock
         for job in db.scalars(select(Job).where(Job.state.in_(RUNNING))):
-            if job.stop_requested is None and any(a["node"] == name for a in job.allocations):
+            if job.stop_requested is None and name in _nodes(p, job):
                 request_preemption(p, db, job, None, "NodeDrained", why, now)
                 victims.append(job.id)
     return victims
+
+
+def _nodes(p: Platform, job: Job) -> set[str]:
+    return nodes_of(p.runtime, Handle(job.id, job.attempt, job.handle or {}), (a["node"] for a in job.allocations))
 
 
 def view(row: NodeCordon | None) -> dict | None:

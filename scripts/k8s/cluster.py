@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kueue")
 GPU_MODEL_LABEL = "nvidia.com/gpu.product"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+POD_CIDR = "127.244.0.0/16"
 KUEUE_NAMESPACE = "kueue-system"
 PORT_NAMES = (
     "etcd_client",
@@ -255,7 +256,9 @@ def kwok_config(bin_dir: Path, state: Path, port: int) -> Path:
             "tlsPrivateKeyFile": str(pki / "kwok.key"),
             "enableCRDs": ["Logs"],
             "enableDebuggingHandlers": True,  # containerLogs (exec, attach: none configured, so they refuse)
-            "cidr": "10.244.0.0/16",
+            # pod IPs on loopback (Linux routes all of 127/8 to lo), so a test can stand in for a pod's server
+            # at its IP, as the platform's proxy reaches a lab (no container runs here)
+            "cidr": POD_CIDR,
             "nodeIP": "127.0.0.1",
             "podPlayStageParallelism": 16,
             "nodePlayStageParallelism": 4,

@@ -173,3 +173,50 @@ def test_a_node_cordoned_through_the_admin_api_is_cordoned_in_the_cluster(k8s_cl
         assert not core.read_node(node).spec.unschedulable
     finally:
         core.patch_node(node, {"spec": {"unschedulable": False}})
+
+
+def test_drain_preempts_the_job_whose_pod_is_on_the_node_and_leaves_the_others(k8s_cluster, platform_on_k8s):
+    from kubernetes import client
+
+    k = platform_on_k8s
+    core = client.CoreV1Api(k8s_cluster.api_client)
+    put_queue(k, k.account, {"gpu/h100": {"guarantee": 16}})  # the two h100 nodes: the other tests ask for a100s
+    alice = k.api.user(k.admin, "alice", accounts=[k.account])
+    whole_node = {"gpu": 8, "gpu_model": "h100"}
+    jobs = [_submit(k.api, alice, name=f"j{i}", command=["sleep", "600"], resources=whole_node) for i in range(2)]
+    for jid in jobs:
+        assert _until(k.api, alice, jid, {"Running"})["allocations"] == []  # placed by kube-scheduler, not Caldera
+    node_of = {jid: k.runtime.pods.get((jid, "1"))[0]["spec"]["nodeName"] for jid in jobs}
+    victim, bystander = jobs
+    node = node_of[victim]
+    assert node_of[bystander] != node
+    try:
+        r = k.api.client.post(f"/api/v1/admin/nodes/{node}/drain", json={"reason": "DIMM"}, headers=k.admin)
+        assert r.status_code == 200 and r.json()["preempted"] == [victim], r.text
+        assert core.read_node(node).spec.unschedulable is True
+
+        def notice():  # what the victim's pod shows its job as CALDERA_PREEMPT_NOTICE, while its grace runs
+            pods = k.runtime.pods.get((victim, "1"))
+            return next((p["metadata"].get("annotations", {}).get(m.NOTICE_ANNOTATION) for p in pods), None)
+
+        text = wait_for(notice, 30, interval=0.02, what="the drain's notice on the victim's pod")
+        assert text.startswith(f"preempted: node {node} is drained by an admin: DIMM\ndeadline: ")
+        requeued = _until(k.api, alice, victim, {"Starting"}, timeout=60)  # attempt 2, handed to Kueue again
+        assert requeued["attempt"] == 2
+        assert [e["to"] for e in requeued["events"]][-3:] == ["Preempted", "Queued", "Starting"]
+        assert requeued["events"][-3]["reason"] == "NodeDrained"
+        # the bystander runs on, its pod untouched; the requeued attempt finds no room off the drained node
+        assert _state(k.api, alice, bystander)["state"] == "Running"
+        [pod] = k.runtime.pods.get((bystander, "1"))
+        assert "deletionTimestamp" not in pod["metadata"] and m.NOTICE_ANNOTATION not in pod["metadata"].get(
+            "annotations", {}
+        )
+        assert wait_for(
+            lambda: any(r["code"] == "Unschedulable" for r in _why(k, alice, victim)["pending"]),
+            60,
+            what="the requeued victim to wait for a node",
+        )
+    finally:
+        core.patch_node(node, {"spec": {"unschedulable": False}})
+        for jid in jobs:
+            k.api.client.post(f"/api/v1/jobs/{jid}/cancel", headers=alice)

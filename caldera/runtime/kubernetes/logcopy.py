@@ -5,78 +5,120 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 _CHUNK = 64 * 1024
-_MAX_BACKOFF_S = 60.0
+_ENDED = ("Succeeded", "Failed")
 Key = tuple[str, str]  # (namespace, pod)
 
 
-class LogCopier:
-    """One follow request per pod at a time. A copy that ended is started again only after a pause (1 s after a
-    clean end, doubling up to a minute after failures), so a pod whose log the kubelet cannot serve costs a
-    request a minute, not one per observe(); once a finished pod's log was read to its end, never again."""
+@dataclass
+class _Copy:
+    dest: Path
+    phase: str  # the pod's, as the pod watch last saw it
+    wake: threading.Event = field(default_factory=threading.Event)  # the pod changed or went
+    gone: bool = False
+    stream: Any = None  # the open follow response
 
-    def __init__(self, core: Any):
-        self._core = core
-        self._active: set[Key] = set()
-        self._done: set[Key] = set()
-        self._retry: dict[Key, tuple[float, int]] = {}  # not before (monotonic), failures in a row
-        self._streams: dict[Key, Any] = {}  # the open follow responses
+
+class LogCopier:
+    """One thread per pod, following its log into its file for as long as the pod runs. A follow that fails or
+    ends while the pod still runs (the log not servable yet, the kubelet restarted, a broken connection) is made
+    again after a pause: ``backoff_s`` after a clean end, doubling up to ``max_backoff_s`` after failures in a row,
+    and at once when the pod changes (ends), so a pod whose log cannot be served costs a request per
+    ``max_backoff_s``, not one per observe(). The thread ends once a finished pod's log was read to its end (or
+    failed ``finished_tries`` times in a row), or the pod is gone: ``forget``, or ``exists`` says so after a
+    failure (a pod deleted while the watch was relisting has no DELETED event). Each follow reads the log from the
+    pod's first byte and skips what the file holds already, so nothing is copied twice, also after a restart."""
+
+    def __init__(
+        self,
+        core: Any,
+        exists: Callable[[str, str], bool] = lambda namespace, pod: True,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 60.0,
+        finished_tries: int = 5,
+    ):
+        self._core, self._exists = core, exists
+        self._backoff_s, self._max_backoff_s, self._finished_tries = backoff_s, max_backoff_s, finished_tries
+        self._copies: dict[Key, _Copy] = {}
+        self._done: set[Key] = set()  # finished pods whose whole log is copied
         self._lock = threading.Lock()
 
-    def ensure(self, namespace: str, pod: str, dest: Path, finished: bool = False) -> None:
-        """Copy the pod's log into ``dest`` in the background unless that is happening already (``finished``: the
-        pod has ended, so a copy to the end is complete). After a server restart the copy starts over from the
-        pod's first byte and skips what ``dest`` already holds."""
+    def ensure(self, namespace: str, pod: str, dest: Path, phase: str) -> None:
+        """Copy the pod's log into ``dest`` in the background unless that is happening (or done) already."""
         key = (namespace, pod)
         with self._lock:
-            if key in self._active or key in self._done or time.monotonic() < self._retry.get(key, (0.0, 0))[0]:
+            if key in self._done or key in self._copies:
                 return
-            self._active.add(key)
-        threading.Thread(target=self._copy, args=(key, dest, finished), daemon=True, name=f"log-{pod}").start()
+            self._copies[key] = copy = _Copy(dest, phase)
+        threading.Thread(target=self._run, args=(key, copy), daemon=True, name=f"log-{pod}").start()
+
+    def pod_changed(self, namespace: str, pod: str, phase: str) -> None:
+        """From the pod watch: a copy waiting to follow again does so now that the pod has changed."""
+        with self._lock:
+            copy = self._copies.get((namespace, pod))
+        if copy is not None and copy.phase != phase:
+            copy.phase = phase
+            copy.wake.set()
 
     def forget(self, namespace: str, pod: str) -> None:
         """The pod is gone: nothing more to copy or remember of it (a follow still open is closed: a kubelet ends
         it itself, a fake node may not)."""
         with self._lock:
             self._done.discard((namespace, pod))
-            self._retry.pop((namespace, pod), None)
-            stream = self._streams.pop((namespace, pod), None)
-        if stream is not None:
-            stream.close()
+            copy = self._copies.pop((namespace, pod), None)
+        if copy is not None:
+            copy.gone = True
+            copy.wake.set()
+            if copy.stream is not None:
+                copy.stream.close()
 
-    def _copy(self, key: Key, dest: Path, finished: bool) -> None:
+    def _run(self, key: Key, copy: _Copy) -> None:
+        failures, complete = 0, False
+        while not copy.gone:
+            copy.wake.clear()
+            finished = copy.phase in _ENDED  # seen before the request: a follow made after the end reads it all
+            ok = self._follow(key, copy)
+            if ok and finished:
+                complete = True
+                break
+            failures = 0 if ok else failures + 1
+            if not ok and not self._exists(*key):
+                break
+            if finished and failures >= self._finished_tries:
+                log.warning("log of finished pod %s/%s not readable; %d tries", *key, failures)
+                break
+            copy.wake.wait(min(self._max_backoff_s, self._backoff_s * 2.0**failures))
+        with self._lock:
+            if self._copies.get(key) is copy:
+                del self._copies[key]
+                if complete:
+                    self._done.add(key)
+
+    def _follow(self, key: Key, copy: _Copy) -> bool:
+        """One follow request to its end; False if it failed."""
         namespace, pod = key
-        ok = False
         try:
-            dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            have = dest.stat().st_size if dest.exists() else 0
-            resp = self._core.read_namespaced_pod_log(
+            copy.dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            have = copy.dest.stat().st_size if copy.dest.exists() else 0
+            copy.stream = self._core.read_namespaced_pod_log(
                 pod, namespace, container="job", follow=True, _preload_content=False, _request_timeout=None
             )
-            with self._lock:
-                self._streams[key] = resp
-            with open(dest, "ab") as out:
-                for chunk in resp.stream(_CHUNK):
-                    if have:  # already copied before a restart
-                        skip = min(have, len(chunk))
-                        chunk, have = chunk[skip:], have - skip
+            with open(copy.dest, "ab") as out:
+                for chunk in copy.stream.stream(_CHUNK):
+                    skip = min(have, len(chunk))  # copied by an earlier follow
+                    chunk, have = chunk[skip:], have - skip
                     if chunk:
                         out.write(chunk)
                         out.flush()
-            ok = True
-        except Exception as e:  # noqa: BLE001 - a pod deleted mid-copy ends its stream one way or another
+            return True
+        except Exception as e:  # noqa: BLE001 - not servable yet, a broken connection, a pod deleted mid-copy
             log.info("log copy of %s/%s ended: %s", namespace, pod, str(e)[:300])
+            return False
         finally:
-            with self._lock:
-                self._active.discard(key)
-                self._streams.pop(key, None)
-                if ok and finished:
-                    self._done.add(key)
-                else:
-                    failures = 0 if ok else self._retry.get(key, (0.0, 0))[1] + 1
-                    self._retry[key] = (time.monotonic() + min(_MAX_BACKOFF_S, 2.0**failures), failures)
+            copy.stream = None

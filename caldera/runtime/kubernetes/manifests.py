@@ -102,8 +102,6 @@ def build(
     objs: list[dict[str, Any]] = [network_policy(req, ks, ns, name)]
     if req.spec.kind is JobKind.DISTRIBUTED:
         objs.append(headless_service(req, ns, name, ks.master_port))
-    if req.spec.kind is JobKind.JUPYTER:
-        objs.append(lab_service(req, ns, name, ks.lab_port))
     objs.append(job(req, ks, ns, name, lab_secret, grace_s))
     return objs
 
@@ -284,17 +282,9 @@ def headless_service(req: LaunchRequest, ns: str, name: str, port: int) -> dict[
     }
 
 
-def lab_service(req: LaunchRequest, ns: str, name: str, port: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(req, ns, name),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": {LABEL_JOB: label_value(req.job_id), LABEL_ATTEMPT: str(req.attempt)},
-            "ports": [{"name": "lab", "port": port, "targetPort": port}],
-        },
-    }
+def lab_secret_name(job: str) -> str:
+    """The Secret holding the lab token of the Job named ``job``."""
+    return job + "-lab"
 
 
 def lab_token_secret(req: LaunchRequest, ks: KubernetesSettings, token: str) -> dict[str, Any]:
@@ -302,7 +292,7 @@ def lab_token_secret(req: LaunchRequest, ks: KubernetesSettings, token: str) -> 
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _meta(req, ns, job_name(req.job_id, req.attempt) + "-lab"),
+        "metadata": _meta(req, ns, lab_secret_name(job_name(req.job_id, req.attempt))),
         "type": "Opaque",
         "stringData": {LAB_TOKEN_KEY: token},
     }

@@ -7,6 +7,7 @@ imported only when this runtime is created.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import secrets
@@ -78,9 +79,10 @@ class KubernetesRuntime:
             key_fn=pod_of_event,
             selectors={"field_selector": "involvedObject.kind=Pod,reason=FailedScheduling"},
         )
-        self.copier = LogCopier(self.core)
+        self.copier = LogCopier(self.core, exists=lambda ns, pod: self.pods.by_name(ns, pod) is not None)
         self._stopped: set[tuple[str, int]] = set()
         self._namespaces: set[str] = set()
+        self._lab_tokens: dict[tuple[str, str], str] = {}  # (namespace, Secret): a running lab's token
         self._lock = threading.Lock()
         self.caches = (self.jobs, self.pods, self.workloads, self.events)
         for cache in self.caches:
@@ -190,15 +192,20 @@ class KubernetesRuntime:
             if status.get("phase") not in ("Running", "Succeeded", "Failed"):
                 continue
             index = int((pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", 0))
-            finished = status.get("phase") != "Running"
-            self.copier.ensure(pod["metadata"]["namespace"], pod["metadata"]["name"], rd.log(index), finished)
+            self.copier.ensure(pod["metadata"]["namespace"], pod["metadata"]["name"], rd.log(index), status["phase"])
 
     def _run_dir(self, job_id: str, attempt: int) -> Path:
         return Path(self.settings.runs_dir).resolve() / job_id / str(attempt)
 
     def _pod_changed(self, kind: str, pod: dict[str, Any]) -> None:
-        if kind == "DELETED":
-            self.copier.forget(pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
+        ns, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
+        if kind != "DELETED":
+            self.copier.pod_changed(ns, name, (pod.get("status") or {}).get("phase", ""))
+            return
+        self.copier.forget(ns, name)
+        job = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name", "")
+        with self._lock:
+            self._lab_tokens.pop((ns, m.lab_secret_name(job)), None)
 
     # -- eviction by Kueue --------------------------------------------------------------------------------------
     def _workload_changed(self, kind: str, workload: dict[str, Any]) -> None:
@@ -302,26 +309,37 @@ class KubernetesRuntime:
 
     # -- endpoints ----------------------------------------------------------------------------------------------
     def endpoints(self, handle: Handle) -> list[Endpoint]:
-        """The lab of a running jupyter job at its ClusterIP Service; the proxy sends the token as a header."""
+        """The lab of a running jupyter job at its pod's IP (from the pod watch), the token as a header. The pod IP,
+        not a Service's ClusterIP: it needs no kube-proxy on the platform's side, nor a request per proxied call."""
         if handle.data.get("kind") != JobKind.JUPYTER.value or self.observe(handle).phase is not Phase.RUNNING:
             return []
-        ns, name = self._where(handle)
-        svc = self.core.read_namespaced_service(name, ns, _request_timeout=self.ks.request_timeout_s)
-        secret = self.core.read_namespaced_secret(handle.data["secret"], ns, _request_timeout=self.ks.request_timeout_s)
-        import base64
-
-        token = base64.b64decode(secret.data[m.LAB_TOKEN_KEY]).decode()
+        pods = self.pods.get((m.label_value(handle.job_id), str(handle.attempt)))
+        ip = next((p["status"]["podIP"] for p in pods if (p.get("status") or {}).get("podIP")), None)
+        if ip is None:
+            return []
+        token = self._lab_token(self._where(handle)[0], handle.data["secret"])
         base_url = handle.data.get("base_url", "/")
         return [
             Endpoint(
                 name="lab",
-                host=svc.spec.cluster_ip,
+                host=ip,
                 port=self.ks.lab_port,
                 base_url=base_url if base_url.endswith("/") else base_url + "/",
                 headers={"Authorization": f"token {token}"},
                 secrets=(token,),
             )
         ]
+
+    def _lab_token(self, ns: str, secret: str) -> str:
+        """The lab's token from its Secret, read once per job attempt (forgotten with its pod)."""
+        with self._lock:
+            token = self._lab_tokens.get((ns, secret))
+        if token is None:
+            read = self.core.read_namespaced_secret(secret, ns, _request_timeout=self.ks.request_timeout_s)
+            token = base64.b64decode(read.data[m.LAB_TOKEN_KEY]).decode()
+            with self._lock:
+                self._lab_tokens[(ns, secret)] = token
+        return token
 
     # -- queues -------------------------------------------------------------------------------------------------
     def apply_queues(self, queues: list[QueueConfig]) -> None:
@@ -343,6 +361,17 @@ class KubernetesRuntime:
     def nodes(self) -> list[Node]:
         listed = self.core.list_node(_request_timeout=self.ks.request_timeout_s)
         return [self._node(n) for n in listed.items]
+
+    def running_on(self, handle: Handle) -> set[str]:
+        """The nodes kube-scheduler bound the attempt's pods to (from the pod watch), but for pods that ended."""
+        self.pods.synced.wait(self.ks.request_timeout_s)
+        pods = self.pods.get((m.label_value(handle.job_id), str(handle.attempt)))
+        ended = ("Succeeded", "Failed")
+        return {
+            p["spec"]["nodeName"]
+            for p in pods
+            if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") not in ended
+        }
 
     def set_schedulable(self, name: str, schedulable: bool) -> None:
         """Cordon (or uncordon) the cluster's node, as ``kubectl cordon`` does: kube-scheduler places no new pod."""
@@ -374,7 +403,7 @@ class KubernetesRuntime:
             data = {"namespace": meta["namespace"], "name": meta["name"], "kind": kind}
             data.update(replicas=spec["completions"], per_replica=per)
             if kind == JobKind.JUPYTER.value:
-                data.update(secret=meta["name"] + "-lab", base_url=_base_url_of(spec))
+                data.update(secret=m.lab_secret_name(meta["name"]), base_url=_base_url_of(spec))
             out.append(Handle(job_id, int(attempt), data))
         return out
 
