@@ -35,6 +35,16 @@ def main() -> None:
     ap.add_argument("--min-gain", type=float, default=0.0, help="share only above this predicted gain")
     ap.add_argument("--keep-order", action="store_true", help="never share past a waiting exclusive job")
     ap.add_argument(
+        "--drain-for-blocked",
+        action="store_true",
+        help="no new partner on the GPUs the first blocked exclusive job (a gang) needs, so they drain",
+    )
+    ap.add_argument(
+        "--pair-on-free",
+        action="store_true",
+        help="with --drain-for-blocked: free GPUs outside those open to a pair of waiting jobs (gain > prefer-gain)",
+    )
+    ap.add_argument(
         "--share-gangs",
         action="store_true",
         help="multi-GPU jobs share too, assumed to decay as their one-GPU versions (Gavel measured no gang pair)",
@@ -60,6 +70,8 @@ def main() -> None:
             match_window=args.match_window,
             min_gain=args.min_gain,
             keep_order=args.keep_order,
+            drain_for_blocked=args.drain_for_blocked,
+            pair_on_free=args.pair_on_free,
             share_gangs=args.share_gangs,
         )
         print(ex.summary(), f"on {args.nodes} x {args.gpus_per_node} V100\n")

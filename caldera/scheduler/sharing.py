@@ -67,6 +67,14 @@ class SharingInfo:
     keep_order: bool = False
     # the first this many waiting shareable jobs are placed best pair first (see share_placements); 1: queue order
     match_window: int = 1
+    # the GPUs the first waiting exclusive job (a blocked gang) would take once they drain take no new partner
+    # (see drain_set): sharing goes on elsewhere, but never keeps the gang's GPUs from freeing up
+    drain_for_blocked: bool = False
+    # with drain_for_blocked: a free GPU outside that set, which FIFO would leave idle behind the blocked job, is
+    # opened to the earliest waiting shareable job together with its best waiting partner (never to one job alone)
+    # when their predicted normalised throughput beats one job alone by prefer_gain (else min_gain): the bar at
+    # which a started job takes an occupied GPU over a free one
+    pair_on_free: bool = False
 
     def tolerance(self, job: SchedJob, queues: Mapping[str, QueueConfig] | None = None) -> float:
         if job.decay_tolerance is not None:
@@ -148,6 +156,18 @@ class _Occupancy:
                 continue
             mem = min(devices[k].memory_mib for k in keys)
             self.gpus.append(_Gpu(lay, devices[keys[0]].model, mem, jobs))
+        self.free = [k for k in devices if k not in by_gpu]
+        self.devices = devices
+
+    def free_gpus(self, excluded: frozenset[tuple[str, int]]) -> list[_Gpu]:
+        """The free GPUs outside ``excluded`` as empty places, those of the fullest nodes first (a pair there
+        leaves the larger blocks of free GPUs to gangs)."""
+        keys = [k for k in self.free if k not in excluded]
+        per_node: dict[str, int] = {}
+        for n, _ in keys:
+            per_node[n] = per_node.get(n, 0) + 1
+        keys.sort(key=lambda k: (per_node[k[0]], k))
+        return [_Gpu(((n, (i,)),), self.devices[n, i].model, self.devices[n, i].memory_mib, []) for n, i in keys]
 
     def room(self, job: SchedJob, gpu: _Gpu, max_jobs: int) -> bool:
         req = job.request
@@ -170,6 +190,13 @@ class _Occupancy:
             out.append(Allocation(n, g, job.request.cpu, job.request.memory_mib))
         gpu.jobs.append(job)
         return tuple(out)
+
+    def give_back(self, job: SchedJob, gpu: _Gpu) -> None:
+        """Undo :meth:`take`."""
+        for n, _ in gpu.layout:
+            self.cpu[n] += job.request.cpu
+            self.mem[n] += job.request.memory_mib
+        gpu.jobs.remove(job)
 
 
 def _pct(x: float) -> str:
@@ -250,8 +277,103 @@ class Placements:
     declined: dict[str, Reason]  # shareable jobs left waiting, and why they were not shared
 
 
+def _alike(job: SchedJob, info: SharingInfo, queues: Mapping[str, QueueConfig]) -> tuple[object, ...]:
+    """What decides where a job may share and what it gains there: jobs alike judge alike."""
+    return (info.workload.get(job.id), info.tolerance(job, queues), job.request, job.replicas)
+
+
 def _since(job: SchedJob) -> float:
     return job.queued_since or job.submitted_at
+
+
+def _first_blocked(snap: Snapshot, decisions: Decisions) -> SchedJob | None:
+    """The first waiting job (in queue order) that needs whole GPUs and waits for capacity only."""
+    started = {s.job_id for s in decisions.starts}
+    for job in sorted(snap.queued, key=lambda j: (_since(j), j.id)):
+        if job.id in started or not job.gpus or can_share(job):
+            continue
+        if all(r.code in CAPACITY_CODES for r in decisions.pending.get(job.id, ())):
+            return job
+    return None
+
+
+def drain_set(snap: Snapshot, decisions: Decisions) -> frozenset[tuple[str, int]]:
+    """The GPUs the first blocked exclusive job will start on: per replica, the node and GPUs with the fewest jobs
+    to finish first (free ones cost nothing), ties by node order. A job that joined one of them would hold it
+    past its occupant's end (and a GPU whose partner leaves takes the next), so a gang behind a stream of
+    co-runners would never start; keeping them partner-free lets them drain as in exclusive scheduling."""
+    job = _first_blocked(snap, decisions)
+    if job is None:
+        return frozenset()
+    req = job.request
+    held: dict[tuple[str, int], int] = {}
+    placed = [a for j in snap.running for a in j.allocations] + [a for s in decisions.starts for a in s.allocations]
+    for a in placed:
+        for g in a.gpus:
+            held[(a.node, g)] = held.get((a.node, g), 0) + 1
+    out: set[tuple[str, int]] = set()
+    for _ in range(job.replicas):
+        best: tuple[int, list[tuple[str, int]]] | None = None
+        for n in snap.nodes:
+            if not n.schedulable or n.cpu < req.cpu or n.memory_mib < req.memory_mib:
+                continue
+            keys = [(n.name, d.index) for d in n.gpus if not req.gpu_model or d.model == req.gpu_model]
+            keys = sorted((k for k in keys if k not in out), key=lambda k: held.get(k, 0))[: req.gpu]
+            cost = sum(held.get(k, 0) for k in keys)
+            if len(keys) == req.gpu and (best is None or cost < best[0]):
+                best = (cost, keys)
+        if best is None:
+            return frozenset()  # it can never fit: nothing to drain for
+        out.update(best[1])
+    return frozenset(out)
+
+
+def _free_gpu_pairs(
+    occ: _Occupancy, waiting: list[SchedJob], judges: dict[str, _Judge], reserved: frozenset[tuple[str, int]]
+) -> Iterator[Start]:
+    """Starts that open free GPUs outside ``reserved`` to pairs of ``waiting`` jobs: the earliest job that has a
+    partner within every tolerance, with the partner that gains most (the earliest of each workload is judged)."""
+    free, left = occ.free_gpus(reserved), list(waiting)
+    no_partner: set[tuple[str | None, float]] = set()
+    while free and left:
+        first, gpu = left.pop(0), free[0]
+        judge = judges[first.id]
+        key = (judge.info.workload.get(first.id), judge.info.tolerance(first, judge.queues))
+        if key in no_partner or not occ.room(first, gpu, judge.info.max_jobs_per_gpu):
+            continue
+        allocations = occ.take(first, gpu)
+        partner = _best_partner(occ, gpu, left, judges, _pair_bar(judge.info))
+        if partner is None:
+            occ.give_back(first, gpu)
+            no_partner.add(key)
+            continue
+        left.remove(partner)
+        free.pop(0)
+        note = judges[partner.id].note(gpu)
+        yield Start(partner.id, occ.take(partner, gpu), note)
+        yield Start(first.id, allocations, f"opens {gpu.where} (free, not held for the first blocked job) with {note}")
+
+
+def _pair_bar(info: SharingInfo) -> float:
+    return info.min_gain if info.prefer_gain is None else info.prefer_gain
+
+
+def _best_partner(
+    occ: _Occupancy, gpu: _Gpu, waiting: list[SchedJob], judges: dict[str, _Judge], min_gain: float
+) -> SchedJob | None:
+    """The waiting job that gains most next to ``gpu``'s job, above ``min_gain``; the earliest of each workload."""
+    best: tuple[float, SchedJob] | None = None
+    judged: set[tuple[str | None, float]] = set()
+    for job in waiting:
+        judge = judges[job.id]
+        key = (judge.info.workload.get(job.id), judge.info.tolerance(job, judge.queues))
+        if key in judged or not occ.room(job, gpu, judge.info.max_jobs_per_gpu):
+            continue
+        judged.add(key)
+        gain = judge.gain(gpu)
+        if gain is not None and gain > min_gain + 1e-12 and (best is None or gain > best[0] + 1e-12):
+            best = (gain, job)
+    return None if best is None else best[1]
 
 
 def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -> Placements:
@@ -260,7 +382,8 @@ def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -
 
     The movable jobs go first, in queue order. The waiting ones are then placed best pair first among the first
     ``SharingInfo.match_window`` of them (the (job, GPU) with the largest predicted gain, then the next, ...), so
-    an early job does not take the partner a later one would have gained more with; 1 is plain queue order."""
+    an early job does not take the partner a later one would have gained more with; 1 is plain queue order.
+    With ``SharingInfo.drain_for_blocked`` no job joins a GPU of :func:`drain_set`."""
     out = Placements([], set(), {})
     info = snap.sharing
     if info is None:
@@ -286,6 +409,10 @@ def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -
     if not candidates:
         return out
     occ = _Occupancy(snap, [st for st in decisions.starts if st.job_id not in movable])
+    reserved: frozenset[tuple[str, int]] | None = None
+    if aware and info.drain_for_blocked:
+        reserved = drain_set(snap, decisions)
+        occ.gpus = [g for g in occ.gpus if not any((n, i) in reserved for n, gs in g.layout for i in gs)]
     judges = {j.id: _Judge(info, snap.queues, aware, j) for j in candidates}
     rooms: dict[str, int] = {}
 
@@ -315,7 +442,11 @@ def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -
     pool, rest = waiting[:k], waiting[k:]
     while pool:
         best: tuple[float, SchedJob, _Gpu] | None = None
+        seen: set[tuple[object, ...]] = set()
         for job in pool:
+            if (key := _alike(job, info, snap.queues)) in seen:
+                continue  # judged as an earlier job of the pool that asks for the same: no better than it
+            seen.add(key)
             gain, gpu = best_for(job)
             if gpu is not None and (best is None or gain > best[0] + 1e-12):
                 best = (gain, job, gpu)
@@ -327,8 +458,14 @@ def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -
         if (gpu := best_for(job)[1]) is not None:
             place(job, gpu)
     placed = {s.job_id for s in out.starts}
+    if reserved is not None and info.pair_on_free:
+        one_gpu = [j for j in waiting if j.id not in placed and j.gpus == 1]
+        out.starts += _free_gpu_pairs(occ, one_gpu, judges, reserved)
+        placed = {s.job_id for s in out.starts}
     for job in candidates:
         if job.id not in placed and job.id not in inner and snap.explain:
+            if job.id not in rooms:  # skipped as alike an earlier job: judge it now, for its own why
+                best_for(job)
             out.declined[job.id] = judges[job.id].reason(rooms.get(job.id, 0))
     return out
 

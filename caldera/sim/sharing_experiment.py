@@ -53,6 +53,8 @@ def run_experiment(
     match_window: int = 1,
     min_gain: float = 0.0,
     keep_order: bool = False,
+    drain_for_blocked: bool = False,
+    pair_on_free: bool = False,
     share_gangs: bool = False,
 ) -> SharingExperiment:
     """``skip`` and ``limit``: replay jobs ``skip .. skip + limit`` of the traces by arrival (another window)."""
@@ -85,6 +87,8 @@ def run_experiment(
         match_window=match_window,
         min_gain=min_gain,
         keep_order=keep_order,
+        drain_for_blocked=drain_for_blocked,
+        pair_on_free=pair_on_free,
         share_gangs=share_gangs,
     )
     one_gpu = sum(1 for j in jobs if j.gpus == 1)

@@ -335,6 +335,8 @@ def compare(
     match_window: int = 1,
     min_gain: float = 0.0,
     keep_order: bool = False,
+    drain_for_blocked: bool = False,
+    pair_on_free: bool = False,
     share_gangs: bool = False,
 ) -> list[Outcome]:
     """Run the three policies on ``jobs``; ``predictor`` is what the interference-aware scheduler is told.
@@ -369,6 +371,8 @@ def compare(
         match_window=match_window,
         min_gain=min_gain,
         keep_order=keep_order,
+        drain_for_blocked=drain_for_blocked,
+        pair_on_free=pair_on_free,
     )
     naive_info = SharingInfo({}, workload)
     runs: list[tuple[str, SharingInfo | None, Policy]] = [

@@ -219,3 +219,48 @@ def test_validation_refuses_a_shared_start_whose_gpus_hold_different_partners():
     assert start_on(1, 2) == ["start_shared_partners"]  # the gang on one, solo on the other
     assert start_on(0, 3) == ["start_shared_partners"]  # half shared, half alone
     assert start_on(3, 3) == ["start_gpus"]
+
+
+def test_drain_for_blocked_keeps_partners_off_the_gpus_a_blocked_gang_needs():
+    # n0: two lone jobs (2 to finish before a 2-GPU gang fits); n1: a pair and a lone job (3 to finish)
+    lone = {k: shared(running(k, {n: [g]})) for k, n, g in (("r0", "n0", 0), ("r1", "n0", 1), ("r4", "n1", 1))}
+    pair_ = [shared(running(k, {"n1": [0]}), mem=30000) for k in ("r2", "r3")]
+    gang = job("g", gpu=2, queued_since=1.0)
+    q = shared(job("q", queued_since=2.0))
+    table = {**pair("r0", "q", 0.0, 0.0), **pair("r1", "q", 0.1, 0.1), **pair("r4", "q", 0.2, 0.2)}
+    wl = {k: k for k in (*lone, "q")}
+    snap = snapshot([node("n0", gpus=2), node("n1", gpus=2)], [gang, q], [*lone.values(), *pair_])
+    snap.sharing = info(table, wl)
+    assert [(s.job_id, s.allocations[0].node) for s in run(snap).starts] == [("q", "n0")]  # next to r0, gain 1.0
+    # with the rule, n0 drains for the gang: q joins r4 on n1 instead, although it gains less there
+    snap.sharing = info(table, wl, drain_for_blocked=True)
+    d = run(snap)
+    assert [(s.job_id, s.allocations[0].node, s.allocations[0].gpus) for s in d.starts] == [("q", "n1", (1,))]
+    assert not decision_errors(snap, d)
+    # no exclusive job waiting: nothing to drain for, q takes the best GPU again
+    snap.queued = [q]
+    assert [s.allocations[0].node for s in run(snap).starts] == ["n0"]
+
+
+def test_pair_on_free_opens_an_idle_gpu_outside_the_blocked_gangs_to_the_first_job_and_its_best_partner():
+    # each node: an exclusive job on GPU 0, GPU 1 free; the 2-GPU gang at FIFO's head waits for n0 (ties: node order)
+    busy = [running("x0", {"n0": [0]}), running("x1", {"n1": [0]})]
+    gang = job("g", gpu=2, queued_since=1.0)
+    q1, q2, q3 = (shared(job(k, queued_since=t)) for k, t in (("q1", 2.0), ("q2", 3.0), ("q3", 4.0)))
+    table = {**pair("a", "b", 0.3, 0.3), **pair("a", "c", 0.1, 0.1), **pair("b", "c", 0.4, 0.5)}
+    wl = {"q1": "a", "q2": "b", "q3": "c"}
+    snap = snapshot([node("n0", gpus=2), node("n1", gpus=2)], [gang, q1, q2, q3], busy)
+    snap.sharing = info(table, wl, drain_for_blocked=True)
+    assert run(snap).starts == []  # FIFO holds both free GPUs behind the gang
+    snap.sharing = info(table, wl, drain_for_blocked=True, pair_on_free=True, prefer_gain=0.6)
+    d = run(snap)
+    # q1 (the earliest) on n1's free GPU with q3, its best partner; n0's free GPU stays free for the gang
+    assert sorted((s.job_id, s.allocations[0].node, s.allocations[0].gpus) for s in d.starts) == [
+        ("q1", "n1", (1,)),
+        ("q3", "n1", (1,)),
+    ]
+    assert not decision_errors(snap, d)
+    assert next(s.note for s in d.starts if s.job_id == "q3").startswith("shares n1 GPU 1 with q1; predicted")
+    # a job never opens a free GPU alone: with no partner within its tolerance, nobody starts
+    snap.sharing = info(table, wl, drain_for_blocked=True, pair_on_free=True, prefer_gain=0.6, default_tolerance=0.05)
+    assert run(snap).starts == []
