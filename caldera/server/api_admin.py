@@ -12,7 +12,7 @@ from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass, QueueConfig, Role
 from caldera.db.models import Account, Job, Usage, User
 from caldera.scheduler.quota import validate_queues
-from caldera.server import audit, node_admin, tenancy
+from caldera.server import audit, cordons, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import Invalid, InvalidFields
 from caldera.server.platform import Platform
@@ -263,14 +263,14 @@ def nodes(
             for g in a["gpus"]:
                 # others' jobs show as busy, not by id
                 used.setdefault(a["node"], {})[g] = job.id if admin or job.user_id == user.id else "busy"
-    cordons = node_admin.cordons(db)
+    cordoned = cordons.cordons(db)
     return [
         {
             "name": n.name,
             "cpu": n.cpu,
             "memory_mib": n.memory_mib,
-            "schedulable": n.schedulable and n.name not in cordons,
-            "cordon": node_admin.view(cordons.get(n.name)),
+            "schedulable": n.schedulable and n.name not in cordoned,
+            "cordon": cordons.view(cordoned.get(n.name)),
             "gpus": [
                 {
                     "index": d.index,

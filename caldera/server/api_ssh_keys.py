@@ -1,5 +1,6 @@
-"""My SSH public keys: add (checked by core.ssh_keys), list, delete. They reach my own jobs as an authorized_keys
-file (``authorized_keys``). Like personal API tokens, each user sees only their own; another's key id is a 404."""
+"""My SSH public keys: add (checked by core.ssh_keys), list, delete. They reach my own jobs as an
+authorized_keys file (``user_keys.authorized_keys``). Like personal API tokens, each user sees only their own;
+another's key id is a 404."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from caldera.core import ssh_keys
 from caldera.db.models import SshKey, User
 from caldera.server.deps import current_user, db_session
 from caldera.server.errors import Conflict, Invalid, NotFound
+from caldera.server.user_keys import user_keys
 
 router = APIRouter(prefix="/api/v1", tags=["auth"])
 MAX_KEYS_PER_USER = 50
@@ -38,15 +40,6 @@ def view(k: SshKey) -> dict:
         "public_key": k.public_key,
         "created_at": k.created_at,
     }
-
-
-def user_keys(db: Session, user_id: int) -> list[SshKey]:
-    return list(db.scalars(select(SshKey).where(SshKey.user_id == user_id).order_by(SshKey.id)))
-
-
-def authorized_keys(db: Session, user_id: int) -> str:
-    """The user's keys as an authorized_keys file ("" when they have none)."""
-    return "".join(k.public_key + "\n" for k in user_keys(db, user_id))
 
 
 def _duplicate(db: Session, user: User, fingerprint: str) -> DuplicateKey | None:

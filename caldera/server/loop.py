@@ -32,7 +32,7 @@ from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import valid_decisions
-from caldera.server import api_ssh_keys, identity, node_admin, tenancy
+from caldera.server import cordons, identity, tenancy, user_keys
 from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
 from caldera.server.learned_runtimes import expected_runtimes
@@ -295,7 +295,7 @@ class SchedulerLoop:
                 running.append(sj)
         snap = Snapshot(
             now=now,
-            nodes=node_admin.in_service(db, self.p.nodes()),
+            nodes=cordons.in_service(db, self.p.nodes()),
             queued=queued,
             running=running,
             queues=tenancy.all_queue_configs(db),
@@ -354,7 +354,7 @@ class SchedulerLoop:
             base_url=lab_base_url(job.id),
             run_as=run_as,
             home=home,
-            authorized_keys=api_ssh_keys.authorized_keys(db, owner.id),
+            authorized_keys=user_keys.authorized_keys(db, owner.id),
         )
         self.launcher.submit(req)
 

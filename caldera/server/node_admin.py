@@ -1,94 +1,22 @@
-"""Nodes an admin takes out of scheduling: cordon (no new placements), drain (cordon, and preempt what runs there
-with the usual notice, so it is re-queued), uncordon. Stored in the database; the scheduler sees a cordoned node as
-unschedulable through the snapshot and names it in its "why"."""
+"""The admin routes that cordon, drain and uncordon nodes (see ``cordons``)."""
 
 from __future__ import annotations
 
-import dataclasses
-import time
-
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from caldera.core.cluster import Node
-from caldera.core.states import JobState
-from caldera.db.models import Job, NodeCordon, User
-from caldera.runtime.base import Handle, nodes_of
+from caldera.db.models import NodeCordon, User
 from caldera.server import audit
+from caldera.server.cordons import cordon, drain, known_node, mirror, view
 from caldera.server.deps import admin_user, db_session, platform
-from caldera.server.errors import NotFound, Unavailable
-from caldera.server.jobs import request_preemption
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/admin/nodes", tags=["admin"])
-RUNNING = (JobState.STARTING.value, JobState.RUNNING.value)
 
 
 class CordonIn(BaseModel):
     reason: str = Field("", max_length=1024)
-
-
-def cordons(db: Session) -> dict[str, NodeCordon]:
-    return {c.node: c for c in db.scalars(select(NodeCordon))}
-
-
-def in_service(db: Session, nodes: list[Node]) -> list[Node]:
-    """The nodes as the scheduler should see them: a cordoned one is not schedulable."""
-    out = cordons(db)
-    return [dataclasses.replace(n, schedulable=False) if n.name in out else n for n in nodes]
-
-
-def _node(p: Platform, name: str) -> str:
-    if name not in {n.name for n in p.nodes()}:
-        raise NotFound(f"no node {name!r}")
-    return name
-
-
-def mirror(p: Platform, name: str, schedulable: bool) -> None:
-    """A runtime whose cluster places jobs itself (Kubernetes) cordons the node there too, so its scheduler
-    keeps new pods off it."""
-    set_schedulable = getattr(p.runtime, "set_schedulable", None)
-    if set_schedulable is None:
-        return
-    try:
-        set_schedulable(name, schedulable)
-    except Exception as exc:  # the change is not made in Caldera either: the admin retries
-        raise Unavailable(f"the cluster did not {'uncordon' if schedulable else 'cordon'} node {name}: {exc}") from exc
-
-
-def cordon(p: Platform, db: Session, admin: User, name: str, reason: str, drained: bool = False) -> NodeCordon:
-    mirror(p, _node(p, name), schedulable=False)
-    row = db.get(NodeCordon, name) or NodeCordon(node=name)
-    row.reason, row.by, row.at, row.drained = reason, admin.username, time.time(), drained
-    db.add(row)
-    return row
-
-
-def drain(p: Platform, db: Session, admin: User, name: str, reason: str) -> list[str]:
-    """Cordon, then preempt every job with a replica on the node (where the runtime says it runs: on Kubernetes
-    the pods' node, not Caldera's allocation); returns their ids."""
-    cordon(p, db, admin, name, reason, drained=True)
-    why = f"node {name} is drained by an admin" + (f": {reason}" if reason else "")
-    victims = []
-    now = time.time()
-    with p.state_lock:  # the loop and the API change job state under this lock
-        for job in db.scalars(select(Job).where(Job.state.in_(RUNNING))):
-            if job.stop_requested is None and name in _nodes(p, job):
-                request_preemption(p, db, job, None, "NodeDrained", why, now)
-                victims.append(job.id)
-    return victims
-
-
-def _nodes(p: Platform, job: Job) -> set[str]:
-    return nodes_of(p.runtime, Handle(job.id, job.attempt, job.handle or {}), (a["node"] for a in job.allocations))
-
-
-def view(row: NodeCordon | None) -> dict | None:
-    if row is None:
-        return None
-    return {"reason": row.reason, "by": row.by, "at": row.at, "drained": row.drained}
 
 
 @router.post("/{name}/cordon")
@@ -123,7 +51,7 @@ def drain_node(
 def uncordon_node(
     name: str, admin: User = Depends(admin_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
 ) -> dict:
-    row = db.get(NodeCordon, _node(p, name))
+    row = db.get(NodeCordon, known_node(p, name))
     mirror(p, name, schedulable=True)
     if row is not None:
         db.delete(row)
