@@ -4,6 +4,7 @@ Markdown tables, one per split seed, then the aware policy's gains over exclusiv
 
     python benchmarks/interference_sharing.py [--nodes 6] [--limit 1500] [--skip 0] [--seeds 0,1,2]
         [--tolerance 0.45] [--prefer-gain 0.6] [--max-jobs-per-gpu 2] [--oracle] [--share-gangs]
+        [--estimator auto] [--match-window 1000] [--no-drain-for-blocked] [--no-pair-on-free]
 
 The simulated cluster is V100; the measured V100 pairwise throughputs drive the jobs' real speeds. The scheduler
 sees only the decay model's predictions; the model is trained without the V100 measurements of half the job-type
@@ -17,7 +18,7 @@ import argparse
 import numpy as np
 
 from caldera.config import Settings
-from caldera.sim.sharing_experiment import markdown_table, run_experiment
+from caldera.sim.sharing_experiment import WHOLE_POOL, markdown_table, run_experiment
 
 
 def main() -> None:
@@ -30,18 +31,22 @@ def main() -> None:
     ap.add_argument("--tolerance", type=float, default=0.45, help="decay each shared job accepts")
     ap.add_argument("--prefer-gain", type=float, default=0.6, help="share instead of a free GPU above this gain")
     ap.add_argument("--max-jobs-per-gpu", type=int, default=2)
-    ap.add_argument("--estimator", default="extra_trees")
-    ap.add_argument("--match-window", type=int, default=1, help="waiting jobs placed best pair first (1: in order)")
+    ap.add_argument("--estimator", default="auto", help="the decay model's regressor; auto: chosen by validation")
+    ap.add_argument(
+        "--match-window", type=int, default=WHOLE_POOL, help="waiting jobs placed best pair first (1: in order)"
+    )
     ap.add_argument("--min-gain", type=float, default=0.0, help="share only above this predicted gain")
     ap.add_argument("--keep-order", action="store_true", help="never share past a waiting exclusive job")
     ap.add_argument(
         "--drain-for-blocked",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="no new partner on the GPUs the first blocked exclusive job (a gang) needs, so they drain",
     )
     ap.add_argument(
         "--pair-on-free",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="with --drain-for-blocked: free GPUs outside those open to a pair of waiting jobs (gain > prefer-gain)",
     )
     ap.add_argument(
@@ -82,8 +87,8 @@ def main() -> None:
         )
     g = np.array(gains)
     print(
-        f"aware vs exclusive FIFO over {len(g)} seeds: eff. util x{g[:, 0].mean():.3f} "
-        f"(min {g[:, 0].min():.3f}, max {g[:, 0].max():.3f}), JCT {g[:, 1].mean():.2f}x "
+        f"aware vs exclusive FIFO over {len(g)} seeds: eff. util x{g[:, 0].mean():.4f} "
+        f"(min {g[:, 0].min():.4f}, max {g[:, 0].max():.4f}), JCT {g[:, 1].mean():.2f}x "
         f"(min {g[:, 1].min():.2f}x), bad co-locations {g[:, 2].mean():.0f}"
     )
 

@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     sharing_prefer_gain: float | None = Field(
         None, gt=0, description="a shareable job joins a good partner instead of a free GPU above this gain"
     )
+    # measured in the sharing simulator (README "GPU sharing"), not yet in a live cluster: off unless asked for
+    sharing_drain_for_blocked: bool = Field(False, description="no new partner on the GPUs a blocked gang needs")
+    sharing_pair_on_free: bool = Field(False, description="with drain: free GPUs open to a pair of waiting jobs")
+    sharing_match_window: int = Field(1, ge=1, le=10_000, description="waiting jobs placed best pair first")
     isolate_distributed_network: bool = True  # ranks of a local distributed job share a private network namespace
     # "owner": every job runs as its owner's unprivileged OS uid (needs a root server). "server": jobs run as the
     # server's own user, isolated from nothing -- an admin must choose it explicitly

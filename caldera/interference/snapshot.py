@@ -87,6 +87,9 @@ class LivePredictions:
             "default_tolerance": s.sharing_default_tolerance,
             "max_jobs_per_gpu": s.sharing_max_jobs_per_gpu,
             "prefer_gain": s.sharing_prefer_gain,
+            "drain_for_blocked": s.sharing_drain_for_blocked,
+            "pair_on_free": s.sharing_pair_on_free,
+            "match_window": s.sharing_match_window,
         }
         predictor = self.predictor()
         if predictor is None:

@@ -191,6 +191,16 @@ class _Occupancy:
         gpu.jobs.append(job)
         return tuple(out)
 
+    def hold(self, allocations: tuple[Allocation, ...]) -> None:
+        """Count a start made outside the sharing pass (an inner start that stayed where it was): its GPUs are
+        not free and its CPU and memory are used."""
+        for a in allocations:
+            if a.node in self.cpu:
+                self.cpu[a.node] -= a.cpu
+                self.mem[a.node] -= a.memory_mib
+        taken = {(a.node, g) for a in allocations for g in a.gpus}
+        self.free = [k for k in self.free if k not in taken]
+
     def give_back(self, job: SchedJob, gpu: _Gpu) -> None:
         """Undo :meth:`take`."""
         for n, _ in gpu.layout:
@@ -437,6 +447,8 @@ def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -
     for job in candidates:
         if job.id in movable and (gpu := best_for(job)[1]) is not None:
             place(job, gpu)
+    for start_id in movable - out.moved:  # not moved: it starts where the inner policy put it
+        occ.hold(inner[start_id].allocations)
     waiting = [j for j in candidates if j.id not in movable]
     k = max(1, info.match_window) if aware else 1
     pool, rest = waiting[:k], waiting[k:]

@@ -410,7 +410,7 @@ def sharing_cmd(
     tolerance: float = typer.Option(0.45, help="the slowdown each shared job accepts"),
     prefer_gain: float | None = typer.Option(0.6, help="join a partner instead of a free GPU above this gain"),
     seed: int = typer.Option(0, help="which half of the V100 pairs the decay model never sees"),
-    estimator: str = typer.Option("extra_trees", help="the decay model's regressor"),
+    estimator: str = typer.Option("auto", help="the decay model's regressor (auto: the best in validation)"),
 ) -> None:
     """GPU sharing on Gavel's traces: exclusive FIFO, naive packing and interference-aware sharing in one run
     (real speeds from Gavel's measured pairs; the scheduler sees only the decay model's predictions)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations_with_replacement
 from pathlib import Path
@@ -37,6 +37,7 @@ from caldera.interference.snapshot import pairs, prediction_table
 from caldera.scheduler.fifo import FifoPolicy
 from caldera.scheduler.sharing import Mix, SharingInfo, SharingPolicy
 from caldera.scheduler.snapshot import Policy, SchedJob, Snapshot
+from caldera.scheduler.validation import valid_decisions
 
 BAD_DECAY = 0.5
 GPU_MEM_MIB = 16 * 1024  # a V100-16GB
@@ -77,9 +78,13 @@ def load_gavel_jobs(trace_dir: str | Path, ds: Dataset, gpu: str = "v100", limit
     return jobs[:limit] if limit else jobs
 
 
-def held_out_pairs(ds: Dataset, gpu: str, seed: int = 0) -> set[tuple[str, frozenset[JobType]]]:
-    """Half the unordered job-type pairs measured on ``gpu``, at random: their ``gpu`` samples are test data."""
-    pairs = sorted({frozenset((s.target, *s.corunners)) for s in ds.samples if s.gpu == gpu}, key=_pair_key)
+def held_out_pairs(
+    ds: Dataset, gpu: str, seed: int | list[int] = 0, samples: Sequence[Sample] | None = None
+) -> set[tuple[str, frozenset[JobType]]]:
+    """Half the unordered job-type pairs measured on ``gpu`` (among ``samples``, all of ``ds`` by default), at
+    random: their ``gpu`` samples are test data."""
+    rows = ds.samples if samples is None else samples
+    pairs = sorted({frozenset((s.target, *s.corunners)) for s in rows if s.gpu == gpu}, key=_pair_key)
     rng = np.random.default_rng(seed)
     return {(gpu, p) for p, keep in zip(pairs, rng.random(len(pairs)) < 0.5) if keep}
 
@@ -133,6 +138,8 @@ class Outcome:
     eff_util_one_gpu: float = 0.0
     eff_util_gangs: float = 0.0  # the same on the GPUs multi-GPU jobs held
     gang_colocations: int = 0  # co-locations formed by a multi-GPU job joining another
+    # starts the decision checks refused (scheduler/validation.py, as in the live loop and the trace simulator)
+    invalid_starts: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -172,6 +179,7 @@ class ShareSim:
         self.gang_area = 0.0  # GPU-seconds of GPUs held by multi-GPU jobs
         self.gang_tput_area = 0.0  # their normalised throughput, integrated
         self.gang_colocs = 0
+        self.invalid = 0
 
     def _sched_job(self, j: ShareJob) -> SchedJob:
         share = j.shareable
@@ -250,7 +258,8 @@ class ShareSim:
             return False
         snap = Snapshot(now, self.nodes, list(queued.values()), list(running.values()), explain=False)
         snap.sharing = self.info
-        d = self.policy(snap)
+        d, problems = valid_decisions(snap, self.policy(snap))
+        self.invalid += len(problems)
         for s in d.starts:
             sj = queued.pop(s.job_id)
             j = by_id[s.job_id]
@@ -298,6 +307,7 @@ class ShareSim:
             else 0.0,
             self.gang_tput_area / self.gang_area if self.gang_area else 0.0,
             self.gang_colocs,
+            self.invalid,
         )
 
 

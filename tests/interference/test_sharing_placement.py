@@ -264,3 +264,39 @@ def test_pair_on_free_opens_an_idle_gpu_outside_the_blocked_gangs_to_the_first_j
     # a job never opens a free GPU alone: with no partner within its tolerance, nobody starts
     snap.sharing = info(table, wl, drain_for_blocked=True, pair_on_free=True, prefer_gain=0.6, default_tolerance=0.05)
     assert run(snap).starts == []
+
+
+def test_pair_on_free_never_opens_the_gpu_of_a_start_that_stayed_where_the_inner_policy_put_it():
+    """A shareable job FIFO starts on a free GPU (movable with prefer_gain) that finds no partner stays there: that
+    GPU is not free for a pair (it once got two more jobs, three on a GPU that takes two)."""
+    busy = [running("x0", {"n0": [0]}), running("x1", {"n1": [0]})]
+    m = shared(job("m", queued_since=0.5))
+    gang = job("g", gpu=2, queued_since=1.0)
+    q1, q3 = (shared(job(k, queued_since=t)) for k, t in (("q1", 2.0), ("q3", 4.0)))
+    table = {**pair("a", "c", 0.1, 0.1), **pair("a", "m", 0.1, 0.1), **pair("c", "m", 0.1, 0.1)}
+    snap = snapshot([node("n0", gpus=2), node("n1", gpus=2)], [m, gang, q1, q3], busy)
+    snap.sharing = info(
+        table, {"q1": "a", "q3": "c", "m": "m"}, drain_for_blocked=True, pair_on_free=True, prefer_gain=0.6
+    )
+    d = run(snap)
+    [(where, gpus)] = [(s.allocations[0].node, s.allocations[0].gpus) for s in d.starts if s.job_id == "m"]
+    assert not decision_errors(snap, d)
+    on_m_gpu = [s.job_id for s in d.starts if (s.allocations[0].node, s.allocations[0].gpus) == (where, gpus)]
+    assert on_m_gpu == ["m"]
+
+
+def test_the_live_loop_takes_the_sharing_rules_from_settings(tmp_path):
+    """The loop's ``SharingInfo`` carries the CALDERA_SHARING_* rules (off unless set), even while no model is
+    there to predict with (the jobs' why then says so)."""
+    from caldera.config import Settings
+    from caldera.interference.snapshot import LivePredictions
+
+    snap = snapshot([node("n0", gpus=1)], [shared(job("q"))], [])
+    off = LivePredictions(Settings(data_dir=tmp_path)).info(snap, {"q": None})
+    assert off is not None and not (off.drain_for_blocked or off.pair_on_free) and off.match_window == 1
+    settings = Settings(
+        data_dir=tmp_path, sharing_drain_for_blocked=True, sharing_pair_on_free=True, sharing_match_window=50
+    )
+    on = LivePredictions(settings).info(snap, {"q": None})
+    assert on is not None and on.drain_for_blocked and on.pair_on_free and on.match_window == 50
+    assert "no interference model" in on.unavailable

@@ -98,3 +98,22 @@ def test_gangs_share_their_gpus_with_a_gang_of_their_own_size_when_asked():
     _, _, apart = compare(ds, js, truth, nodes=1, gpus_per_node=2, tolerance=0.35)
     assert apart.colocations == 0 and apart.makespan_s == pytest.approx(210.0)
     assert exclusive.makespan_s == pytest.approx(210.0)
+
+
+def test_the_regressor_is_chosen_on_pairs_of_the_training_data_only(gavel_file) -> None:
+    """``estimator="auto"`` scores candidates on half of the *training* pairs: none of them is a held-out pair,
+    and every one has its V100 samples among the training data."""
+    pytest.importorskip("sklearn")
+    from caldera.interference.records import load_gavel_pairs
+    from caldera.sim.sharing_experiment import validation_errors
+    from caldera.sim.sharing_sim import held_out_pairs, is_held_out
+
+    ds = load_gavel_pairs(gavel_file)
+    outer = held_out_pairs(ds, "v100", 0)
+    trained = [s for s in ds.samples if not is_held_out(s, outer)]
+    inner = held_out_pairs(ds, "v100", [0, 1], samples=trained)
+    training_pairs = {("v100", frozenset((s.target, *s.corunners))) for s in trained if s.gpu == "v100"}
+    assert inner and not inner & outer and inner <= training_pairs
+    assert 0.3 < len(inner) / len(training_pairs) < 0.7
+    errors = validation_errors(ds, trained, ("extra_trees", "svr"), seed=0)
+    assert set(errors) == {"extra_trees", "svr"} and all(0 < e < 0.5 for e in errors.values())
