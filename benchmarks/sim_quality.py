@@ -32,6 +32,10 @@ CASES = [
     ("gavel", "gavel", "48x8:v100", {}),
     ("alibaba", "alibaba", "2x8:v100", {}),
     ("alibaba", "alibaba", "3x8:v100", {}),
+    # the same pods with the QoS classes as accounts only, every pod ``normal``: Tiresias knows no classes, so this
+    # is where Jain's index over those accounts compares like with like
+    ("alibaba", "alibaba-no-classes", "2x8:v100", {"qos_priority": False}),
+    ("alibaba", "alibaba-no-classes", "3x8:v100", {"qos_priority": False}),
 ]
 
 
