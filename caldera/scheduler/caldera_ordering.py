@@ -148,6 +148,7 @@ class Ordering(Reservations):
         th = self.pol.las_thresholds_gpu_s or ()
         min_run = self.pol.las_min_run_s
         t = math.inf
+        started = {j.id for j in self.started_jobs}
         for job in (*self.snap.running, *self.started_jobs):
             g = job.request.gpu * job.replicas
             if not g or job.terminating or not job.las or job.interactive:
@@ -155,8 +156,11 @@ class Ordering(Reservations):
             L = self.las_level(job.attained_gpu_s)
             if len(th) > L:
                 t = min(t, self.now + (th[L] - job.attained_gpu_s) / g)
-            if L and job.started_at is not None and job.started_at + min_run > self.now:
-                t = min(t, job.started_at + min_run)
+            # a job started in this cycle (a resumed one already above the lowest level) is a victim for the
+            # waiting jobs below it from its minimum run on; it was none in this cycle, which saw it queued
+            since = self.now if job.id in started else job.started_at
+            if L and since is not None and (since + min_run > self.now or job.id in started):
+                t = min(t, since + min_run)
         return t
 
     def _timed_wake(self) -> float | None:

@@ -48,8 +48,13 @@ class Preemption(Admission):
                     self.las_victims.append(v)
         self._listed = None
         # highest level first, then the largest: fewer jobs pay a restart for the room (Philly 20 x 8: 275
-        # preemptions -> 92, average JCT 28.7 h -> 26.8 h; the smallest victim that makes room gave more of both)
-        self.las_victims.sort(key=lambda v: (-v.level, -v.gpus, -v.started))
+        # preemptions -> 92, average JCT 28.7 h -> 26.8 h; the smallest victim that makes room gave more of both);
+        # then the most attained service, the mirror of the queue's order (the job least likely to finish soon
+        # goes first), or the youngest
+        if self.pol.las_victims_by == "attained":
+            self.las_victims.sort(key=lambda v: (-v.level, -v.gpus, -v.attained, -v.started))
+        else:
+            self.las_victims.sort(key=lambda v: (-v.level, -v.gpus, -v.started))
         be_victims.sort(key=lambda v: -v.started)
         for lst in qvictims.values():
             lst.sort(key=_VKEY)

@@ -137,3 +137,16 @@ def test_among_victims_of_one_level_the_largest_first_so_fewer_restart():
     ]
     got, _ = preempted(snapshot(nodes(1, 4), [job("new", 2)], run))
     assert got == [("pair", "new", "LeastAttainedService")]
+
+
+def test_among_equal_victims_the_one_with_most_attained_service_first():
+    """Two 1-GPU victims of the same level: the one that has run longest goes (the mirror of the queue's least
+    attained first: it is the least likely to finish soon), not the youngest; ``las_victims_by="youngest"``
+    takes the one that started last."""
+    run = [
+        running("veteran", {"n0": [0]}, attained_gpu_s=2 * LONG, started_at=NOW - 7200),
+        running("fresh", {"n0": [1]}, attained_gpu_s=LONG, started_at=NOW - 60),
+    ]
+    snap = snapshot(nodes(1, 2), [job("new")], run)
+    assert preempted(snap)[0] == [("veteran", "new", "LeastAttainedService")]
+    assert preempted(snap, las_victims_by="youngest")[0] == [("fresh", "new", "LeastAttainedService")]
