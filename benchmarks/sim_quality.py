@@ -39,9 +39,10 @@ CASES = [
 ]
 
 
-def window(trace: str, offset: int, limit: int, traces_dir: str | None) -> list[TraceJob]:
-    """Jobs ``offset`` to ``offset + limit`` of a trace in submission order, with times from the first of them."""
-    jobs = load_trace(trace, traces_dir=traces_dir, limit=offset + limit)[offset:]
+def window(trace: str, offset: int, limit: int, traces_dir: str | None, options: dict) -> list[TraceJob]:
+    """Jobs ``offset`` to ``offset + limit`` of a trace in submission order, with times from the first of them
+    (``options``: the trace loader's, as ``run_sim`` passes them for a whole trace)."""
+    jobs = load_trace(trace, traces_dir=traces_dir, limit=offset + limit, **options)[offset:]
     t0 = jobs[0].submit_time_s if jobs else 0.0
     for j in jobs:
         j.submit_time_s -= t0
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         case_dir = out / f"{label}_{cluster.replace(':', '_')}"
         res = run_sim(
-            window(trace, args.offset, args.limit, args.traces_dir) if args.offset else trace,
+            window(trace, args.offset, args.limit, args.traces_dir, topts) if args.offset else trace,
             policies,
             traces_dir=args.traces_dir,
             cluster=cluster,
