@@ -156,11 +156,14 @@ class Ordering(Reservations):
             L = self.las_level(job.attained_gpu_s)
             if len(th) > L:
                 t = min(t, self.now + (th[L] - job.attained_gpu_s) / g)
-            # a job started in this cycle (a resumed one already above the lowest level) is a victim for the
-            # waiting jobs below it from its minimum run on; it was none in this cycle, which saw it queued
-            since = self.now if job.id in started else job.started_at
-            if L and since is not None and (since + min_run > self.now or job.id in started):
-                t = min(t, since + min_run)
+            if not L:
+                continue
+            if job.id in started:
+                # a resumed job already above the lowest level: a victim for the waiting jobs below it from its
+                # minimum run on, although this cycle saw it queued (its started_at is its previous attempt's)
+                t = min(t, self.now + min_run)
+            elif job.started_at is not None and job.started_at + min_run > self.now:
+                t = min(t, job.started_at + min_run)
         return t
 
     def _timed_wake(self) -> float | None:

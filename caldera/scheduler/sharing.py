@@ -134,10 +134,8 @@ class _Occupancy:
         layout: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {}
         for job, allocs in placed:
             layout[job.id] = tuple((a.node, a.gpus) for a in allocs)
+            self._use(allocs)
             for a in allocs:
-                if a.node in self.cpu:
-                    self.cpu[a.node] -= a.cpu
-                    self.mem[a.node] -= a.memory_mib
                 for g in a.gpus:
                     by_gpu.setdefault((a.node, g), []).append(job)
         self.gpus: list[_Gpu] = []
@@ -191,13 +189,16 @@ class _Occupancy:
         gpu.jobs.append(job)
         return tuple(out)
 
-    def hold(self, allocations: tuple[Allocation, ...]) -> None:
-        """Count a start made outside the sharing pass (an inner start that stayed where it was): its GPUs are
-        not free and its CPU and memory are used."""
+    def _use(self, allocations: tuple[Allocation, ...]) -> None:
         for a in allocations:
             if a.node in self.cpu:
                 self.cpu[a.node] -= a.cpu
                 self.mem[a.node] -= a.memory_mib
+
+    def hold(self, allocations: tuple[Allocation, ...]) -> None:
+        """Count a start made outside the sharing pass (an inner start that stayed where it was): its GPUs are
+        not free and its CPU and memory are used."""
+        self._use(allocations)
         taken = {(a.node, g) for a in allocations for g in a.gpus}
         self.free = [k for k in self.free if k not in taken]
 

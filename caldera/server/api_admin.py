@@ -263,7 +263,7 @@ def nodes(
             for g in a["gpus"]:
                 # others' jobs show as busy, not by id
                 used.setdefault(a["node"], {})[g] = job.id if admin or job.user_id == user.id else "busy"
-    cordoned = cordons.cordons(db)
+    cordoned = cordons.by_node(db)
     return [
         {
             "name": n.name,

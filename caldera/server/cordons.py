@@ -21,13 +21,13 @@ from caldera.server.platform import Platform
 RUNNING = (JobState.STARTING.value, JobState.RUNNING.value)
 
 
-def cordons(db: Session) -> dict[str, NodeCordon]:
+def by_node(db: Session) -> dict[str, NodeCordon]:
     return {c.node: c for c in db.scalars(select(NodeCordon))}
 
 
 def in_service(db: Session, nodes: list[Node]) -> list[Node]:
     """The nodes as the scheduler should see them: a cordoned one is not schedulable."""
-    out = cordons(db)
+    out = by_node(db)
     return [dataclasses.replace(n, schedulable=False) if n.name in out else n for n in nodes]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from caldera.interference.model import DecayModel
 from caldera.interference.records import Dataset, Sample, gavel_path, load_gavel_pairs
 from caldera.sim.sharing_sim import Outcome, compare, held_out_pairs, is_held_out, load_gavel_jobs
 
@@ -85,7 +86,7 @@ def run_experiment(
     mf = train(ds, estimator, FEATURES, samples=trained)
     train_s = time.perf_counter() - t0
     test = [s for s in ds.samples if is_held_out(s, held_out)]
-    err = np.abs(mf.model.predict_samples(test, ds.profiles) - np.array([s.decay for s in test]))
+    err = _errors(mf.model, test, ds)
     jobs = load_gavel_jobs(Path(data_dir) / GAVEL_TRACES, ds)
     jobs = jobs[skip : skip + limit if limit else None]
     if skip:  # the window starts at time 0, as the traces do
@@ -126,12 +127,16 @@ def validation_errors(
     inner = held_out_pairs(ds, gpu, [seed, 1], samples=trained)
     fit = [s for s in trained if not is_held_out(s, inner)]
     val = [s for s in trained if is_held_out(s, inner)]
-    truth = np.array([s.decay for s in val])
     out = {}
     for name in candidates:
         model = new_decay_model(name, FEATURES).fit(fit, ds.profiles)
-        out[name] = float(np.abs(model.predict_samples(val, ds.profiles) - truth).mean())
+        out[name] = float(_errors(model, val, ds).mean())
     return out
+
+
+def _errors(model: DecayModel, samples: list[Sample], ds: Dataset) -> np.ndarray:
+    """The model's absolute error on each sample's decay."""
+    return np.abs(model.predict_samples(samples, ds.profiles) - np.array([s.decay for s in samples]))
 
 
 def markdown_table(outs: list[Outcome]) -> str:
