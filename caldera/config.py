@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -106,6 +106,13 @@ class Settings(BaseSettings):
     image_build_memory_mib: int = Field(4096, ge=256, description="memory one image build may use")
     image_build_timeout_s: float = Field(3600.0, gt=0, description="a build running longer fails")
     snapshot_max_mib: int = Field(10240, ge=1, description="a session snapshot larger than this is refused")
+
+    @model_validator(mode="after")
+    def _pairing_needs_drain(self) -> Settings:
+        # pairing opens only the free GPUs outside the drained set: without a drain it would be silently ignored
+        if self.sharing_pair_on_free and not self.sharing_drain_for_blocked:
+            raise ValueError("CALDERA_SHARING_PAIR_ON_FREE needs CALDERA_SHARING_DRAIN_FOR_BLOCKED=true")
+        return self
 
     @property
     def sqlite_path(self) -> Path:

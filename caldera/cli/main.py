@@ -63,6 +63,8 @@ def up(
     ),
 ) -> None:
     """Start the API, the lab origin, the scheduler and the local runtime in one process (SQLite by default)."""
+    from pydantic import ValidationError
+
     from caldera.config import FakeGpu, Settings
     from caldera.server.identity import isolation_problem
     from caldera.server.platform import Platform
@@ -76,7 +78,13 @@ def up(
         overrides["fake_gpus"] = [FakeGpu(model=fake_gpu_model) for _ in range(fake_gpus)]
     if unisolated:
         overrides["run_jobs_as"] = "server"
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:  # bad CALDERA_* settings: say which, not a traceback
+        for e in exc.errors():
+            where = ".".join(str(x) for x in e["loc"]) or "settings"
+            err.print(f"[red]error:[/red] {where}: {e['msg']}")
+        raise typer.Exit(1) from None
     if settings.run_jobs_as == "owner":
         problem = isolation_problem(settings, sys.executable)
         if problem:

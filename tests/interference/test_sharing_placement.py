@@ -300,3 +300,5 @@ def test_the_live_loop_takes_the_sharing_rules_from_settings(tmp_path):
     on = LivePredictions(settings).info(snap, {"q": None})
     assert on is not None and on.drain_for_blocked and on.pair_on_free and on.match_window == 50
     assert "no interference model" in on.unavailable
+    with pytest.raises(ValueError, match="PAIR_ON_FREE needs CALDERA_SHARING_DRAIN_FOR_BLOCKED"):
+        Settings(data_dir=tmp_path, sharing_pair_on_free=True)  # it would do nothing: said, not ignored
