@@ -3,32 +3,19 @@ shared; alone while one-GPU jobs waited, by the best any of them could do next t
 or the memory requests do not fit); alone with no one-GPU job waiting. Also the free GPUs while one-GPU jobs
 waited (the FIFO head, a gang, holding them back) and a shared GPU's mean normalised throughput.
 
-    python benchmarks/sharing_breakdown.py [--seed 0] [--limit 1500] [--nodes 6] [--tolerance 0.45]
+    python benchmarks/sharing_breakdown.py [--seed 0] [--limit 1500] [--skip 0] [--nodes 6] [--tolerance 0.45]
 
-The same setup as benchmarks/interference_sharing.py (its ``interference-aware`` row), one split seed.
+The experiment of benchmarks/interference_sharing.py with its defaults (caldera/sim/sharing_experiment.py), its
+``interference-aware`` row only, one split seed.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from caldera.config import Settings
-from caldera.interference.records import gavel_path, load_gavel_pairs
-from caldera.interference.snapshot import prediction_table
-from caldera.interference.train import train
-from caldera.scheduler.fifo import FifoPolicy
-from caldera.scheduler.sharing import SharingInfo, SharingPolicy
-from caldera.sim.sharing_experiment import GAVEL_TRACES
-from caldera.sim.sharing_sim import (
-    GPU_MEM_MIB,
-    ShareSim,
-    fit_memory,
-    held_out_pairs,
-    is_held_out,
-    load_gavel_jobs,
-    same_size_pairs,
-)
+from caldera.sim.sharing_experiment import run_experiment
+from caldera.sim.sharing_sim import GPU_MEM_MIB, ShareSim
 
 WAITING_LOOKED_AT = 60  # the first waiting one-GPU jobs judged next to each lone job (the rest rarely differ)
 RANK = {"nothing": 0, "memory": 1, "tolerance": 2, "fits": 3}
@@ -37,9 +24,8 @@ RANK = {"nothing": 0, "memory": 1, "tolerance": 2, "fits": 3}
 class BreakdownSim(ShareSim):
     """A replay that classifies each stretch of one-GPU jobs' GPU time (see the module docstring)."""
 
-    def __init__(self, *args, tolerance: float, **kw) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args, **kw) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kw)
-        self.tolerance = tolerance
         self.time: dict[str, float] = {}
         self.queued: dict = {}
         self.lone_best: dict[tuple[str, int], str] = {}
@@ -64,7 +50,7 @@ class BreakdownSim(ShareSim):
         d = self.info.predicted(self.model, [self.sched[alone.id], self.sched[waiting.id]])
         if d is None:
             return "nothing"
-        return "tolerance" if max(d.values()) > self.tolerance else "fits"
+        return "tolerance" if max(d.values()) > self.info.default_tolerance else "fits"
 
     def _advance(self, running, by_id, dt) -> None:  # type: ignore[no-untyped-def]
         if dt > 0:
@@ -91,36 +77,32 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=1500)
+    ap.add_argument("--skip", type=int, default=0)
     ap.add_argument("--nodes", type=int, default=6)
     ap.add_argument("--tolerance", type=float, default=0.45)
     ap.add_argument("--prefer-gain", type=float, default=0.6)
     args = ap.parse_args()
-    data = Path(Settings().shared_data_dir if args.data_dir is None else args.data_dir)
-    ds = load_gavel_pairs(gavel_path(data))
-    held = held_out_pairs(ds, "v100", args.seed)
-    model = train(ds, "extra_trees", "profile+enc", samples=[s for s in ds.samples if not is_held_out(s, held)])
-    jobs = load_gavel_jobs(data / GAVEL_TRACES, ds)[: args.limit]
-    types = sorted({j.job for j in jobs if j.gpus == 1}, key=lambda t: t.key)
-    memory = fit_memory(ds, "v100", types)
-    info = SharingInfo(
-        prediction_table(same_size_pairs(types), model.predictor(), "v100"),
-        {j.id: j.job.key for j in jobs if j.job in memory},
-        default_tolerance=args.tolerance,
-        prefer_gain=args.prefer_gain,
-    )
-    sim = BreakdownSim(
-        jobs,
-        lambda a, b: ds.ratio("v100", a, b),
-        memory,
-        info,
-        SharingPolicy(FifoPolicy()),
+    data = Settings().shared_data_dir if args.data_dir is None else args.data_dir
+    sims: list[BreakdownSim] = []
+
+    def breakdown_sim(*a, **kw) -> BreakdownSim:  # type: ignore[no-untyped-def]
+        sims.append(BreakdownSim(*a, **kw))
+        return sims[-1]
+
+    ex = run_experiment(
+        data,
         nodes=args.nodes,
-        gpus_per_node=8,
+        limit=args.limit,
+        skip=args.skip,
         tolerance=args.tolerance,
+        prefer_gain=args.prefer_gain,
+        seed=args.seed,
+        only={"interference-aware"},
+        sim_class=breakdown_sim,
     )
-    sim.run()
-    out = sim.outcome("interference-aware")
+    (out,), (sim,) = ex.outcomes, sims
     one_gpu_time = sum(v for k, v in sim.time.items() if not k.startswith("free"))
+    print(ex.summary())
     print(
         f"seed {args.seed}: eff. util {out.eff_util_busy:.3f}, gang share {out.gang_share:.2f}, "
         f"one-GPU jobs' GPUs {out.eff_util_one_gpu:.3f}"

@@ -10,6 +10,7 @@ one with the lowest error is then trained on all the training data. The held-out
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from caldera.interference.model import DecayModel
 from caldera.interference.records import Dataset, Sample, gavel_path, load_gavel_pairs
-from caldera.sim.sharing_sim import Outcome, compare, held_out_pairs, is_held_out, load_gavel_jobs
+from caldera.sim.sharing_sim import Outcome, ShareSim, compare, held_out_pairs, is_held_out, load_gavel_jobs
 
 GAVEL_TRACES = Path("traces") / "gavel_msr_seed0"
 FEATURES = "profile+enc"
@@ -71,8 +72,11 @@ def run_experiment(
     drain_for_blocked: bool = True,
     pair_on_free: bool = True,
     share_gangs: bool = False,
+    only: Collection[str] | None = None,
+    sim_class: Callable[..., ShareSim] = ShareSim,
 ) -> SharingExperiment:
-    """``skip`` and ``limit``: replay jobs ``skip .. skip + limit`` of the traces by arrival (another window)."""
+    """``skip`` and ``limit``: replay jobs ``skip .. skip + limit`` of the traces by arrival (another window);
+    ``only`` and ``sim_class`` as in ``compare``."""
     from caldera.interference.train import train
 
     ds = load_gavel_pairs(gavel_path(data_dir))
@@ -109,6 +113,8 @@ def run_experiment(
         drain_for_blocked=drain_for_blocked,
         pair_on_free=pair_on_free,
         share_gangs=share_gangs,
+        only=only,
+        sim_class=sim_class,
     )
     one_gpu = sum(1 for j in jobs if j.gpus == 1)
     mae, p95 = float(err.mean()), float(np.percentile(err, 95))

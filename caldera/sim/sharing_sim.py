@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations_with_replacement
 from pathlib import Path
@@ -348,8 +348,13 @@ def compare(
     drain_for_blocked: bool = False,
     pair_on_free: bool = False,
     share_gangs: bool = False,
+    only: Collection[str] | None = None,
+    sim_class: Callable[..., ShareSim] = ShareSim,
 ) -> list[Outcome]:
     """Run the three policies on ``jobs``; ``predictor`` is what the interference-aware scheduler is told.
+
+    ``only``: just the runs of these names; ``sim_class``: a ShareSim that also measures something of its own
+    (benchmarks/sharing_breakdown.py).
 
     ``share_gangs``: multi-GPU jobs are shareable too, with jobs of their own GPU count on the same GPUs. Gavel
     measured no such pair (it lists them all as 0.0, never space-shared), so this is an assumption, not ground
@@ -395,7 +400,9 @@ def compare(
         runs.append(("aware, measured decays", replace(aware_info, decay=table(measured)), SharingPolicy(FifoPolicy())))
     out = []
     for name, info, pol in runs:
-        sim = ShareSim(
+        if only is not None and name not in only:
+            continue
+        sim = sim_class(
             jobs,
             truth,
             memory,

@@ -6,7 +6,7 @@ import pytest
 
 from caldera.interference.predictor import TablePredictor
 from caldera.interference.records import Dataset, JobType, Profile
-from caldera.sim.sharing_sim import ShareJob, compare, fit_memory
+from caldera.sim.sharing_sim import ShareJob, ShareSim, compare, fit_memory
 
 A, B, C = JobType("A", 8), JobType("B", 8), JobType("C", 8)
 
@@ -117,3 +117,20 @@ def test_the_regressor_is_chosen_on_pairs_of_the_training_data_only(gavel_file) 
     assert 0.3 < len(inner) / len(training_pairs) < 0.7
     errors = validation_errors(ds, trained, ("extra_trees", "svr"), seed=0)
     assert set(errors) == {"extra_trees", "svr"} and all(0 < e < 0.5 for e in errors.values())
+
+
+def test_only_the_named_runs_are_replayed_with_the_given_simulator():
+    ds = tiny_world()
+    truth = TablePredictor({("v100", x, y): 1 - r for (_, x, y), r in ds.ratios.items()})
+    js = jobs(("a", A, 0.0, 100.0), ("b", B, 2.0, 100.0))
+    made = []
+
+    def counting_sim(*args, **kw):
+        made.append(ShareSim(*args, **kw))
+        return made[-1]
+
+    (aware,) = compare(
+        ds, js, truth, nodes=1, gpus_per_node=1, tolerance=0.3, only={"interference-aware"}, sim_class=counting_sim
+    )
+    assert aware.policy == "interference-aware" and aware.colocations == 1
+    assert len(made) == 1 and made[0].info is not None and made[0].info.default_tolerance == 0.3
