@@ -127,7 +127,10 @@ class Admission(CycleBase):
         self._why: dict[str, str] = {}  # victim id -> why the candidate search offered it, when not by its kind
         self.queues: dict[str, _Queue] = {}
         self.users: dict[tuple[str, str], list[int]] = {}
-        self._listed: list[tuple[SchedJob, int, int, str | None]] | None = []  # victims to be (see _setup_running)
+        # victims to be (see _setup_running): job, class rank, GPUs, GPU model, attained-service level
+        self._listed: list[tuple[SchedJob, int, int, str | None, int]] | None = []
+        # running batch jobs in least-attained-service, not terminating, with GPUs: job, GPUs, level
+        self.las_running: list[tuple[SchedJob, int, int]] = []
         self.be_victims: list[Victim] = []  # best-effort, youngest first
         self.qvictims: dict[str, list[Victim]] = {}  # per queue, not best-effort: lowest class, youngest first
         self.be_avail = 0

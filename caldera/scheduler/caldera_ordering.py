@@ -108,7 +108,7 @@ class Ordering(Reservations):
             self.directed_groups.add(gk)
             self.set_pre(gk, self.nmax)
         # a queue already at its GPU capability, a user already at a cap: block their groups up front
-        for k, (_, qn, _user) in enumerate(groups):
+        for k, (_, qn, u) in enumerate(groups):
             q = self.gq[k]
             cap = q.cap.get(GPU)
             if cap is not None and q.used.get(GPU, 0.0) >= cap - _EPS:
@@ -148,22 +148,24 @@ class Ordering(Reservations):
         th = self.pol.las_thresholds_gpu_s or ()
         min_run = self.pol.las_min_run_s
         t = math.inf
-        started = {j.id for j in self.started_jobs}
-        for job in (*self.snap.running, *self.started_jobs):
+        now = self.now
+        nth = len(th)
+        for job, g, L in self.las_running:
+            if nth > L:
+                t = min(t, now + (th[L] - job.attained_gpu_s) / g)
+            if L and job.started_at is not None and job.started_at + min_run > now:
+                t = min(t, job.started_at + min_run)
+        for job in self.started_jobs:
             g = job.request.gpu * job.replicas
             if not g or job.terminating or not job.las or job.interactive:
                 continue
             L = self.las_level(job.attained_gpu_s)
-            if len(th) > L:
-                t = min(t, self.now + (th[L] - job.attained_gpu_s) / g)
-            if not L:
-                continue
-            if job.id in started:
+            if nth > L:
+                t = min(t, now + (th[L] - job.attained_gpu_s) / g)
+            if L:
                 # a resumed job already above the lowest level: a victim for the waiting jobs below it from its
                 # minimum run on, although this cycle saw it queued (its started_at is its previous attempt's)
-                t = min(t, self.now + min_run)
-            elif job.started_at is not None and job.started_at + min_run > self.now:
-                t = min(t, job.started_at + min_run)
+                t = min(t, now + min_run)
         return t
 
     def _timed_wake(self) -> float | None:

@@ -63,6 +63,7 @@ preempt.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from caldera.core.resources import CPU, GPU, MEMORY
@@ -185,6 +186,10 @@ class _Cycle(Ordering):
         on_index = idx.by_name
         listed = self._listed
         assert listed is not None, "running jobs are set up once per cycle"
+        las_on = self.las_on
+        thresholds = self.pol.las_thresholds_gpu_s or ()
+        las_running = self.las_running
+        not_best_effort: dict[tuple[str, str | None], int] = {}  # GPUs by (queue, model), added up at the end
         for job in self.snap.running:
             qn = job.queue
             q = queues.get(qn)
@@ -227,17 +232,24 @@ class _Cycle(Ordering):
             q.rank_gpus[rank] += gpus
             if not gpus:
                 continue
-            listed.append((job, rank, gpus, model))
-            if rank > 0 and self.las_on and job.las and not job.interactive and self.las_level(job.attained_gpu_s):
-                self.las_avail += gpus
+            level = 0
+            if las_on and job.las and not job.interactive:
+                level = bisect_right(thresholds, job.attained_gpu_s)  # las_level, inlined: once per running job
+                las_running.append((job, gpus, level))
+                if rank > 0 and level:
+                    self.las_avail += gpus
+            listed.append((job, rank, gpus, model, level))
             if rank == 0:
                 self.be_avail += gpus
             else:
-                nb = q.used_nb
-                nb[GPU] = nb.get(GPU, 0.0) + gpus
-                if model:
-                    mk = GPU + "/" + model
-                    nb[mk] = nb.get(mk, 0.0) + gpus
+                key = (qn, model)
+                not_best_effort[key] = not_best_effort.get(key, 0) + gpus
+        for (qn, model), gpus in not_best_effort.items():
+            nb = queues[qn].used_nb
+            nb[GPU] = nb.get(GPU, 0.0) + gpus
+            if model:
+                mk = GPU + "/" + model
+                nb[mk] = nb.get(mk, 0.0) + gpus
         self._contrib: dict[str, float] = {}
         self._update_reclaimable(self.queues)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 
 from caldera.core.resources import GPU
 from caldera.scheduler.caldera_admission import _CLASS, _EPS, Admission, _add, _Queue
@@ -26,6 +27,11 @@ def _VKEY(v: Victim) -> tuple[int, float]:
     return (v.rank, -v.started)
 
 
+_STARTED = attrgetter("started")
+_RANK = attrgetter("rank")
+_LEVEL_GPUS_STARTED = attrgetter("level", "gpus", "started")
+
+
 class Preemption(Admission):
     def _ensure_victims(self) -> None:
         """``be_victims`` (youngest first) and ``qvictims`` (per queue: lowest class, then youngest first)."""
@@ -33,7 +39,7 @@ class Preemption(Admission):
             return
         be_victims = self.be_victims
         qvictims = self.qvictims
-        for job, rank, gpus, model in self._listed:
+        for job, rank, gpus, model, level in self._listed:
             v = Victim(job, rank, gpus, model)
             if rank == 0:
                 be_victims.append(v)
@@ -42,22 +48,24 @@ class Preemption(Admission):
                 if lst is None:
                     lst = qvictims[job.queue] = []
                 lst.append(v)
-            if rank > 0 and self.las_on and job.las and not job.interactive:
-                v.level = self.las_level(job.attained_gpu_s)
-                if v.level:
-                    self.las_victims.append(v)
+            if rank > 0 and level:
+                v.level = level
+                self.las_victims.append(v)
         self._listed = None
         # highest level first, then the largest: fewer jobs pay a restart for the room (Philly 20 x 8: 275
         # preemptions -> 92, average JCT 28.7 h -> 26.8 h; the smallest victim that makes room gave more of both);
         # then the most attained service, the mirror of the queue's order (the job least likely to finish soon
         # goes first), or the youngest
+        # (a descending sort keeps ties in order, as an ascending one on negated keys does; attrgetter keys and
+        # one pass per key are cheaper than a tuple per victim, on a list rebuilt every cycle)
         if self.pol.las_victims_by == "attained":
-            self.las_victims.sort(key=lambda v: (-v.level, -v.gpus, -v.attained, -v.started))
+            self.las_victims.sort(key=lambda v: (v.level, v.gpus, v.job.attained_gpu_s, v.started), reverse=True)
         else:
-            self.las_victims.sort(key=lambda v: (-v.level, -v.gpus, -v.started))
-        be_victims.sort(key=lambda v: -v.started)
-        for lst in qvictims.values():
-            lst.sort(key=_VKEY)
+            self.las_victims.sort(key=_LEVEL_GPUS_STARTED, reverse=True)
+        be_victims.sort(key=_STARTED, reverse=True)
+        for lst in qvictims.values():  # _VKEY: lowest class, then youngest
+            lst.sort(key=_STARTED, reverse=True)
+            lst.sort(key=_RANK)
 
     def all_victims(self) -> Iterator[Victim]:
         self._ensure_victims()
@@ -243,13 +251,21 @@ class Preemption(Admission):
         )
 
     def _node_gpus(self, victims: Iterable[Victim]) -> dict[int, int]:
+        """Per node, the GPUs the victims hold there. An upper bound for :meth:`_potential`, so it counts the
+        allocated device indices instead of building each victim's device masks (most are never tried)."""
         out: dict[int, int] = {}
-        idx = self.idx
+        by_name = self.idx.by_name
         for v in victims:
             if v.chosen or v.claimed:
                 continue
-            for i, m, _, _ in v.node_parts(idx):
-                out[i] = out.get(i, 0) + m.bit_count()
+            if v.parts is not None:
+                for i, m, _, _ in v.parts:
+                    out[i] = out.get(i, 0) + m.bit_count()
+                continue
+            for a in v.allocs:
+                node = by_name.get(a.node)
+                if node is not None:
+                    out[node] = out.get(node, 0) + len(a.gpus)
         return out
 
     def _potential(
@@ -259,13 +275,10 @@ class Preemption(Admission):
         may take (built once per cycle per category; victims taken since only make it looser)."""
         self._ensure_victims()
         pc = self._pot_cache
-        if "be" not in pc:
-            pc["be"] = self._node_gpus(self.be_victims)
-            pc["rec"] = self._node_gpus(
-                v for name, lst in self.qvictims.items() if self._contrib.get(name, 0.0) > 0 for v in lst
-            )
         parts = [self._anon_nodes]
         if allow_new:
+            if "be" not in pc:
+                pc["be"] = self._node_gpus(self.be_victims)
             parts.append(pc["be"])
             if self.pol.priority_preemption and rank > 1:
                 key = (q.name, rank)
@@ -274,6 +287,10 @@ class Preemption(Admission):
                     own = pc[key] = self._node_gpus(v for v in self.qvictims.get(q.name, ()) if v.rank < rank)
                 parts.append(own)
             if reclaim:
+                if "rec" not in pc:
+                    pc["rec"] = self._node_gpus(
+                        v for name, lst in self.qvictims.items() if self._contrib.get(name, 0.0) > 0 for v in lst
+                    )
                 parts.append(pc["rec"])
             if las:
                 if "las" not in pc:

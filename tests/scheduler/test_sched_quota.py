@@ -152,3 +152,21 @@ def test_queue_missing_from_snapshot_is_unlimited():
     snap = snapshot(CLUSTER, [job("j", 4, queue="nowhere")], run, [Q("elsewhere", {"gpu": Quota(capability=4)})])
     d = CalderaPolicy()(snap)
     assert [s.job_id for s in d.starts] == ["j"]
+
+
+def test_user_cap_blocks_only_the_user_at_it_whatever_the_queue_order():
+    # bob's job came first: the up-front block of the groups at a cap looked at the last group's user (alice)
+    # for every group, so bob's group was blocked by alice's usage; without fair share it raised NameError
+    queues = [Q("q", caps=UserCaps(max_gpus=4))]
+    run = [running("r", {"n0": range(4)}, user="alice")]
+    for pol in (CalderaPolicy(), CalderaPolicy(fair_share=False)):
+        snap = snapshot(
+            CLUSTER,
+            [job("b1", 1, user="bob", queued_since=NOW - 20), job("a1", 1, user="alice", queued_since=NOW - 10)],
+            run,
+            queues,
+        )
+        d = pol(snap)
+        check_decisions(snap, d)
+        assert [s.job_id for s in d.starts] == ["b1"]
+        assert d.pending["a1"][0].code == "UserCap"
