@@ -1,7 +1,7 @@
 """Scheduling quality: every policy on the Philly, Gavel and Alibaba traces at two cluster sizes each.
 
     python benchmarks/sim_quality.py [OUT_DIR] [--limit N] [--offset K] [--restart-overhead 300]
-                                     [--policies fifo,tiresias,caldera] [--only TRACE]
+                                     [--policies fifo,tiresias,caldera] [--only TRACE] [--policy-options JSON]
 
 For each (trace, cluster) it replays ``--limit`` jobs from the ``--offset``-th on (another window of the trace, to
 check that a result is not one slice's) under each policy, with ``--restart-overhead``
@@ -13,6 +13,7 @@ CSVs and ``comparison.png`` under OUT_DIR (default ``out/sim_quality``), and ``t
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default="fifo,tiresias,caldera")
     ap.add_argument("--only", default=None, help="only the cases whose trace name contains this")
     ap.add_argument("--traces-dir", default=None)
+    ap.add_argument("--policy-options", default=None, help='JSON: {"caldera": {"option": value}, ...}')
     args = ap.parse_args(argv)
     console = Console()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -92,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             limit=args.limit,
             restart_overhead_s=args.restart_overhead,
             trace_options=topts or None,
+            policy_options=json.loads(args.policy_options) if args.policy_options else None,
             out_dir=case_dir,
             console=console,
         )

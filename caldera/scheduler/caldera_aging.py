@@ -11,6 +11,9 @@ trace: 127,762 preemptions in 1,500 jobs).
 
 Patience: ``max(aging_threshold_s, aging_factor x expected run time)``, so a job is promoted after a wait that is
 long for its size, not merely long on a busy week.
+
+The same bound for least-attained-service (:func:`promote_starved_batch`): a batch job preempted at a high level
+would otherwise wait behind every job with less service, without bound for a large gang on a loaded cluster.
 """
 
 from __future__ import annotations
@@ -58,3 +61,38 @@ def _due(job: SchedJob, threshold_s: float, factor: float) -> float:
         return -math.inf
     since = job.queued_since if job.queued_since is not None else job.submitted_at
     return since + patience_of(job, threshold_s, factor)
+
+
+def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> tuple[Snapshot, float]:
+    """Bounded waiting under least-attained-service: a queued batch job preempted back into the queue that has
+    waited ``factor`` times the wall time it ran (at least ``threshold_s``) goes back to the lowest level (its
+    attained service counts as 0 in this cycle: first in the queue, and it may preempt any job above that level),
+    as Tiresias promotes a job that starved. Started that way, it is no longer a least-attained-service victim
+    for the rest of its run: a large gang at a high level is otherwise the first victim of the next arrival, and
+    waits again. Returns the snapshot and the earliest time another job will be promoted."""
+    next_at = math.inf
+    queued: list[SchedJob] | None = None
+    for i, job in enumerate(snap.queued):
+        due = _starved_at(job, threshold_s, factor)
+        if due > snap.now:
+            next_at = min(next_at, due)
+        elif due > -math.inf:
+            queued = queued or list(snap.queued)
+            queued[i] = replace(job, attained_gpu_s=0.0)
+    running: list[SchedJob] | None = None
+    for i, job in enumerate(snap.running):
+        due = _starved_at(job, threshold_s, factor)
+        if job.started_at is not None and -math.inf < due <= job.started_at:
+            running = running or list(snap.running)
+            running[i] = replace(job, las=False)
+    if queued is None and running is None:
+        return snap, next_at
+    return replace(snap, queued=queued or snap.queued, running=running or snap.running), next_at
+
+
+def _starved_at(job: SchedJob, threshold_s: float, factor: float) -> float:
+    """When a job that ran before and went back to the queue counts as starved; -inf for the others."""
+    gpus = job.request.gpu * job.replicas
+    if not job.las or job.interactive or not gpus or not job.attained_gpu_s or job.queued_since is None:
+        return -math.inf
+    return job.queued_since + max(threshold_s, factor * job.attained_gpu_s / gpus)

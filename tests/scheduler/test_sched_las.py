@@ -109,9 +109,11 @@ def test_no_wake_before_the_next_level_while_fair_share_moves():
     run = [running("a", {"n0": [0]}, attained_gpu_s=4000, started_at=NOW - 600, user="u1")]
     snap = snapshot(nodes(1, 1), [job("b", user="u2", attained_gpu_s=5000, queued_since=NOW - 60)], run)
     snap.user_usage = {"u1": 4000.0, "u2": 5000.0}
-    d = policy()(snap)
+    d = policy(las_starvation_factor=None)(snap)
     assert not d.starts and not d.preemptions
     assert d.wake_at == NOW + 32000  # a reaches 36,000 GPU-s; then b preempts it
+    # b, preempted before after 5,000 s on its GPU, starves after 3 x 5,000 s in the queue: then it may preempt a
+    assert policy()(snap).wake_at == NOW - 60 + 15000
 
 
 def test_within_a_level_less_attained_service_first():
@@ -150,3 +152,32 @@ def test_among_equal_victims_the_one_with_most_attained_service_first():
     snap = snapshot(nodes(1, 2), [job("new")], run)
     assert preempted(snap)[0] == [("veteran", "new", "LeastAttainedService")]
     assert preempted(snap, las_victims_by="youngest")[0] == [("fresh", "new", "LeastAttainedService")]
+
+
+H = 3600.0
+
+
+def test_a_job_that_starved_after_a_preemption_goes_back_to_the_lowest_level():
+    # it ran 20 h on one GPU (level 2), was preempted and has waited since; the running job is at level 1
+    mid = [running("mid", {"n0": [0]}, attained_gpu_s=2 * H, started_at=NOW - H)]
+    for waited, promoted in ((19 * H, False), (21 * H, True)):
+        starved = job("starved", attained_gpu_s=LONG, queued_since=NOW - waited)
+        snap = snapshot(nodes(1, 1), [starved], mid)
+        assert preempted(snap, las_starvation_factor=None)[0] == []
+        got, d = preempted(snap, las_starvation_factor=1.0)
+        assert got == ([("mid", "starved", "LeastAttainedService")] if promoted else [])
+        if not promoted:  # the replay must wake when it starves
+            assert d.wake_at is not None and d.wake_at <= NOW - waited + 20 * H
+
+
+def test_a_job_started_after_starving_is_no_longer_a_las_victim():
+    # queued 30 h ago after 20 h of service, started 5 h ago: past its patience (20 h) when it started
+    resumed = [running("resumed", {"n0": [0]}, attained_gpu_s=LONG, started_at=NOW - 5 * H)]
+    resumed[0].queued_since = NOW - 30 * H
+    snap = snapshot(nodes(1, 1), [job("new")], resumed)
+    assert preempted(snap, las_starvation_factor=None)[0] == [("resumed", "new", "LeastAttainedService")]
+    assert preempted(snap, las_starvation_factor=1.0)[0] == []
+    resumed[0].queued_since = NOW - 20 * H  # started 5 h before it would have starved: a victim as before
+    assert preempted(snapshot(nodes(1, 1), [job("new")], resumed), las_starvation_factor=1.0)[0] == [
+        ("resumed", "new", "LeastAttainedService")
+    ]
