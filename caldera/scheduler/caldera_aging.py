@@ -19,6 +19,7 @@ would otherwise wait behind every job with less service, without bound for a lar
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from caldera.core.tenancy import PriorityClass
@@ -35,24 +36,51 @@ def patience_of(job: SchedJob, threshold_s: float, factor: float) -> float:
 def promote_waiting(snap: Snapshot, threshold_s: float, factor: float) -> tuple[Snapshot, float]:
     """``snap`` with the queued jobs below ``normal`` that waited past their patience raised to ``normal``, and the
     earliest time another one will be (``inf``: none)."""
+
+    def normal(job: SchedJob) -> SchedJob:
+        return replace(job, priority=PriorityClass.NORMAL)
+
+    def due(job: SchedJob) -> float:
+        return _due(job, threshold_s, factor)
+
+    queued, next_at = _promote_queued(snap, due, normal)
+    return _with(snap, queued, _promote_running(snap, due, normal)), next_at
+
+
+def _promote_queued(
+    snap: Snapshot, due: Callable[[SchedJob], float], change: Callable[[SchedJob], SchedJob]
+) -> tuple[list[SchedJob] | None, float]:
+    """The queued jobs with ``change`` made to those whose ``due`` time (-inf: never) has come (None: none), and
+    the earliest due time still to come."""
     next_at = math.inf
     queued: list[SchedJob] | None = None
     for i, job in enumerate(snap.queued):
-        due = _due(job, threshold_s, factor)
-        if due > snap.now:
-            next_at = min(next_at, due)
-        elif due > -math.inf:
+        t = due(job)
+        if t > snap.now:
+            next_at = min(next_at, t)
+        elif t > -math.inf:
             queued = queued or list(snap.queued)
-            queued[i] = replace(job, priority=PriorityClass.NORMAL)
+            queued[i] = change(job)
+    return queued, next_at
+
+
+def _promote_running(
+    snap: Snapshot, due: Callable[[SchedJob], float], change: Callable[[SchedJob], SchedJob]
+) -> list[SchedJob] | None:
+    """The running jobs with ``change`` made to those that started after their ``due`` time (None: none): they keep
+    the promotion while they run."""
     running: list[SchedJob] | None = None
     for i, job in enumerate(snap.running):
-        due = _due(job, threshold_s, factor)
-        if job.started_at is not None and -math.inf < due <= job.started_at:
+        if job.started_at is not None and -math.inf < due(job) <= job.started_at:
             running = running or list(snap.running)
-            running[i] = replace(job, priority=PriorityClass.NORMAL)
+            running[i] = change(job)
+    return running
+
+
+def _with(snap: Snapshot, queued: list[SchedJob] | None, running: list[SchedJob] | None) -> Snapshot:
     if queued is None and running is None:
-        return snap, next_at
-    return replace(snap, queued=queued or snap.queued, running=running or snap.running), next_at
+        return snap
+    return replace(snap, queued=queued or snap.queued, running=running or snap.running)
 
 
 def _due(job: SchedJob, threshold_s: float, factor: float) -> float:
@@ -67,27 +95,24 @@ def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> 
     """Bounded waiting under least-attained-service: a queued batch job preempted back into the queue that has
     waited ``factor`` times the wall time it ran (at least ``threshold_s``) goes back to the lowest level (its
     attained service counts as 0 in this cycle: first in the queue, and it may preempt any job above that level),
-    as Tiresias promotes a job that starved. Started that way, it is no longer a least-attained-service victim
-    for the rest of its run: a large gang at a high level is otherwise the first victim of the next arrival, and
-    waits again. Returns the snapshot and the earliest time another job will be promoted."""
-    next_at = math.inf
-    queued: list[SchedJob] | None = None
-    for i, job in enumerate(snap.queued):
-        due = _starved_at(job, threshold_s, factor)
-        if due > snap.now:
-            next_at = min(next_at, due)
-        elif due > -math.inf:
-            queued = queued or list(snap.queued)
-            queued[i] = replace(job, attained_gpu_s=0.0)
-    running: list[SchedJob] | None = None
-    for i, job in enumerate(snap.running):
-        due = _starved_at(job, threshold_s, factor)
-        if job.started_at is not None and -math.inf < due <= job.started_at:
-            running = running or list(snap.running)
-            running[i] = replace(job, las=False)
-    if queued is None and running is None:
-        return snap, next_at
-    return replace(snap, queued=queued or snap.queued, running=running or snap.running), next_at
+    as Tiresias promotes a job that starved. Started that way, it is no least-attained-service victim while the
+    rule, with the service it gains, still holds at its start: for ``1 / factor`` of the time it waited past its
+    patience (else a large gang at a high level is the first victim of the next arrival, and waits again).
+    Protecting it for its whole run was measured and is far worse: unpreemptible gangs held Philly's first 1,500
+    jobs on 20 x 8 at 66.7 h average JCT, against 28.3 h. Returns the snapshot and the earliest time another job
+    will be promoted."""
+
+    def lowest_level(job: SchedJob) -> SchedJob:
+        return replace(job, attained_gpu_s=0.0)
+
+    def not_a_victim(job: SchedJob) -> SchedJob:
+        return replace(job, las=False)
+
+    def due(job: SchedJob) -> float:
+        return _starved_at(job, threshold_s, factor)
+
+    queued, next_at = _promote_queued(snap, due, lowest_level)
+    return _with(snap, queued, _promote_running(snap, due, not_a_victim)), next_at
 
 
 def _starved_at(job: SchedJob, threshold_s: float, factor: float) -> float:

@@ -170,14 +170,15 @@ def test_a_job_that_starved_after_a_preemption_goes_back_to_the_lowest_level():
             assert d.wake_at is not None and d.wake_at <= NOW - waited + 20 * H
 
 
-def test_a_job_started_after_starving_is_no_longer_a_las_victim():
-    # queued 30 h ago after 20 h of service, started 5 h ago: past its patience (20 h) when it started
-    resumed = [running("resumed", {"n0": [0]}, attained_gpu_s=LONG, started_at=NOW - 5 * H)]
-    resumed[0].queued_since = NOW - 30 * H
-    snap = snapshot(nodes(1, 1), [job("new")], resumed)
-    assert preempted(snap, las_starvation_factor=None)[0] == [("resumed", "new", "LeastAttainedService")]
-    assert preempted(snap, las_starvation_factor=1.0)[0] == []
-    resumed[0].queued_since = NOW - 20 * H  # started 5 h before it would have starved: a victim as before
-    assert preempted(snapshot(nodes(1, 1), [job("new")], resumed), las_starvation_factor=1.0)[0] == [
-        ("resumed", "new", "LeastAttainedService")
-    ]
+def test_a_job_started_after_starving_is_no_las_victim_for_a_while():
+    # queued 30 h ago after 15 h of service; with factor 1 it starved 15 h later. Started 5 h ago (10 h past that),
+    # it is protected for those 10 h; started 12 h ago (3 h past), for 3 h, which it has run
+    for started_ago, protected in ((5, True), (12, False)):
+        resumed = running(
+            "resumed", {"n0": [0]}, attained_gpu_s=(15 + started_ago) * H, started_at=NOW - started_ago * H
+        )
+        resumed.queued_since = NOW - 30 * H
+        snap = snapshot(nodes(1, 1), [job("new")], [resumed])
+        victim = [("resumed", "new", "LeastAttainedService")]
+        assert preempted(snap, las_starvation_factor=None)[0] == victim
+        assert preempted(snap, las_starvation_factor=1.0)[0] == ([] if protected else victim)
