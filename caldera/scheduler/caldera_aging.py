@@ -100,24 +100,37 @@ def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> 
     patience (else a large gang at a high level is the first victim of the next arrival, and waits again).
     Protecting it for its whole run was measured and is far worse: unpreemptible gangs held Philly's first 1,500
     jobs on 20 x 8 at 66.7 h average JCT, against 28.3 h. Returns the snapshot and the earliest time another job
-    will be promoted."""
+    will be promoted or a protection end."""
 
     def lowest_level(job: SchedJob) -> SchedJob:
         return replace(job, attained_gpu_s=0.0)
-
-    def not_a_victim(job: SchedJob) -> SchedJob:
-        return replace(job, las=False)
 
     def due(job: SchedJob) -> float:
         return _starved_at(job, threshold_s, factor)
 
     queued, next_at = _promote_queued(snap, due, lowest_level)
-    return _with(snap, queued, _promote_running(snap, due, not_a_victim)), next_at
+    protected: list[SchedJob] = []
+
+    def protect(job: SchedJob) -> SchedJob:  # no least-attained-service victim
+        protected.append(job)
+        return replace(job, las=False)
+
+    running = _promote_running(snap, due, protect)
+    for job in protected:  # until the service it gains takes its start past its patience
+        assert job.started_at is not None and job.queued_since is not None
+        ends = snap.now + (job.started_at - job.queued_since) / factor - job.attained_gpu_s / _gpus(job)
+        if ends > snap.now:
+            next_at = min(next_at, ends)
+    return _with(snap, queued, running), next_at
+
+
+def _gpus(job: SchedJob) -> int:
+    return job.request.gpu * job.replicas
 
 
 def _starved_at(job: SchedJob, threshold_s: float, factor: float) -> float:
     """When a job that ran before and went back to the queue counts as starved; -inf for the others."""
-    gpus = job.request.gpu * job.replicas
+    gpus = _gpus(job)
     if not job.las or job.interactive or not gpus or not job.attained_gpu_s or job.queued_since is None:
         return -math.inf
     return job.queued_since + max(threshold_s, factor * job.attained_gpu_s / gpus)

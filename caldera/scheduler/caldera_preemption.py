@@ -272,7 +272,7 @@ class Preemption(Admission):
         self, q: _Queue, rank: int, reclaim: bool, allow_new: bool, directed: list[Victim], las: bool = False
     ):
         """Upper bound, per node, of the GPUs this claimer could get there: free ones plus those of every victim it
-        may take (built once per cycle per category; victims taken since only make it looser)."""
+        may take (built once per cycle per category, when first needed; victims taken since only make it looser)."""
         self._ensure_victims()
         pc = self._pot_cache
         parts = [self._anon_nodes]
