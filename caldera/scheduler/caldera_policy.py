@@ -110,10 +110,10 @@ class CalderaPolicy:
     trace on 48 x 8 from the same schedule as Tiresias to 113.035 h against its 113.037 h),
     ``las_starvation_factor`` (3: a preempted batch job that has waited this many times the wall time it ran, at
     least ``starvation_threshold_s``, goes back to the lowest level and, started so, is no LAS victim for a third
-    of the time it waited past that, :func:`caldera_aging.promote_starved_batch`; None turns it off; on the whole Philly trace it took the 32-GPU
-    gangs of one account from a mean slowdown of 44 to a few, Jain's index over accounts from 0.525 to 0.901 and
-    average JCT from 4.45 h to 4.34 h; 1 gave Jain 0.944 at 4.40 h, and 5% more JCT on Philly's first 1,500 jobs
-    on 20 x 8).
+    of the time it waited past that, :func:`caldera_aging.promote_starved_batch`; None turns it off; on the whole
+    Philly trace it took the 32-GPU gangs of one account from a mean slowdown of 44 to a few, Jain's index over
+    accounts from 0.525 to 0.901 and average JCT from 4.45 h to 4.34 h; 1 gave Jain 0.944 at 4.40 h, and 5% more
+    JCT on Philly's first 1,500 jobs on 20 x 8).
     """
 
     name = "caldera"
