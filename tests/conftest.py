@@ -246,7 +246,7 @@ def kill_job_processes(data_dir: Path) -> None:
             pass
 
 
-def wait_for(fn, timeout: float = 60, interval: float = 0.2, what: str = "condition"):
+def wait_for(fn, timeout: float = 60, *, interval: float = 0.2, what: str = "condition"):
     deadline = time.time() + timeout
     last = None
     while time.time() < deadline:

@@ -19,7 +19,7 @@ from caldera.runtime.local.runtime import LocalRuntime
 TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.LOST}
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:
+def wait_for(pred: Callable[[], Any], timeout: float = 30.0, *, interval: float = 0.05, what: str = "condition") -> Any:
     """Poll until ``pred()`` is truthy (generous timeouts: the test host has two busy cores)."""
     deadline = time.monotonic() + timeout
     while True:

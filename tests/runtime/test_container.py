@@ -355,7 +355,7 @@ def test_a_shareable_job_gets_the_mps_pipe_directory_read_only(rt, launch, setti
     )
     spec = {"command": ["sh", "-c", script], "shareable": True, "resources": {"gpu": 1, "gpu_memory_mib": 4000}}
     h = launch(alloc=alloc, env={"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4000M"}, **spec)
-    wait_for(lambda: b"refused" in b"".join(rt.logs(h)) or rt.observe(h).phase in TERMINAL, 30, "the job to look")
+    wait_for(lambda: b"refused" in b"".join(rt.logs(h)) or rt.observe(h).phase in TERMINAL, 30, what="the job to look")
     mounts = json.loads(rt.podman.run("container", "inspect", h.data["names"][0], "--format", "{{json .Mounts}}"))
     mps = [m for m in mounts if m["Destination"] == str(pipe)]
     assert [(m["Source"], m["RW"]) for m in mps] == [(str(pipe), False)], mounts
