@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
 
+from caldera.scheduler.registry import get_policy  # noqa: E402
 from caldera.sim.cli import fmt_s, run_sim  # noqa: E402
 from caldera.sim.traces import TraceJob, load_trace  # noqa: E402
 
@@ -76,8 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default="fifo,tiresias,caldera")
     ap.add_argument("--only", default=None, help="only the cases whose trace name contains this")
     ap.add_argument("--traces-dir", default=None)
-    ap.add_argument("--policy-options", default=None, help='JSON: {"caldera": {"option": value}, ...}')
+    ap.add_argument("--policy-options", type=json.loads, default=None, help='JSON: {"caldera": {"option": value}, ...}')
     args = ap.parse_args(argv)
+    if args.policy_options is not None and not isinstance(args.policy_options, dict):
+        ap.error("--policy-options: a JSON object of policy names, each with an object of options")
+    for name, options in (args.policy_options or {}).items():  # a bad option fails now, not minutes into a replay
+        try:
+            get_policy(name, **options)
+        except (TypeError, ValueError) as exc:
+            ap.error(f"--policy-options: {exc}")
     console = Console()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = Path(args.out)
@@ -94,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             limit=args.limit,
             restart_overhead_s=args.restart_overhead,
             trace_options=topts or None,
-            policy_options=json.loads(args.policy_options) if args.policy_options else None,
+            policy_options=args.policy_options,
             out_dir=case_dir,
             console=console,
         )

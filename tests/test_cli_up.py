@@ -16,4 +16,5 @@ def test_up_names_a_bad_setting_instead_of_a_traceback(tmp_path) -> None:
     assert "Traceback" not in said
     r = runner.invoke(app, ["up", "--data-dir", str(tmp_path)], env={"CALDERA_LOGIN_WINDOW_S": "soon"})
     assert r.exit_code == 1 and "login_window_s:" in r.output
+    assert "soon" not in r.output  # the message, never the value (a bad value may be a secret)
     assert not (tmp_path / "caldera.db").exists()  # nothing was started

@@ -118,19 +118,15 @@ def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> 
     running = _promote_running(snap, due, protect)
     for job in protected:  # until the service it gains takes its start past its patience
         assert job.started_at is not None and job.queued_since is not None
-        ends = snap.now + (job.started_at - job.queued_since) / factor - job.attained_gpu_s / _gpus(job)
+        ends = snap.now + (job.started_at - job.queued_since) / factor - job.attained_gpu_s / job.gpus
         if ends > snap.now:
             next_at = min(next_at, ends)
     return _with(snap, queued, running), next_at
 
 
-def _gpus(job: SchedJob) -> int:
-    return job.request.gpu * job.replicas
-
-
 def _starved_at(job: SchedJob, threshold_s: float, factor: float) -> float:
     """When a job that ran before and went back to the queue counts as starved; -inf for the others."""
-    gpus = _gpus(job)
+    gpus = job.gpus
     if not job.las or job.interactive or not gpus or not job.attained_gpu_s or job.queued_since is None:
         return -math.inf
     return job.queued_since + max(threshold_s, factor * job.attained_gpu_s / gpus)

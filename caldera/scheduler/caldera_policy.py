@@ -163,6 +163,8 @@ class CalderaPolicy:
         if las_victims_by not in ("attained", "youngest"):
             raise ValueError("las_victims_by must be 'attained' or 'youngest'")
         self.las_victims_by = las_victims_by
+        if las_starvation_factor is not None and not float(las_starvation_factor) > 0:
+            raise ValueError("las_starvation_factor must be above 0 (None turns it off)")
         self.las_starvation_factor = None if las_starvation_factor is None else float(las_starvation_factor)
 
     def __call__(self, snapshot: Snapshot) -> Decisions:

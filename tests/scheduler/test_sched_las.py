@@ -4,6 +4,8 @@ opted out, jobs of a higher class, or jobs that only just started."""
 
 from __future__ import annotations
 
+import pytest
+
 from caldera.core.tenancy import QueueConfig, Quota
 from caldera.scheduler.caldera_policy import CalderaPolicy
 from tests.builders import NOW, check_decisions, job, nodes, running, snapshot
@@ -185,3 +187,10 @@ def test_a_job_started_after_starving_is_no_las_victim_for_a_while():
         assert got == ([] if protected else victim)
         if protected:  # the replay must wake when the protection ends: 10 h after its start
             assert d.wake_at == NOW + 5 * H
+
+
+def test_the_starvation_factor_must_be_positive():
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError, match="las_starvation_factor must be above 0"):
+            CalderaPolicy(las_starvation_factor=bad)
+    assert CalderaPolicy(las_starvation_factor=None).las_starvation_factor is None
