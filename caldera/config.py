@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     sharing_drain_for_blocked: bool = Field(False, description="no new partner on the GPUs a blocked gang needs")
     sharing_pair_on_free: bool = Field(False, description="with drain: free GPUs open to a pair of waiting jobs")
     sharing_match_window: int = Field(1, ge=1, le=10_000, description="waiting jobs placed best pair first")
+    sharing_profile_s: float = Field(
+        300.0, ge=0, le=86_400, description="a shareable job's first seconds alone, measured as its solo record; 0: off"
+    )
     isolate_distributed_network: bool = True  # ranks of a local distributed job share a private network namespace
     # "owner": every job runs as its owner's unprivileged OS uid (needs a root server). "server": jobs run as the
     # server's own user, isolated from nothing -- an admin must choose it explicitly
@@ -121,6 +124,11 @@ class Settings(BaseSettings):
     @property
     def db_url(self) -> str:
         return self.database_url or f"sqlite:///{self.sqlite_path}"
+
+    @property
+    def profiles_dir(self) -> Path:
+        """The platform's own solo records (``solo.csv``), measured from shareable jobs' first minutes."""
+        return self.data_dir / "profiles"
 
     @property
     def runs_dir(self) -> Path:

@@ -136,9 +136,12 @@ def load_profile_records(directory: str | Path) -> Dataset:
         for row in csv.DictReader(f):
             job = _profile_job(row["model"], row["batchsize"], row["amp"], row["gpu_num"])
             p = profiles.setdefault(job, Profile(job))
-            p.solo[row["gpu"]] = float(row["speed"])
+            if row["speed"]:  # empty in the records the platform measures from running jobs (no step count)
+                p.solo[row["gpu"]] = float(row["speed"])
             p.metrics.update({k: float(v) for k, v in row.items() if v and k.endswith(("_avg", "_max"))})
     ds = Dataset(profiles, [])
+    if not (d / "coloc.csv").exists():  # solo records only (the platform's own): profiles, no decay samples
+        return ds
     with (d / "coloc.csv").open(newline="") as f:
         for row in csv.DictReader(f):
             target = _profile_job(row["model"], row["batchsize"], row["amp"])

@@ -75,6 +75,14 @@ class Endpoint:
     secrets: tuple[str, ...] = ()  # what the service may print into pages and the proxy must cut out (its token)
 
 
+@dataclass(frozen=True)
+class ProcessUsage:
+    """What a job's processes use now, from a runtime that can see them (an optional ``usage(handle)`` method)."""
+
+    cpu_s: float  # CPU seconds (user + system) its live processes have spent so far
+    rss_mib: float  # resident memory of its live processes
+
+
 class LaunchError(RuntimeError):
     """A launch that did not happen, with a machine-readable ``reason`` (e.g. "CommandNotFound", "ImageNotFound",
     "RuntimeUnavailable") next to the message a person reads. Nothing of the job is left running."""

@@ -37,6 +37,7 @@ from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
 from caldera.server.learned_runtimes import expected_runtimes
 from caldera.server.platform import Platform
+from caldera.server.solo_profiles import SoloProfiler
 
 log = logging.getLogger("caldera.loop")
 _DRIFTS = "estimated_start"
@@ -94,6 +95,8 @@ class SchedulerLoop:
         self.cycle_ms: float = 0.0
         self.launcher = Launcher(platform)
         self._pushed_queues: str | None = None  # the queues the runtime last accepted (admitting runtimes)
+        s = platform.settings
+        self.profiles = SoloProfiler(s, platform.runtime) if s.gpu_sharing and s.sharing_profile_s else None
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -106,6 +109,8 @@ class SchedulerLoop:
         if self._thread:
             self._thread.join(timeout=10)
         self.launcher.shutdown()
+        if self.profiles is not None:
+            self.profiles.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -140,6 +145,7 @@ class SchedulerLoop:
         with self.p.state_lock, self.p.session() as db:
             self._observe(db, now)
             user_usage, queue_usage = self._charge(db, now)
+            self._profile(db, now)
             if getattr(self.p.runtime, "admits_jobs", False):
                 self._push_queues(db)
                 decisions = self._hand_over(db)
@@ -228,6 +234,14 @@ class SchedulerLoop:
         else:
             record(db, job, JobState.LOST, reason or "ProcessGone", message or "processes vanished", now)
         job.stop_requested, job.stop_detail = None, None
+
+    def _profile(self, db: Session, now: float) -> None:
+        """Shareable jobs' first minutes alone, measured as solo records (solo_profiles.py)."""
+        if self.profiles is None:
+            return
+        running = db.scalars(select(Job).where(Job.state == JobState.RUNNING.value))
+        for job, message in self.profiles.cycle(running, self.p.nodes(), now):
+            note(db, job, "Profiled", message)
 
     def _charge(self, db: Session, now: float) -> tuple[dict[str, float], dict[str, float]]:
         """Decay usage and charge what ran since the last cycle, as GPU-seconds per user and per queue."""

@@ -201,12 +201,20 @@ def coloc_rows(mix_id: int, solo: dict[str, dict[str, Any]], co: Sequence[dict[s
     return rows
 
 
-def _write(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
-    with path.open("w", newline="") as f:
+def _write(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]], mode: str = "w") -> None:
+    """Rows as CSV with ``columns`` (a missing or None value is empty: not measured), the header when the file
+    is new."""
+    with path.open(mode, newline="") as f:
         wr = csv.DictWriter(f, columns, extrasaction="ignore")
-        wr.writeheader()
+        if f.tell() == 0:
+            wr.writeheader()
         for r in rows:
             wr.writerow({c: "" if r.get(c) is None else r[c] for c in columns})
+
+
+def append_records(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
+    """Add rows to a record file, starting it with its header if it is new (the platform's own solo records)."""
+    _write(path, columns, rows, mode="a")
 
 
 def profile(

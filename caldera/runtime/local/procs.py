@@ -20,6 +20,8 @@ class ProcStat:
     state: str
     pgrp: int
     start: int
+    cpu_ticks: int = 0  # user + system time, clock ticks
+    rss_pages: int = 0
 
 
 def stat(pid: int) -> ProcStat | None:
@@ -30,7 +32,13 @@ def stat(pid: int) -> ProcStat | None:
         return None
     # comm (field 2) may hold spaces and parentheses: split after the last ')'
     fields = data[data.rindex(b")") + 2 :].split()
-    return ProcStat(state=fields[0].decode(), pgrp=int(fields[2]), start=int(fields[19]))
+    return ProcStat(
+        state=fields[0].decode(),
+        pgrp=int(fields[2]),
+        start=int(fields[19]),
+        cpu_ticks=int(fields[11]) + int(fields[12]),
+        rss_pages=int(fields[21]),
+    )
 
 
 def start_time(pid: int) -> int | None:
@@ -104,3 +112,13 @@ def kill_all(pids: list[int], sig: int = signal.SIGKILL) -> None:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+_PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def cpu_and_rss(pids: list[int]) -> tuple[float, float]:
+    """CPU seconds (user + system) spent so far and resident MiB now, summed over the live ``pids``."""
+    stats = [s for s in map(stat, pids) if s is not None]
+    return sum(s.cpu_ticks for s in stats) / _TICKS_PER_S, sum(s.rss_pages for s in stats) * _PAGE_MIB

@@ -35,7 +35,16 @@ import caldera
 from caldera.config import Settings
 from caldera.core.cluster import Device, Node
 from caldera.core.spec import JobKind
-from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
+from caldera.runtime.base import (
+    Endpoint,
+    Handle,
+    LaunchError,
+    LaunchRequest,
+    Observation,
+    Phase,
+    ProcessUsage,
+    RunAs,
+)
 from caldera.runtime.local import jupyter, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.log_follow import follow_file
@@ -605,6 +614,19 @@ class LocalRuntime:
                 pass
         procs.kill_all(procs.job_processes(groups, tag_prefix=f"{key[0]}/{key[1]}/"))
         self._reap(key)
+
+    def usage(self, handle: Handle) -> ProcessUsage | None:
+        """CPU time and resident memory of the job's live processes (the platform's solo profiles): its ranks'
+        process groups and whatever carries its run tag. Reads every /proc entry, so callers sample it sparingly."""
+        meta = self._get_meta(handle)
+        if meta is None:
+            return None
+        groups = {rk["pid"] for rk in meta["ranks"] if procs.is_alive(rk["pid"], rk["start"])}
+        if not groups:
+            return None
+        pids = procs.job_processes(groups, tag_prefix=f"{handle.job_id}/{handle.attempt}/")
+        cpu_s, rss_mib = procs.cpu_and_rss(pids)
+        return ProcessUsage(cpu_s, rss_mib)
 
     # -- logs ------------------------------------------------------------------------------------------------
     def logs(self, handle: Handle, rank: int | None = None, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
