@@ -255,3 +255,14 @@ def wait_for(fn, timeout: float = 60, *, interval: float = 0.2, what: str = "con
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}; last value {last!r}")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Name the threads a test left running: one still inside a C library when the interpreter exits can abort
+    the whole run after every test passed (scripts/test also runs pytest with -X faulthandler to show where)."""
+    import threading
+
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
+    if left:
+        names = ", ".join(f"{t.name}{' (daemon)' if t.daemon else ''}" for t in left)
+        print(f"\nthreads still running at the end of the session: {names}", file=sys.stderr)
