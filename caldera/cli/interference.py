@@ -54,6 +54,12 @@ def train(
     from caldera.interference.train import train as fit
 
     path, ds = _dataset(data_dir, records)
+    if not ds.samples:  # e.g. only the solo records the platform measures from running jobs
+        console.print(
+            f"[red]no co-location samples in {path}[/red]: the decay model learns from measured mixes "
+            "(coloc.csv, written by caldera profile next to its solo.csv)"
+        )
+        raise typer.Exit(1)
     written = save_model(out or model_path(Settings()), fit(ds, estimator, features, source=str(path)))
     console.print(f"{estimator} on {features}: {len(ds.samples)} samples -> {written}")
 

@@ -84,6 +84,12 @@ def test_a_shareable_job_alone_gets_a_solo_record_with_the_profilers_columns(tmp
     profile = ds.profiles[JobType("ResNet-50", 64)]
     assert profile.metrics["gpu_util_avg"] == float(row["gpu_util_avg"]) and profile.solo == {}
     assert ds.samples == []
+    from typer.testing import CliRunner
+
+    from caldera.cli.main import app
+
+    r = CliRunner().invoke(app, ["interference", "train", "--records", str(profiler.path.parent)])
+    assert r.exit_code == 1 and "no co-location samples" in r.output  # not a traceback from the regressor
 
 
 def test_no_record_for_a_job_that_shares_or_stops_sharing_or_ends_early(tmp_path):
