@@ -2,10 +2,9 @@
 
 Besides the pure features of :mod:`.features`, the model remembers from its training samples how much each job
 type (and each model family, and each family pair) *suffers* next to others and how much it *inflicts* on others,
-per GPU type and over all of them, for the target and (the other way round) for its co-runners. Those encodings are
-missing (NaN) for anything training never saw, which is what a held-out pair or family looks like; the training rows
-get them out-of-fold, grouped by family pair, so the regressor learns how far to trust them. The estimator only
-needs ``fit``/``predict`` (scikit-learn's, offline).
+per GPU type and over all of them. Those encodings are missing (NaN) for anything training never saw, which is what
+a held-out pair or family looks like; the training rows get them out-of-fold, grouped by family pair, so the
+regressor learns how far to trust them. The estimator only needs ``fit``/``predict`` (scikit-learn's, offline).
 """
 
 from __future__ import annotations
@@ -38,26 +37,11 @@ def _encoding_keys(s: Sample) -> dict[str, list[Key]]:
     }
 
 
-def _reverse_keys(s: Sample) -> dict[str, tuple[str, list[Key]]]:
-    """The same tables read the other way round: how much the target inflicts and its co-runners suffer. Contention
-    is mutual (a job that saturates memory bandwidth both slows its partner and is slowed by it), so either side's
-    record tells about the other; on a pair never measured on this GPU, these lowered the held-out error by 6%."""
-    co = s.corunners
-    return {
-        "target_inflicts_gpu": ("inflict_job_gpu", [(s.target.key, s.gpu)]),
-        "co_suffer_gpu": ("suffer_job_gpu", [(c.key, s.gpu) for c in co]),
-        "target_inflicts_family": ("inflict_family", [(s.target.family,)]),
-        "co_suffer_family": ("suffer_family", [(c.family,) for c in co]),
-    }
-
-
-_EXAMPLE = Sample("g", JobType("a", 0), (JobType("b", 0),), 0.0)
-TABLES = tuple(_encoding_keys(_EXAMPLE))
-ENCODINGS = TABLES + tuple(_reverse_keys(_EXAMPLE))
+ENCODINGS = tuple(_encoding_keys(Sample("g", JobType("a", 0), (JobType("b", 0),), 0.0)))
 
 
 def fit_tables(samples: Sequence[Sample]) -> dict[str, dict[Key, float]]:
-    sums: dict[str, dict[Key, list[float]]] = {e: defaultdict(lambda: [0.0, 0.0]) for e in TABLES}
+    sums: dict[str, dict[Key, list[float]]] = {e: defaultdict(lambda: [0.0, 0.0]) for e in ENCODINGS}
     for s in samples:
         for enc, keys in _encoding_keys(s).items():
             for k in keys:
@@ -69,7 +53,7 @@ def fit_tables(samples: Sequence[Sample]) -> dict[str, dict[Key, float]]:
 
 def encode(s: Sample, tables: dict[str, dict[Key, float]]) -> list[float]:
     out = []
-    for enc, keys in [*_encoding_keys(s).items(), *_reverse_keys(s).values()]:
+    for enc, keys in _encoding_keys(s).items():
         vals = [tables[enc][k] for k in keys if k in tables[enc]]
         out.append(float(np.mean(vals)) if len(vals) == len(keys) else float("nan"))
     return out
