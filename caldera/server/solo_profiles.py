@@ -8,9 +8,10 @@ utilisation, PCIe; SM active / occupancy / DRAM bandwidth where NVML's GPM has t
 them (an optional ``usage(handle)``, the process runtime), the job's processes: CPU use and peak resident memory.
 When the window ends it appends one row to ``<data dir>/profiles/solo.csv`` and notes a ``Profiled`` event on the job.
 
-A record must be of the job alone: a partner joining the GPU, or the job ending (or being preempted) first, drops the
-window. ``speed`` and ``iter_avg_ms`` stay empty (not measured): the platform cannot see a job's training steps. GPU
-columns stay empty where the device is not this host's NVML device (declared fake GPUs, Kubernetes nodes).
+A record must be of the job alone: a partner joining the GPU, a cancel or preemption request, or the job ending
+first drops the window. ``speed`` and ``iter_avg_ms`` stay empty (not measured): the platform cannot see a job's
+training steps. GPU columns stay empty where the device is not this host's NVML device (declared fake GPUs,
+Kubernetes nodes).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class SoloProfiler:
         written = []
         for job in running:
             key = (job.id, job.attempt)
-            where = _alone_on(job, holders)
+            where = None if job.stop_requested else _alone_on(job, holders)  # a stopping job is winding down
             w = self._windows.get(key)
             if w is None:
                 if not (where and key not in self._done and self._starts_now(job, now)):

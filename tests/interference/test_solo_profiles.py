@@ -41,6 +41,7 @@ def _job(job_id: str, gpu: int, shareable: bool = True, started_at: float = 0.0,
         attempt=1,
         handle={},
         started_at=started_at,
+        stop_requested=None,
         spec={"name": job_id, "shareable": shareable, **spec},
         allocations=[{"node": "node-0", "gpus": [gpu], "cpu": 1, "memory_mib": 1024}],
     )
@@ -103,6 +104,12 @@ def test_no_record_for_a_job_that_shares_or_stops_sharing_or_ends_early(tmp_path
     _run(profiler, runtime, [lone], until=4)
     partner = _job("partner", 1, started_at=runtime.t)
     assert _run(profiler, runtime, [lone, partner], until=20) == []  # a partner joined: dropped, not resumed
+
+    profiler, runtime = _profiler(tmp_path / "stopping")
+    stopping = _job("stopping", 0)
+    _run(profiler, runtime, [stopping], until=4)
+    stopping.stop_requested = "cancel"  # still running while it winds down: no longer a solo measurement
+    assert _run(profiler, runtime, [stopping], until=20) == []
 
     profiler, runtime = _profiler(tmp_path / "ended")
     _run(profiler, runtime, [_job("short", 0)], until=4)
