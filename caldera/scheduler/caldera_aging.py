@@ -91,6 +91,12 @@ def _due(job: SchedJob, threshold_s: float, factor: float) -> float:
     return since + patience_of(job, threshold_s, factor)
 
 
+def queued_best_effort(snap: Snapshot) -> frozenset[str]:
+    """Ids of the queued best-effort jobs (call before :func:`promote_waiting`, which hides a promoted job's own
+    class): a promoted one takes best-effort jobs only by least-attained-service, as they take each other."""
+    return frozenset(j.id for j in snap.queued if rank_of(j.priority) == 0)
+
+
 def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> tuple[Snapshot, float]:
     """Bounded waiting under least-attained-service: a queued batch job preempted back into the queue that has
     waited ``factor`` times the wall time it ran (at least ``threshold_s``) goes back to the lowest level (its

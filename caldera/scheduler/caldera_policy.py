@@ -69,7 +69,7 @@ from collections.abc import Sequence
 
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.scheduler.caldera_admission import _EPS, _Queue
-from caldera.scheduler.caldera_aging import promote_starved_batch, promote_waiting
+from caldera.scheduler.caldera_aging import promote_starved_batch, promote_waiting, queued_best_effort
 from caldera.scheduler.caldera_ordering import Ordering
 from caldera.scheduler.engine import _RANK_BY_VALUE, Victim
 from caldera.scheduler.reasons import (
@@ -138,6 +138,7 @@ class CalderaPolicy:
         speed_placement: bool = False,
         las_victims_by: str = "attained",
         las_starvation_factor: float | None = 3.0,
+        las_best_effort: bool = True,
     ) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
@@ -166,9 +167,12 @@ class CalderaPolicy:
         if las_starvation_factor is not None and not float(las_starvation_factor) > 0:
             raise ValueError("las_starvation_factor must be above 0 (None turns it off)")
         self.las_starvation_factor = None if las_starvation_factor is None else float(las_starvation_factor)
+        self.las_best_effort = bool(las_best_effort)
 
     def __call__(self, snapshot: Snapshot) -> Decisions:
         next_promotion = math.inf
+        # before aging hides it: which queued jobs are best-effort ones (for least-attained-service among them)
+        queued_be = queued_best_effort(snapshot) if self.las_best_effort else frozenset()
         if self.aging_threshold_s is not None:
             snapshot, next_promotion = promote_waiting(snapshot, self.aging_threshold_s, self.aging_factor)
         if self.las_starvation_factor is not None and self.las_thresholds_gpu_s is not None:
@@ -176,7 +180,7 @@ class CalderaPolicy:
                 snapshot, self.starvation_threshold_s or 0.0, self.las_starvation_factor
             )
             next_promotion = min(next_promotion, t)
-        decisions = _Cycle.decide(self, snapshot)
+        decisions = _Cycle.decide(self, snapshot, queued_be)
         if decisions.wake_at is not None and next_promotion < decisions.wake_at:
             decisions.wake_at = next_promotion  # a promotion may let a job start or preempt
         return decisions
@@ -185,8 +189,9 @@ class CalderaPolicy:
 class _Cycle(Ordering):
     """One cycle: the layers (admission, preemption, reservations, ordering) and the per-job decision."""
 
-    def __init__(self, pol: CalderaPolicy, snap: Snapshot) -> None:
+    def __init__(self, pol: CalderaPolicy, snap: Snapshot, queued_be: frozenset[str] = frozenset()) -> None:
         super().__init__(pol, snap)
+        self.queued_be = queued_be
         self._setup_running()
         self._setup_order()
 
@@ -254,6 +259,8 @@ class _Cycle(Ordering):
                 las_running.append((job, gpus, level))
                 if rank > 0 and level:
                     self.las_avail += gpus
+                elif level and self.pol.las_best_effort:
+                    self.be_las_avail += gpus
             listed.append((job, rank, gpus, model, level))
             if rank == 0:
                 self.be_avail += gpus
@@ -306,6 +313,11 @@ class _Cycle(Ordering):
                 return None
             self.nofit.add(fkey)
         if rank == 0:
+            if need_g and self.be_las_avail and job.las and not job.interactive:
+                # least-attained-service among best-effort jobs only, never a higher class
+                preempting = self._preempt(job, q, 0, k, g, model, cpu, mem, n, excluded, exclude_models, shape, rmask)
+                if preempting is not None:
+                    return preempting
             return self.nofit_reason(g, model, cpu, mem, n, excluded, exclude_models, True)
         # 4. soon-free capacity and preemption
         if need_g:
