@@ -74,3 +74,11 @@ def test_a_promoted_best_effort_job_takes_best_effort_jobs_only_by_attained_serv
     assert preempted(snapshot(nodes(1, 1), [promoted], longer))[0] == [("longer", "old", "BestEffort")]
     normal = job("normal", attained_gpu_s=LONG)  # a normal job takes any best-effort job, as before
     assert preempted(snapshot(nodes(1, 1), [normal], young))[0] == [("young", "normal", "BestEffort")]
+
+
+def test_a_promoted_best_effort_job_still_takes_a_best_effort_job_that_opted_out():
+    """A job out of least-attained-service cannot take the promoted one back: it stays a best-effort victim."""
+    promoted = job("old", priority=BE, attained_gpu_s=LONG, queued_since=NOW - 1000)
+    out = [running("out", {"n0": [0]}, priority=BE, attained_gpu_s=60.0, started_at=NOW - 60)]
+    out[0].las = False
+    assert preempted(snapshot(nodes(1, 1), [promoted], out))[0] == [("out", "old", "BestEffort")]
