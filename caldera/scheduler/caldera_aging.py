@@ -91,10 +91,13 @@ def _due(job: SchedJob, threshold_s: float, factor: float) -> float:
     return since + patience_of(job, threshold_s, factor)
 
 
-def queued_best_effort(snap: Snapshot) -> frozenset[str]:
-    """Ids of the queued best-effort jobs (call before :func:`promote_waiting`, which hides a promoted job's own
-    class): a promoted one takes best-effort jobs only by least-attained-service, as they take each other."""
-    return frozenset(j.id for j in snap.queued if rank_of(j.priority) == 0)
+def promoted_best_effort(before: Snapshot, after: Snapshot) -> frozenset[str]:
+    """Ids of the queued best-effort jobs that :func:`promote_waiting` promoted from ``before`` to ``after`` (it
+    hides their own class): such a job takes best-effort jobs only by least-attained-service, as they take each
+    other. Free when it promoted none (the same list)."""
+    if after.queued is before.queued:
+        return frozenset()
+    return frozenset(a.id for a, b in zip(before.queued, after.queued) if a is not b and rank_of(a.priority) == 0)
 
 
 def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> tuple[Snapshot, float]:

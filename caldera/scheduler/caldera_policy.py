@@ -73,7 +73,7 @@ from collections.abc import Sequence
 
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.scheduler.caldera_admission import _EPS, _Queue
-from caldera.scheduler.caldera_aging import promote_starved_batch, promote_waiting, queued_best_effort
+from caldera.scheduler.caldera_aging import promote_starved_batch, promote_waiting, promoted_best_effort
 from caldera.scheduler.caldera_ordering import Ordering
 from caldera.scheduler.engine import _RANK_BY_VALUE, Victim
 from caldera.scheduler.reasons import (
@@ -179,10 +179,12 @@ class CalderaPolicy:
 
     def __call__(self, snapshot: Snapshot) -> Decisions:
         next_promotion = math.inf
-        # before aging hides it: which queued jobs are best-effort ones (for least-attained-service among them)
-        queued_be = queued_best_effort(snapshot) if self.las_best_effort else frozenset()
+        queued_be: frozenset[str] = frozenset()
         if self.aging_threshold_s is not None:
+            before = snapshot
             snapshot, next_promotion = promote_waiting(snapshot, self.aging_threshold_s, self.aging_factor)
+            if self.las_best_effort:  # for least-attained-service among best-effort jobs
+                queued_be = promoted_best_effort(before, snapshot)
         if self.las_starvation_factor is not None and self.las_thresholds_gpu_s is not None:
             snapshot, t = promote_starved_batch(
                 snapshot, self.starvation_threshold_s or 0.0, self.las_starvation_factor
