@@ -134,6 +134,11 @@ class Admission(CycleBase):
         self.be_victims: list[Victim] = []  # best-effort, youngest first
         self.qvictims: dict[str, list[Victim]] = {}  # per queue, not best-effort: lowest class, youngest first
         self.be_avail = 0
+        self.queued_be: frozenset[str] = frozenset()  # ids of queued best-effort jobs that aging promoted
+        # GPUs of running best-effort batch jobs above the lowest attained-service level, and those jobs (the
+        # victims of a best-effort job's least-attained-service), ordered as las_victims
+        self.be_las_avail = 0
+        self.be_las_victims: list[Victim] = []
         self._be_chosen = 0
         self.reclaimable = 0.0
         self.reservations: list[tuple[float, frozenset[int], str]] = []

@@ -91,6 +91,15 @@ def _due(job: SchedJob, threshold_s: float, factor: float) -> float:
     return since + patience_of(job, threshold_s, factor)
 
 
+def promoted_best_effort(before: Snapshot, after: Snapshot) -> frozenset[str]:
+    """Ids of the queued best-effort jobs that :func:`promote_waiting` promoted from ``before`` to ``after`` (it
+    hides their own class): such a job takes best-effort jobs only by least-attained-service, as they take each
+    other. Free when it promoted none (the same list)."""
+    if after.queued is before.queued:
+        return frozenset()
+    return frozenset(a.id for a, b in zip(before.queued, after.queued) if a is not b and rank_of(a.priority) == 0)
+
+
 def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> tuple[Snapshot, float]:
     """Bounded waiting under least-attained-service: a queued batch job preempted back into the queue that has
     waited ``factor`` times the wall time it ran (at least ``threshold_s``) goes back to the lowest level (its
