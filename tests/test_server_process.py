@@ -3,14 +3,17 @@
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
 import websockets
 
+from caldera.runtime.local import procs
 from tests.conftest import wait_for
 
 
@@ -88,7 +91,11 @@ def test_sigkill_restart_loses_no_job(server, tmp_path):
     victim_pids = [json.loads(p.read_text())["shim_pid"] for p in (tmp_path / "data" / "runs" / victim).rglob("*.pid")]
     assert victim_pids, "the runtime records pids in the run dir"
 
+    registry = _registry_of(tmp_path)  # where docker-registry is installed, the platform runs its own
+    assert bool(registry) == bool(shutil.which("docker-registry"))
     server.kill()
+    # the registry dies with the server, however the server died (else it keeps the port with the old config)
+    wait_for(lambda: all(not procs.is_alive(pid, start) for pid, start in registry), 15, what="registry gone")
     for pid in victim_pids:  # the victim's processes die while the server is down
         try:
             os.killpg(pid, 9)
@@ -103,6 +110,20 @@ def test_sigkill_restart_loses_no_job(server, tmp_path):
     until(server, h, survivor, {"Succeeded"}, timeout=60)
     assert httpx.get(f"{server.url}/api/v1/jobs/{survivor}/logs", headers=h).text.strip() == "survived"
     assert until(server, h, waiting, {"Succeeded"})["state"] == "Succeeded"
+
+
+def _registry_of(tmp_path) -> list[tuple[int, int | None]]:
+    """(pid, start) of the docker-registry processes serving the configuration under ``tmp_path``."""
+    conf = str(tmp_path / "data" / "registry" / "config.yml").encode()
+    found = []
+    for pid in (int(n) for n in os.listdir("/proc") if n.isdigit()):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if conf in argv:
+            found.append((pid, procs.start_time(pid)))
+    return found
 
 
 def lab_xsrf(client: httpx.Client, base: str, h: dict) -> dict:

@@ -10,10 +10,12 @@ runtime shares the host's network and would otherwise push to any namespace. The
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -146,6 +148,22 @@ def config(storage: str, port: int, htpasswd_path: str) -> dict:
     }
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _dies_with(parent: int):
+    """For the registry's child process: SIGTERM when the server that started it dies, however it dies. Killed with
+    SIGKILL, a server left its registry serving the old configuration on the port, and the next start's own
+    registry could not bind it."""
+
+    def setup() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the server died before the line above took effect
+            os._exit(1)
+
+    return setup
+
+
 def start_local(settings: Settings, binary: str = "docker-registry", wait_s: float = 15.0) -> subprocess.Popen | None:
     """Starts the platform's own registry when none is given by URL and the binary is installed; None otherwise."""
     if settings.registry_url or shutil.which(binary) is None:
@@ -157,7 +175,13 @@ def start_local(settings: Settings, binary: str = "docker-registry", wait_s: flo
     config_text = json.dumps(config(str(root / "storage"), settings.registry_port, str(htpasswd(settings))))
     _write_private(conf, config_text)  # JSON is YAML
     log = open(root / "registry.log", "ab")  # noqa: SIM115 - the child holds it
-    proc = subprocess.Popen([binary, "serve", str(conf)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [binary, "serve", str(conf)],
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_dies_with(os.getpid()),  # prctl only, before exec
+    )
     log.close()
     deadline = time.monotonic() + wait_s
     while not ping(settings, 0.5):
