@@ -104,3 +104,17 @@ def test_a_pod_that_is_gone_ends_its_copy(tmp_path: Path):
     wait_for(lambda: len(failing.calls) >= 3, 10, what="follows of a pod that still exists")
     present["pod-d"] = False
     wait_for(lambda: not _threads("pod-d"), 10, what="the vanished pod's copy to end")
+
+
+def test_close_ends_every_copy_and_waits_for_its_thread(tmp_path: Path):
+    hanging = ScriptedLogs(["started\n"], hang=True)  # a follow open inside a read
+    failing = ScriptedLogs(Broken("not yet"))  # a copy waiting out its backoff
+    copier = LogCopier(hanging, backoff_s=0.02)
+    copier.ensure("ns", "pod-e", tmp_path / "e.log", "Running")
+    wait_for(lambda: (tmp_path / "e.log").exists() and (tmp_path / "e.log").read_bytes() == b"started\n", 10)
+    other = LogCopier(failing, backoff_s=30, max_backoff_s=30)
+    other.ensure("ns", "pod-f", tmp_path / "f.log", "Running")
+    wait_for(lambda: failing.calls, 10, what="a first, failed follow")
+    for c in (copier, other):
+        c.close()
+    assert not _threads("pod-e") and not _threads("pod-f")  # gone when close returns, not some time later

@@ -23,6 +23,7 @@ class _Copy:
     wake: threading.Event = field(default_factory=threading.Event)  # the pod changed or went
     gone: bool = False
     stream: Any = None  # the open follow response
+    thread: threading.Thread | None = None
 
 
 class LogCopier:
@@ -56,7 +57,8 @@ class LogCopier:
             if key in self._done or key in self._copies:
                 return
             self._copies[key] = copy = _Copy(dest, phase)
-        threading.Thread(target=self._run, args=(key, copy), daemon=True, name=f"log-{pod}").start()
+            copy.thread = threading.Thread(target=self._run, args=(key, copy), daemon=True, name=f"log-{pod}")
+            copy.thread.start()
 
     def pod_changed(self, namespace: str, pod: str, phase: str) -> None:
         """From the pod watch: a copy waiting to follow again does so now that the pod has changed."""
@@ -66,9 +68,9 @@ class LogCopier:
             copy.phase = phase
             copy.wake.set()
 
-    def forget(self, namespace: str, pod: str) -> None:
+    def forget(self, namespace: str, pod: str) -> _Copy | None:
         """The pod is gone: nothing more to copy or remember of it (a follow still open is closed: a kubelet ends
-        it itself, a fake node may not)."""
+        it itself, a fake node may not). Returns its copy, if one was running."""
         with self._lock:
             self._done.discard((namespace, pod))
             copy = self._copies.pop((namespace, pod), None)
@@ -77,6 +79,17 @@ class LogCopier:
             copy.wake.set()
             if copy.stream is not None:
                 copy.stream.close()
+        return copy
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Stop every copy and wait for its thread (the runtime is closing): a thread left inside a TLS read when
+        the interpreter exits can crash it."""
+        with self._lock:
+            keys = list(self._copies)
+        copies = [c for c in (self.forget(*key) for key in keys) if c is not None]
+        for copy in copies:
+            if copy.thread is not None:
+                copy.thread.join(wait_s)
 
     def _run(self, key: Key, copy: _Copy) -> None:
         failures, complete = 0, False

@@ -91,6 +91,7 @@ class KubernetesRuntime:
     def close(self) -> None:
         for cache in self.caches:
             cache.close()
+        self.copier.close()
 
     # -- launch -------------------------------------------------------------------------------------------------
     def launch(self, req: LaunchRequest) -> Handle:
