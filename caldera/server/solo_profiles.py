@@ -97,9 +97,10 @@ class SoloProfiler:
             self._sample_usage(w, job, now)
             if now - w.opened >= self.window_s:
                 written.append((job, self._close(key, w, job)))
-        for key in set(self._windows) - {(job.id, job.attempt) for job in running}:
+        running_keys = {(job.id, job.attempt) for job in running}
+        for key in set(self._windows) - running_keys:
             self._drop(key)  # ended, preempted or cancelled within its window
-        self._done &= {(job.id, job.attempt) for job in running}
+        self._done &= running_keys
         return written
 
     def close(self) -> None:
