@@ -81,6 +81,7 @@ ATTACK = textwrap.dedent("""
         out["data dir listing"] = "denied"
     attempt("write data dir", lambda: open(os.path.join(t["data_dir"], "planted"), "w").write("x"))
     attempt("runs dir", lambda: os.listdir(t["runs"]))
+    attempt("profile records", lambda: os.listdir(t["profiles"]))
     attempt("other's log", lambda: open(t["other_log"]).read())
     attempt("other's workspace", lambda: os.listdir(t["other_home"]))
     attempt("other's file", lambda: open(t["other_file"]).read())
@@ -174,6 +175,7 @@ def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path, runti
         "keys": str(server.data_dir / "secrets.json"),
         "data_dir": str(server.data_dir),
         "runs": str(server.data_dir / "runs"),
+        "profiles": str(server.data_dir / "profiles"),
         "other_log": str(next((server.data_dir / "runs" / sleeper).rglob("rank-0.log"))),
         "other_home": str(other_home),
         "other_file": str(other_home / "jobs" / sleeper / "private.txt"),
@@ -192,7 +194,7 @@ def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path, runti
     seen = json.loads(log.strip().splitlines()[-1])
 
     attempts = {k: v for k, v in seen.items() if k not in JUDGED_APART}
-    assert len(attempts) == 13, attempts
+    assert len(attempts) == 14, attempts
     if runtime_name == "local":
         assert attempts == dict.fromkeys(attempts, "denied"), attempts
         assert seen["data dir listing"] == "denied"
@@ -239,8 +241,9 @@ def test_platform_files_are_the_platforms_alone(server):
     until(server, h, jid, {"Succeeded"})
     data = server.data_dir
     database = Path(server.env["CALDERA_DATABASE_URL"].removeprefix("sqlite:///"))
-    modes = {p.name: p.stat().st_mode & 0o777 for p in (data, data / "runs", database, data / "secrets.json")}
-    assert modes == {"data": 0o711, "runs": 0o700, "caldera.db": 0o600, "secrets.json": 0o600}
+    files = (data, data / "runs", data / "profiles", database, data / "secrets.json")
+    modes = {p.name: p.stat().st_mode & 0o777 for p in files}
+    assert modes == {"data": 0o711, "runs": 0o700, "profiles": 0o700, "caldera.db": 0o600, "secrets.json": 0o600}
     for wal in database.parent.glob("caldera.db-*"):
         assert wal.stat().st_mode & 0o077 == 0, wal
     assert all(p.stat().st_uid == 0 for p in (data / "runs").rglob("*"))

@@ -59,6 +59,7 @@ def _lay_out_data_dir(settings: Settings) -> None:
     or read it: the database, the keys and the run directories are the platform's alone."""
     platform_dir(settings.data_dir, 0o711)
     platform_dir(settings.runs_dir, 0o700)
+    platform_dir(settings.profiles_dir, 0o700)  # what other users' jobs are and how they ran
     url = make_url(settings.db_url)
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         db = Path(url.database)

@@ -153,7 +153,6 @@ class SoloProfiler:
         self._done.add(key)
         w.stop_sampler()
         row = _record(job, w)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         append_records(self.path, SOLO_COLUMNS, [row])
         return _summary(row, w, self.window_s)
 

@@ -51,6 +51,7 @@ def _profiler(tmp_path, window_s: float = 10.0) -> tuple[SoloProfiler, ScriptedR
     runtime = ScriptedRuntime()
     tmp_path.mkdir(exist_ok=True)
     settings = make_settings(tmp_path, sharing_profile_s=window_s)
+    settings.profiles_dir.mkdir(parents=True)  # the platform lays it out (0700) when it starts
     profiler = SoloProfiler(settings, runtime, nvml=FakeNvml(gpm=True))
     profiler.gpu_period_s = 0.002  # the scripted clock runs faster than the sampler's real one
     return profiler, runtime
@@ -151,6 +152,7 @@ def test_a_live_shareable_job_is_profiled_from_its_processes(api, admin, setting
     from tests.conftest import wait_for
 
     (row,) = wait_for(profiled, 30, what="the job's solo record")
+    assert path.parent.stat().st_mode & 0o777 == 0o700  # other users' jobs cannot read who ran what
     assert (row["model"], row["batchsize"], row["gpu"]) == ("LM", "20", "a100")
     assert float(row["cpu_usage"]) > 40  # a busy loop: most of a core (the VM is shared)
     assert float(row["cpu_mem_max"]) > 64  # the 64 MiB it holds
