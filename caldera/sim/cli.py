@@ -330,6 +330,9 @@ def run_cmd(
     out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="directory for results.json and comparison.png"),
     no_plot: bool = typer.Option(False, "--no-plot", help="skip the PNG"),
     throughputs: Path | None = typer.Option(None, help="Gavel's throughputs JSON, for Gavel traces"),
+    skip_unmeasured: bool = typer.Option(
+        False, help="Gavel traces: leave out jobs whose type and GPU count Gavel measured no throughput for"
+    ),
 ) -> None:
     """Replay a trace under one or more policies and print a side-by-side comparison."""
     names = _split_policies(policy)
@@ -368,11 +371,18 @@ def run_cmd(
             strict=strict,
             out_dir=out,
             plot=not no_plot,
-            trace_options={"throughputs": throughputs} if throughputs else None,
+            trace_options=_trace_options(throughputs, skip_unmeasured),
         )
     except (FileNotFoundError, ValueError) as exc:  # a missing or bad input file: say so, no traceback
         Console(stderr=True).print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
+
+
+def _trace_options(throughputs: Path | None, skip_unmeasured: bool) -> dict | None:
+    options: dict = {"throughputs": throughputs} if throughputs else {}
+    if skip_unmeasured:  # as Gavel's own simulator does (else such a job runs at its closest measured scale)
+        options["missing"] = "skip"
+    return options or None
 
 
 @app.command("info")

@@ -391,6 +391,8 @@ def load_trace(
                 kind = "alibaba"
             else:
                 raise ValueError(f"cannot tell the format of {path} from its header {header}")
+    if kind != "gavel" and "missing" in options:
+        raise ValueError("skipping jobs without measured throughputs applies to Gavel's traces only")
     if kind == "philly":
         return load_philly(path, gpus_per_node=gpus_per_node, limit=limit)
     if kind == "gavel":

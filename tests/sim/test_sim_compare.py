@@ -101,3 +101,17 @@ def test_cli(tmp_path, traces_dir) -> None:
     assert r.exit_code == 0 and "3714" in r.output.replace(",", "")
     r = runner.invoke(app, ["policies"])
     assert "fifo" in r.output
+
+
+def test_cli_leaves_out_unmeasured_gavel_jobs_on_request(tmp_path, traces_dir) -> None:
+    """--skip-unmeasured replays only the jobs Gavel measured a throughput for (as Gavel's own simulator), and is
+    refused, not a traceback, for a trace without throughputs."""
+    import json
+
+    trace = str(traces_dir / "gavel_msr_seed0" / "0e4a51.trace")
+    common = ["-p", "fifo", "--nodes", "8", "--no-plot", "--time-scale", "0.01"]
+    r = CliRunner().invoke(app, ["run", trace, "--skip-unmeasured", "--out", str(tmp_path), *common])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["jobs"] == 984  # of its 1,181 jobs
+    r = CliRunner().invoke(app, ["run", "philly", "--traces-dir", str(traces_dir), "--skip-unmeasured", *common])
+    assert r.exit_code == 1 and "Gavel's traces only" in r.output
