@@ -223,6 +223,8 @@ def server_env(tmp_path: Path, db_url: str) -> dict[str, str]:
         "CALDERA_CONFIG_DIR": str(tmp_path / "cli-config"),
         "COLUMNS": "200",
         "CALDERA_RUN_JOBS_AS": RUN_JOBS_AS,
+        # its own registry port: 8650 may be held by anything, e.g. a registry another run left behind
+        "CALDERA_REGISTRY_PORT": str(free_port()),
     }
 
 

@@ -31,7 +31,7 @@ pytestmark = [
 def images_server(tmp_path, db_url):
     if subprocess.run(["podman", "image", "exists", ContainerSettings().image]).returncode != 0:
         pytest.skip("needs the base image: caldera images bootstrap")
-    env = {**server_env(tmp_path, db_url), "CALDERA_REGISTRY_PORT": str(free_port())}
+    env = server_env(tmp_path, db_url)  # with a registry port of its own
     srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()  # starts its registry too
     yield srv
     srv.stop()
