@@ -144,8 +144,9 @@ class SchedulerLoop:
         now = time.time()
         with self.p.state_lock, self.p.session() as db:
             self._observe(db, now)
-            user_usage, queue_usage = self._charge(db, now)
-            self._profile(db, now)
+            running = list(db.scalars(select(Job).where(Job.state == JobState.RUNNING.value)))
+            user_usage, queue_usage = self._charge(db, now, running)
+            self._profile(db, running, now)
             if getattr(self.p.runtime, "admits_jobs", False):
                 self._push_queues(db)
                 decisions = self._hand_over(db)
@@ -235,15 +236,14 @@ class SchedulerLoop:
             record(db, job, JobState.LOST, reason or "ProcessGone", message or "processes vanished", now)
         job.stop_requested, job.stop_detail = None, None
 
-    def _profile(self, db: Session, now: float) -> None:
+    def _profile(self, db: Session, running: list[Job], now: float) -> None:
         """Shareable jobs' first minutes alone, measured as solo records (solo_profiles.py)."""
         if self.profiles is None:
             return
-        running = db.scalars(select(Job).where(Job.state == JobState.RUNNING.value))
         for job, message in self.profiles.cycle(running, self.p.nodes(), now):
             note(db, job, "Profiled", message)
 
-    def _charge(self, db: Session, now: float) -> tuple[dict[str, float], dict[str, float]]:
+    def _charge(self, db: Session, now: float, running: list[Job]) -> tuple[dict[str, float], dict[str, float]]:
         """Decay usage and charge what ran since the last cycle, as GPU-seconds per user and per queue."""
         rows = {u.key: u for u in db.scalars(select(Usage))}
         last = self._last_charge or max((u.updated_at for u in rows.values()), default=now)
@@ -251,7 +251,7 @@ class SchedulerLoop:
         self._last_charge = now
         values = fairshare.decay({k: u.value for k, u in rows.items()}, elapsed, self.p.settings.fair_share_half_life_s)
         names = dict(db.execute(select(User.id, User.username)).all())
-        for job in db.scalars(select(Job).where(Job.state == JobState.RUNNING.value)):
+        for job in running:
             gs = _gpus(job) * elapsed
             if gs:
                 for key in (f"user:{names.get(job.user_id)}", f"queue:{job.queue}"):
