@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import sys
 import time
 from datetime import datetime
@@ -58,11 +59,17 @@ def up(
     fake_gpus: int = typer.Option(0, help="declare N fake GPUs when this host has none"),
     fake_gpu_model: str = typer.Option("fake", help="model name of the fake GPUs"),
     policy: str | None = typer.Option(None, help="scheduling policy"),
+    runtime: str | None = typer.Option(
+        None,
+        help="where jobs run: local (processes on this host), container (podman), kubernetes; by default container "
+        "where podman and its base image are usable, else local. Jobs already running stay with the runtime that "
+        "started them",
+    ),
     unisolated: bool = typer.Option(
         False, help="run jobs as the server's own user, isolated from nothing (a single-user machine without root)"
     ),
 ) -> None:
-    """Start the API, the lab origin, the scheduler and the local runtime in one process (SQLite by default)."""
+    """Start the API, the lab origin, the scheduler and a runtime in one process (SQLite by default)."""
     from pydantic import ValidationError
 
     from caldera.config import FakeGpu, Settings
@@ -72,7 +79,9 @@ def up(
     from caldera.server.tenancy import bootstrap
 
     overrides: dict[str, Any] = {
-        k: v for k, v in {"data_dir": data_dir, "host": host, "port": port, "policy": policy}.items() if v
+        k: v
+        for k, v in {"data_dir": data_dir, "host": host, "port": port, "policy": policy, "runtime": runtime}.items()
+        if v
     }
     if fake_gpus:
         overrides["fake_gpus"] = [FakeGpu(model=fake_gpu_model) for _ in range(fake_gpus)]
@@ -106,6 +115,7 @@ def up(
         f"[bold green]Caldera[/bold green] at [link]{settings.url}[/link]  (data in {settings.data_dir}); "
         f"labs at {settings.lab_url}"
     )
+    console.print(f"  runtime: {settings.runtime} ({_runtime_why(runtime)})")
     for n in nodes:
         models = ", ".join(sorted({d.model for d in n.gpus})) or "no GPUs"
         console.print(f"  node {n.name}: {n.cpu:g} CPUs, {n.memory_mib // 1024} GiB, {len(n.gpus)} GPUs ({models})")
@@ -125,6 +135,16 @@ def up(
     finally:
         if registry_proc is not None:
             registry_proc.terminate()
+
+
+def _runtime_why(chosen: str | None) -> str:
+    from caldera.runtime.registry import default_choice
+
+    if chosen:
+        return "--runtime"
+    if os.environ.get("CALDERA_RUNTIME"):
+        return "CALDERA_RUNTIME"
+    return default_choice()[1]
 
 
 def _start_registry(settings):

@@ -101,6 +101,8 @@ class Job(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     allocations: Mapped[list[Any]] = mapped_column(JSON, default=list)
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # the runtime that launched the current attempt (None: launched before this was recorded; see runtime_names)
+    runtime: Mapped[str | None] = mapped_column(String(64), nullable=True)
     pending_reasons: Mapped[list[Any]] = mapped_column(JSON, default=list)
     attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)
     stop_requested: Mapped[str | None] = mapped_column(String(16), nullable=True)  # "cancel" | "preempt"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 from caldera.config import Settings
-from caldera.runtime.base import Runtime
+from caldera.runtime.base import LaunchError, Runtime
 
 GROUP = "caldera.runtimes"
 
@@ -21,13 +21,42 @@ def available() -> list[str]:
 def default_name() -> str:
     """``container`` where podman can run jobs (root, podman working, the default image present), else ``local``:
     the setting ``runtime`` when nobody chose one."""
+    return default_choice()[0]
+
+
+def default_choice() -> tuple[str, str]:
+    """The runtime chosen when nobody chose one, and why (``caldera up`` says it)."""
     from caldera.runtime.container import probe
 
-    return "container" if probe.usable() else "local"
+    if not probe.usable():
+        return "local", probe.problem() or ""
+    return "container", probe.describe()
 
 
 def create_runtime(settings: Settings) -> Runtime:
+    """The runtime of that name; ``LaunchError("RuntimeUnavailable")`` when none is installed by that name or it
+    cannot start here (its client library missing, its cluster unreachable)."""
     found = [ep for ep in entry_points(group=GROUP) if ep.name == settings.runtime]
     if not found:
-        raise ValueError(f"unknown runtime {settings.runtime!r}; installed: {', '.join(available()) or 'none'}")
-    return found[0].load()(settings)
+        raise LaunchError(
+            "RuntimeUnavailable",
+            f"unknown runtime {settings.runtime!r}; installed: {', '.join(available()) or 'none'}",
+        )
+    try:
+        return found[0].load()(settings)
+    except LaunchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever a backend's start-up raises, the caller needs one type
+        raise LaunchError("RuntimeUnavailable", f"runtime {settings.runtime!r} cannot start here: {exc}") from exc
+
+
+def launched_by(handle: dict) -> str | None:
+    """Which built-in runtime a stored handle belongs to, by its shape: for attempts recorded before the platform
+    kept each attempt's runtime (``Job.runtime``). None when it cannot tell (no handle yet)."""
+    if "names" in handle:
+        return "container"
+    if "namespace" in handle:
+        return "kubernetes"
+    if "ranks" in handle:
+        return "local"
+    return None

@@ -112,11 +112,11 @@ def logs(
     if not follow and not job.handle and job.attempt == 0:
         raise HTTPException(409, f"job {job_id} has not started; it is {job.state}")
     _check_rank(job, rank)
-    job_id, attempt, handle = job.id, job.attempt, job.handle
+    job_id, attempt, handle, runtime = job.id, job.attempt, job.handle, job.runtime
     offset = min(offset, _MAX_LOG_OFFSET)
 
     def stream() -> Iterator[bytes]:
-        nonlocal attempt, handle
+        nonlocal attempt, handle, runtime
         if follow:
             while not handle:  # wait for the launch (or the end, if it never starts)
                 time.sleep(0.5)
@@ -124,8 +124,11 @@ def logs(
                     j = s.get(Job, job_id)
                     if j is None or JobState(j.state).terminal and not j.handle:
                         return
-                    attempt, handle = j.attempt, j.handle
-        yield from p.runtime.logs(Handle(job_id, attempt, handle or {}), rank=rank, follow=follow, offset=offset)
+                    attempt, handle, runtime = j.attempt, j.handle, j.runtime
+        # read by the runtime that wrote it: the same bytes before and after a restart that changed the default
+        yield from p.runtime_of(runtime, handle).logs(
+            Handle(job_id, attempt, handle or {}), rank=rank, follow=follow, offset=offset
+        )
 
     return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
 
@@ -151,9 +154,10 @@ def stream(
             if j is None:
                 return None
             fields = {"state": j.state, "attempt": j.attempt, "exit_code": j.exit_code, "message": j.message}
-            return Progress(fields, JobState(j.state).terminal, j.attempt, bool(j.handle), j.handle)
+            return Progress(fields, JobState(j.state).terminal, j.attempt, bool(j.handle), (j.runtime, j.handle))
 
     def read_log(now: Progress, offset: int) -> Iterator[bytes]:
-        return p.runtime.logs(Handle(job_id, now.attempt, now.source), rank=rank, offset=offset)
+        runtime, handle = now.source
+        return p.runtime_of(runtime, handle).logs(Handle(job_id, now.attempt, handle), rank=rank, offset=offset)
 
     return sse_response(live_events(read, read_log, parse_resume(last_event_id)))

@@ -73,7 +73,8 @@ def drain(p: Platform, db: Session, admin: User, name: str, reason: str) -> list
 
 
 def _job_nodes(p: Platform, job: Job) -> set[str]:
-    return nodes_of(p.runtime, Handle(job.id, job.attempt, job.handle or {}), (a["node"] for a in job.allocations))
+    runtime = p.runtime_of(job.runtime, job.handle)
+    return nodes_of(runtime, Handle(job.id, job.attempt, job.handle or {}), (a["node"] for a in job.allocations))
 
 
 def view(row: NodeCordon | None) -> dict | None:

@@ -197,9 +197,9 @@ def cancel(p: Platform, db: Session, job: Job, actor: User) -> Job:
             f"cancelled by {actor.username}; SIGTERM, SIGKILL after {p.settings.cancel_grace_s:g}s",
         )
         if job.handle:
-            from caldera.runtime.base import Handle
-
-            p.runtime.stop(Handle(job.id, job.attempt, job.handle), p.settings.cancel_grace_s)
+            p.runtime_of(job.runtime, job.handle).stop(
+                Handle(job.id, job.attempt, job.handle), p.settings.cancel_grace_s
+            )
     return job
 
 
@@ -215,7 +215,7 @@ def request_preemption(p: Platform, db: Session, job: Job, by: str | None, reaso
     job.stop_detail = {"by": by, "reason": reason, "message": message, "deadline": deadline}
     note(db, job, "PreemptionRequested", f"{message}; SIGTERM now, SIGKILL at {deadline}")
     if job.handle:
-        p.runtime.stop(
+        p.runtime_of(job.runtime, job.handle).stop(
             Handle(job.id, job.attempt, job.handle), p.settings.preempt_grace_s, notice=preemption_notice(job)
         )
 
@@ -244,6 +244,7 @@ def view(job: Job, username: str | None = None) -> dict[str, Any]:
         "finished_at": job.finished_at,
         "exit_code": job.exit_code,
         "allocations": job.allocations,
+        "runtime": job.runtime,
         "pending_reasons": job.pending_reasons,
         "spec": job.spec,
         "gpus": job.spec.get("resources", {}).get("gpu", 0) * job.spec.get("replicas", 1),

@@ -91,8 +91,8 @@ def _endpoint(p: Platform, job_id: str, caller: Caller) -> Endpoint:
         job = jobs.visible(db, user, job_id)
         if job.state != JobState.RUNNING.value or not job.handle:
             raise HTTPException(503, f"job {job_id} is {job.state}, not running yet")
-        handle = Handle(job.id, job.attempt, job.handle)
-    eps = [e for e in p.runtime.endpoints(handle) if e.name == "lab"]
+        handle, runtime = Handle(job.id, job.attempt, job.handle), p.runtime_of(job.runtime, job.handle)
+    eps = [e for e in runtime.endpoints(handle) if e.name == "lab"]
     if not eps:
         raise HTTPException(503, "the job exposes no endpoint yet")
     return eps[0]

@@ -26,7 +26,7 @@ from caldera.core.tenancy import PriorityClass
 from caldera.db.models import Job, Usage, User
 from caldera.interference.snapshot import LivePredictions
 from caldera.runtime import gpu_share
-from caldera.runtime.base import Handle, LaunchRequest, Phase
+from caldera.runtime.base import Handle, LaunchRequest, Phase, Runtime
 from caldera.scheduler import fairshare
 from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
@@ -95,6 +95,7 @@ class SchedulerLoop:
         self.cycle_ms: float = 0.0
         self.launcher = Launcher(platform)
         self._pushed_queues: str | None = None  # the queues the runtime last accepted (admitting runtimes)
+        self._unobservable_noted: set[tuple[str, int]] = set()  # attempts whose Unobservable event is written
         s = platform.settings
         self.profiles = SoloProfiler(s, platform.runtime) if s.gpu_sharing and s.sharing_profile_s else None
 
@@ -121,22 +122,64 @@ class SchedulerLoop:
             self._stop.wait(self.p.settings.schedule_interval_s)
 
     def recover(self) -> None:
-        """After a restart: re-attach to running jobs; mark those whose processes are gone Lost. Queued jobs simply
-        stay queued."""
+        """After a restart: re-attach to running jobs, each through the runtime that launched it; mark those whose
+        processes are gone Lost. Queued jobs simply stay queued."""
         with self.p.state_lock, self.p.session() as db:
+            now = time.time()
             for job in db.scalars(select(Job).where(Job.state.in_(ACTIVE))):
-                handle = Handle(job.id, job.attempt, job.handle or {})
                 try:
-                    obs = self.p.runtime.observe(handle)
-                except Exception as exc:  # noqa: BLE001 - any failure to find it means it is lost
-                    record(db, job, JobState.LOST, "ReattachFailed", f"could not re-attach after restart: {exc}")
-                    job.finished_at = time.time()
+                    runtime = self._runtime_of(job)
+                    obs = runtime.observe(self._handle(job))
+                except Exception as exc:  # noqa: BLE001 - a record no runtime can read: see _unobservable
+                    self._unobservable(db, job, exc, now)
                     continue
                 if obs.phase in (Phase.STARTING, Phase.RUNNING):
-                    note(db, job, "Reattached", "server restarted; processes still running")
+                    note(db, job, "Reattached", f"server restarted; processes still running ({runtime.name} runtime)")
                 else:
-                    self._finish(db, job, obs.phase, obs.exit_code, obs.reason, obs.message, time.time())
+                    self._finish(db, job, obs.phase, obs.exit_code, obs.reason, obs.message, now)
             db.commit()
+
+    def _runtime_of(self, job: Job) -> Runtime:
+        return self.p.runtime_of(job.runtime, job.handle)
+
+    @staticmethod
+    def _handle(job: Job) -> Handle:
+        return Handle(job.id, job.attempt, job.handle or {})
+
+    def _unobservable(self, db: Session, job: Job, exc: Exception, now: float) -> None:
+        """An attempt its runtime cannot observe (a record it cannot parse, a runtime that cannot start here) is
+        Lost only once every process of it was found and ended; until then it stays active and keeps its devices,
+        so none is handed out twice, and the next cycle tries again."""
+        if self._ended_everything(job):
+            record(
+                db,
+                job,
+                JobState.LOST,
+                "ReattachFailed",
+                f"could not re-attach: {exc}; every process of attempt {job.attempt} was found and ended",
+                now,
+            )
+            job.finished_at = now
+            job.stop_requested, job.stop_detail = None, None
+            return
+        log.warning("cannot observe attempt %s of job %s: %s", job.attempt, job.id, exc)
+        if (job.id, job.attempt) not in self._unobservable_noted:
+            self._unobservable_noted.add((job.id, job.attempt))
+            note(
+                db,
+                job,
+                "Unobservable",
+                f"cannot observe attempt {job.attempt}: {exc}; its devices stay held until its processes are found "
+                "ended",
+            )
+
+    def _ended_everything(self, job: Job) -> bool:
+        try:
+            end_attempt = getattr(self._runtime_of(job), "end_attempt", None)
+            return bool(end_attempt is not None and end_attempt(job.id, job.attempt))
+        except Exception as exc:  # noqa: BLE001 - not sure: the devices stay held
+            log.warning("cannot end attempt %s of job %s: %s", job.attempt, job.id, exc)
+            return False
 
     # ---- one cycle -------------------------------------------------------------------------------------------
     def tick(self) -> Decisions:
@@ -193,11 +236,19 @@ class SchedulerLoop:
             if self.launcher.in_flight(job.id, job.attempt):
                 continue
             # no handle: the server stopped while this launch was in flight; the runtime finds the job by id
-            obs = self.p.runtime.observe(Handle(job.id, job.attempt, job.handle or {}))
-            if obs.phase is Phase.STARTING and hasattr(self.p.runtime, "why_pending"):
-                why = self.p.runtime.why_pending(Handle(job.id, job.attempt, job.handle or {}))
-                if reasons_changed(job.pending_reasons or [], why):
-                    job.pending_reasons = why
+            try:
+                runtime = self._runtime_of(job)
+                obs = runtime.observe(self._handle(job))
+                why = (
+                    runtime.why_pending(self._handle(job))
+                    if obs.phase is Phase.STARTING and hasattr(runtime, "why_pending")
+                    else None
+                )
+            except Exception as exc:  # noqa: BLE001 - one unreadable attempt must not stop every other job's cycle
+                self._unobservable(db, job, exc, now)
+                continue
+            if why is not None and reasons_changed(job.pending_reasons or [], why):
+                job.pending_reasons = why
             if obs.phase is Phase.RUNNING and job.state == JobState.STARTING.value:
                 record(db, job, JobState.RUNNING, "Running", obs.message or "all processes running", now)
             elif obs.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST):
@@ -351,6 +402,7 @@ class SchedulerLoop:
             return
         shared_env, held = gpu_share.for_launch(spec, self.p.nodes(), allocations, self.p.runtime.name)
         job.attempt += 1
+        job.runtime = self.p.runtime.name  # this attempt stays with it, whatever the default is after a restart
         job.allocations = [_alloc_to_json(a) for a in allocations]
         job.pending_reasons = []
         job.started_at = now

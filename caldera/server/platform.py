@@ -15,7 +15,7 @@ from caldera.core.cluster import Node
 from caldera.db.engine import make_engine, migrate, session_factory
 from caldera.runtime.base import Runtime
 from caldera.runtime.local.owner import platform_dir
-from caldera.runtime.registry import create_runtime
+from caldera.runtime.registry import create_runtime, launched_by
 from caldera.server.security import Keys
 
 
@@ -25,11 +25,13 @@ class Platform:
     engine: Engine
     sessions: sessionmaker
     keys: Keys
-    runtime: Runtime
+    runtime: Runtime  # launches new attempts; an attempt launched by another runtime stays with that one
     # One process owns job state: the API and the scheduler loop take this lock around every state change, so a
     # cancel never races a launch.
     state_lock: threading.RLock = field(default_factory=threading.RLock)
     _nodes: list[Node] | None = None
+    _other_runtimes: dict[str, Runtime] = field(default_factory=dict)
+    _runtimes_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def create(cls, settings: Settings, runtime: Runtime | None = None) -> Platform:
@@ -41,6 +43,18 @@ class Platform:
         return cls(
             settings, engine, session_factory(engine), Keys.load_or_create(settings.data_dir / "secrets.json"), runtime
         )
+
+    def runtime_of(self, name: str | None, handle: dict | None = None) -> Runtime:
+        """The runtime that launched an attempt (``Job.runtime``; for a record from before it was kept, the one
+        whose handle it is): re-attach, stop, logs and endpoints go there even when the default changed since.
+        Raises RuntimeUnavailable where that runtime cannot be made here."""
+        name = name or launched_by(handle or {}) or self.runtime.name
+        if name == self.runtime.name:
+            return self.runtime
+        with self._runtimes_lock:
+            if name not in self._other_runtimes:
+                self._other_runtimes[name] = create_runtime(self.settings.model_copy(update={"runtime": name}))
+            return self._other_runtimes[name]
 
     def session(self) -> Session:
         return self.sessions()

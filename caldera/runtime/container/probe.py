@@ -1,5 +1,5 @@
 """Whether this host can run jobs in containers: podman present, usable as root, and the default image there.
-Decides the default runtime (see caldera.runtime.registry.default_name)."""
+Decides the default runtime (see caldera.runtime.registry.default_choice), and says why not."""
 
 from __future__ import annotations
 
@@ -12,17 +12,43 @@ from caldera.runtime.container.settings import ContainerSettings
 
 
 def usable(cs: ContainerSettings | None = None) -> bool:
+    return problem(cs) is None
+
+
+def problem(cs: ContainerSettings | None = None) -> str | None:
+    """Why jobs cannot run in containers here, or None when they can."""
     cs = cs or ContainerSettings()
-    return _usable(cs.podman, tuple(cs.global_args()), str(cs.conf or ""), cs.image)
+    return _problem(cs.podman, tuple(cs.global_args()), str(cs.conf or ""), cs.image)
+
+
+def describe(cs: ContainerSettings | None = None) -> str:
+    """What makes the container runtime usable, for ``caldera up``'s line about its choice."""
+    cs = cs or ContainerSettings()
+    return f"{_version(tuple(cs.global_args()))} usable, image {cs.image}"
 
 
 @functools.lru_cache(maxsize=8)  # asked by every Settings(); the answer does not change under a running server
-def _usable(binary: str, args: tuple[str, ...], conf: str, image: str) -> bool:
-    if os.geteuid() != 0 or shutil.which(binary) is None:
-        return False  # rootful only: jobs run as their owners' uids, which only root can give them
+def _problem(binary: str, args: tuple[str, ...], conf: str, image: str) -> str | None:
+    if shutil.which(binary) is None:
+        return f"{binary} not installed"
+    if os.geteuid() != 0:
+        return "not root (jobs run as their owners' uids, which only rootful podman can give them)"
     pm = Podman(list(args), conf or None, timeout_s=30)
     try:
         pm.run("info", "--format", "{{.Host.OCIRuntime.Name}}")
-        return pm.image_exists(image)
+    except PodmanError as exc:
+        return f"podman does not work here: {str(exc).strip()[:200]}"
+    try:
+        present = pm.image_exists(image)
+    except PodmanError as exc:
+        return f"podman cannot look up images: {str(exc).strip()[:200]}"
+    return None if present else f"image {image} missing (caldera images bootstrap makes it)"
+
+
+@functools.lru_cache(maxsize=4)
+def _version(args: tuple[str, ...]) -> str:
+    try:
+        out = Podman(list(args), None, timeout_s=30).run("--version")  # "podman version 4.3.1"
     except PodmanError:
-        return False
+        return "podman"
+    return out.strip().replace(" version ", " ") or "podman"

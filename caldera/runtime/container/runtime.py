@@ -377,6 +377,17 @@ class ContainerRuntime:
         data.update(socket=str(sock), base_url=base_url)
         return ["python3", *jupyter.lab_argv(sock, base_url, workdir, as_root=req.run_as is None)[1:]]
 
+    def end_attempt(self, job_id: str, attempt: int) -> bool:
+        """For an attempt whose record cannot be read: remove every container labelled with it. True once podman
+        lists none, so the platform may call the attempt Lost."""
+        labels = self._labels(job_id, attempt)
+        try:
+            self._remove([c["Names"][0] for c in self.podman.containers(*labels)])
+            return not self.podman.containers(*labels)
+        except PodmanError as exc:
+            log.warning("cannot end attempt %s of %s: %s", attempt, job_id, exc)
+            return False
+
     def _remove(self, names: list[str]) -> None:
         for attempt in range(2):  # podman may still be cleaning up a container that just exited
             try:

@@ -615,6 +615,18 @@ class LocalRuntime:
         procs.kill_all(procs.job_processes(groups, tag_prefix=f"{key[0]}/{key[1]}/"))
         self._reap(key)
 
+    def end_attempt(self, job_id: str, attempt: int) -> bool:
+        """For an attempt whose record cannot be read: SIGKILL every process that carries its run tag (each rank's
+        command and all it started). True once none is left, so the platform may call the attempt Lost."""
+        tag = f"{job_id}/{attempt}/"
+        for _ in range(50):
+            left = procs.job_processes(set(), tag_prefix=tag)
+            if not left:
+                return True
+            procs.kill_all(left)
+            time.sleep(0.1)
+        return False
+
     def usage(self, handle: Handle) -> ProcessUsage | None:
         """CPU time and resident memory of the job's live processes (the platform's solo profiles): its ranks'
         process groups and whatever carries its run tag. Reads every /proc entry, so callers sample it sparingly."""
