@@ -77,6 +77,32 @@ def test_cli_end_to_end(server, tmp_path):
     assert until(server, h, lid, {"Cancelled"})["state"] == "Cancelled"
 
 
+def test_logs_follow_says_why_a_job_waits_then_follows_it(server, tmp_path):
+    cli(server, "login", "--url", server.url, "-u", "admin", "-p", "admin-password")
+    h = token(server)
+    submit = lambda spec: httpx.post(f"{server.url}/api/v1/jobs", json=spec, headers=h).json()["id"]  # noqa: E731
+    blocker = submit({"name": "blocker", "command": ["sleep", "120"], "resources": {"gpu": 2}})
+    until(server, h, blocker, {"Running"})
+    waiter = submit({"name": "waiter", "command": ["echo", "finally"], "resources": {"gpu": 1}})
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "caldera.cli.main", "logs", "-f", waiter],
+        env=server.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = follow.stderr.readline()  # said while the job waits, before any output
+        httpx.post(f"{server.url}/api/v1/jobs/{blocker}/cancel", headers=h)
+        out, said = follow.communicate(timeout=90)
+    finally:
+        follow.kill()
+    said = first + said
+    assert follow.returncode == 0, said
+    assert "waiting" in said and "GPU" in said, (said, out)
+    assert out.strip() == "finally"
+
+
 def test_sigkill_restart_loses_no_job(server, tmp_path):
     h = token(server)
     post = lambda spec: httpx.post(server.url + "/api/v1/jobs", json=spec, headers=h).json()["id"]  # noqa: E731

@@ -355,7 +355,8 @@ def describe(job_id: str) -> None:
 def why(job_id: str) -> None:
     """Why a job is waiting."""
     w = _call(_client().get, f"/jobs/{job_id}/why")
-    if w["state"] != "Queued":
+    # a job waits in Queued here, in Starting where a cluster admits it (Kueue): its reasons show either way
+    if w["state"] not in ("Queued", "Starting") or (w["state"] == "Starting" and not w["pending"]):
         console.print(f"{w['id']} is {w['state']} ({w['reason']}): {w['message']}")
         return
     if not w["pending"]:
@@ -364,15 +365,36 @@ def why(job_id: str) -> None:
         console.print(f"[yellow]{r['code']}[/yellow]: {r['message']}")
 
 
+_WAITING = ("Queued", "Starting")
+
+
+def _say_why_until_started(client: Any, job_id: str) -> None:
+    """``logs -f`` on a job that has not started: say why it waits (again whenever that changes) instead of
+    printing nothing for minutes; returns once it started or ended."""
+    said: list[str] = []
+    while True:
+        w = client.get(f"/jobs/{job_id}/why")
+        if w["state"] not in _WAITING or (w["state"] == "Starting" and not w["pending"]):
+            return
+        now = [f"{r['code']}: {r['message']}" for r in w["pending"]] or ["queued; the scheduler has not looked yet"]
+        if now != said:
+            for line in now:
+                err.print(f"[yellow]waiting[/yellow] {line}")
+            said = now
+        time.sleep(2)
+
+
 @app.command()
 def logs(
     job_id: str,
-    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends; says why it waits"),
     rank: int | None = typer.Option(None, help="rank of a distributed job (0)"),
 ) -> None:
     """Print a job's output."""
     client = _client()
     try:
+        if follow:
+            _say_why_until_started(client, job_id)
         for chunk in client.stream_logs(job_id, rank, follow):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
