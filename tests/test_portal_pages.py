@@ -106,8 +106,13 @@ def test_batch_form_submits_through_the_api_rules(api, admin, me):
     clone = me.get(f"/new/batch?clone={jid}").text  # the same job again, as a form to edit
     assert 'value="from-form"' in clone and 'value="echo &#39;hi there&#39;"' in clone
     assert ">A=1\nB=two words</textarea>" in clone
-    r = post_form(me, "/new/jupyter", {"name": "nb", "queue": "default"})
+    r = post_form(me, "/new/jupyter", {"name": "nb", "queue": "default", "workdir": "projects/thesis"})
     assert r.status_code == 303
+    nb = r.headers["location"].rsplit("/", 1)[1]
+    assert api.client.get(f"/api/v1/jobs/{nb}", headers=admin).json()["spec"]["workdir"] == "projects/thesis"
+    assert 'value="projects/thesis"' in me.get(f"/new/jupyter?clone={nb}").text
+    r = post_form(me, "/new/jupyter", {"name": "nb", "queue": "default", "workdir": "../alice"})
+    assert r.status_code == 400 and field_errors(r.text, "workdir")  # the API's rule, next to the field
     assert me.get("/new/other").status_code == 404
 
 

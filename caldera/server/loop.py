@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from caldera.core.cluster import Allocation
 from caldera.core.resources import Resources
-from caldera.core.spec import JobSpec
+from caldera.core.spec import JobKind, JobSpec
 from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass
 from caldera.db.models import Job, Usage, User
@@ -394,7 +394,7 @@ class SchedulerLoop:
         try:  # a spec stored before today's rules (ValidationError is a ValueError) fails its job, not the cycle
             spec = JobSpec.model_validate(job.spec)
             run_as = identity.run_as(self.p.settings, db, owner)
-            job.workdir = job.workdir or str(workdir_for(home, job.id, spec.workdir))
+            job.workdir = job.workdir or str(workdir_for(home, job.id, spec.workdir, spec.kind.value))
         except (identity.IdentityError, ValueError) as exc:
             record(db, job, JobState.FAILED, "LaunchFailed", str(exc), now)
             job.finished_at = now
@@ -425,9 +425,13 @@ class SchedulerLoop:
         self.launcher.submit(req)
 
 
-def workdir_for(home: Path, job_id: str, requested: str | None) -> Path:
-    """Inside the owner's own space: the requested relative path, or a fresh directory per job."""
-    path = Path(os.path.normpath(home / requested)) if requested else home / "jobs" / job_id
+def workdir_for(home: Path, job_id: str, requested: str | None, kind: str = JobKind.BATCH.value) -> Path:
+    """Inside the owner's own space: the requested relative path; else a lab opens in the workspace itself (the
+    notebooks of yesterday's session are there today), and any other job gets a fresh directory of its own."""
+    if requested:
+        path = Path(os.path.normpath(home / requested))
+    else:
+        path = home if kind == JobKind.JUPYTER.value else home / "jobs" / job_id
     if path != home and home not in path.parents:
         raise ValueError(f"working directory {requested!r} leaves your space")
     return path

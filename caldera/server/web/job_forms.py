@@ -30,6 +30,7 @@ class JobForm(BaseModel):
     replicas: str = Field("1", max_length=8)
     procs_per_replica: str = Field("1", max_length=8)
     env: str = Field("", max_length=16384, description="KEY=VALUE lines")
+    workdir: str = Field("", max_length=1024, description="inside my workspace; the job's own folder when empty")
     image: str = Field("", max_length=512, description="the platform's default image when empty")
 
 
@@ -57,6 +58,7 @@ def form_of(spec: dict) -> JobForm:
         procs_per_replica=text(spec.get("procs_per_replica", 1)),
         env="\n".join(f"{k}={v}" for k, v in spec.get("env", {}).items()),
         image=spec.get("image") or "",
+        workdir=spec.get("workdir") or "",
     )
 
 
@@ -79,7 +81,13 @@ def body_of(kind: str, form: JobForm, choices: list[QueueChoice]) -> tuple[dict,
     if form.gpu_model:
         resources["gpu_model"] = form.gpu_model
     body: dict = {"name": form.name, "kind": kind, "priority": form.priority, "resources": resources}
-    pairs = (("command", form.command.strip()), ("queue", form.queue), ("account", account), ("image", form.image))
+    pairs = (
+        ("command", form.command.strip()),
+        ("queue", form.queue),
+        ("account", account),
+        ("image", form.image),
+        ("workdir", form.workdir.strip()),
+    )
     for key, value in pairs:
         if value:
             body[key] = value
