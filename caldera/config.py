@@ -18,50 +18,53 @@ class FakeGpu(BaseModel):
 
 
 def _default_data_dir() -> Path:
+    """~/.caldera"""
     return Path(os.path.expanduser("~/.caldera"))
 
 
 def _default_runtime() -> str:
+    """container where podman and its base image are usable, else local"""
     from caldera.runtime.registry import default_name  # the registry imports this module
 
     return default_name()
 
 
 def _default_traces_dir() -> Path:
-    # ../shared/data/traces relative to the repository checkout
+    """../shared/data/traces (beside the repository checkout)"""
     return Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 
 
 def _default_shared_data_dir() -> Path:
+    """../shared/data (beside the repository checkout)"""
     return Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CALDERA_", env_nested_delimiter="__", extra="ignore")
 
-    data_dir: Path = Field(default_factory=_default_data_dir)
+    data_dir: Path = Field(default_factory=_default_data_dir, description="the database, keys, logs and workspaces")
     database_url: str | None = Field(None, description="SQLAlchemy URL; SQLite in data_dir when empty")
-    host: str = "127.0.0.1"
-    port: int = 8642
-    public_url: str | None = None
+    host: str = Field("127.0.0.1", description="address the platform and lab origins bind")
+    port: int = Field(8642, description="port of the platform's pages and API")
+    public_url: str | None = Field(None, description="the URL browsers reach the platform at; host:port if empty")
     fake_gpus: list[FakeGpu] = Field(default_factory=list, description="used when NVML finds no GPU")
-    node_name: str | None = None
-    node_cpu: float | None = None  # defaults to os.cpu_count()
-    node_memory_mib: int | None = None  # defaults to physical memory
-    cancel_grace_s: float = 10.0
-    preempt_grace_s: float = 30.0
-    schedule_interval_s: float = 1.0
-    access_token_ttl_s: int = 900
-    refresh_token_ttl_s: int = 7 * 24 * 3600
-    session_ttl_s: int = 12 * 3600
-    fair_share_half_life_s: float = 7 * 24 * 3600
-    policy: str = "caldera"
+    node_name: str | None = Field(None, description="this host's node name; its hostname when empty")
+    node_cpu: float | None = Field(None, description="CPUs jobs may be given; all of this host's when empty")
+    node_memory_mib: int | None = Field(None, description="memory jobs may be given; all of this host's when empty")
+    cancel_grace_s: float = Field(10.0, description="SIGTERM to SIGKILL on cancel")
+    preempt_grace_s: float = Field(30.0, description="SIGTERM (and the notice) to SIGKILL on preemption")
+    schedule_interval_s: float = Field(1.0, description="seconds between scheduling cycles")
+    access_token_ttl_s: int = Field(900, description="lifetime of an access token")
+    refresh_token_ttl_s: int = Field(7 * 24 * 3600, description="lifetime of a refresh token (one use, rotated)")
+    session_ttl_s: int = Field(12 * 3600, description="lifetime of a portal login")
+    fair_share_half_life_s: float = Field(7 * 24 * 3600, description="half-life of past GPU usage in fair share")
+    policy: str = Field("caldera", description="scheduling policy: caldera, tiresias or fifo")
     runtime: str = Field(
         default_factory=_default_runtime,
         description="which backend runs jobs: an entry point of caldera.runtimes; container where podman is usable",
     )
     initial_admin_password: str | None = Field(None, description="first admin's password; generated when empty")
-    traces_dir: Path = Field(default_factory=_default_traces_dir)
+    traces_dir: Path = Field(default_factory=_default_traces_dir, description="job traces for caldera sim")
     shared_data_dir: Path = Field(default_factory=_default_shared_data_dir, description="public reference data")
     interference_model: Path | None = Field(None, description="decay model file; <data_dir>/interference.model")
     # GPU sharing (README "GPU sharing"): shareable jobs join occupied GPUs where the model predicts it pays
@@ -78,12 +81,16 @@ class Settings(BaseSettings):
     sharing_profile_s: float = Field(
         300.0, ge=0, le=86_400, description="a shareable job's first seconds alone, measured as its solo record; 0: off"
     )
-    isolate_distributed_network: bool = True  # ranks of a local distributed job share a private network namespace
+    isolate_distributed_network: bool = Field(
+        True, description="ranks of a distributed job on this host share a private network namespace"
+    )
     # "owner": every job runs as its owner's unprivileged OS uid (needs a root server). "server": jobs run as the
     # server's own user, isolated from nothing -- an admin must choose it explicitly
-    run_jobs_as: Literal["owner", "server"] = "owner"
+    run_jobs_as: Literal["owner", "server"] = Field(
+        "owner", description="owner: each job as its owner's uid (root server); server: the server's user"
+    )
     job_uid_min: int = Field(200_000, ge=1000, description="uids created for platform users come from this range")
-    job_uid_max: int = Field(299_999, ge=1000)
+    job_uid_max: int = Field(299_999, ge=1000, description="the last uid of that range")
     os_user_prefix: str = Field("cal-", description="OS accounts created for platform users: <prefix><username>")
     workspaces_dir: Path | None = Field(None, description="users' own files; <data_dir>/workspaces when empty")
     # interactive services live on an origin of their own, so a notebook's JavaScript never runs where the
@@ -91,7 +98,7 @@ class Settings(BaseSettings):
     # are per host, not per port
     lab_port: int | None = Field(None, description="port of the lab origin; port + 1 when empty")
     lab_public_url: str | None = Field(None, description="e.g. https://labs.example.edu; derived when empty")
-    lab_cookie_ttl_s: int = 2 * 3600
+    lab_cookie_ttl_s: int = Field(2 * 3600, description="lifetime of a lab's cookie in the browser")
     # API hardening (README "API security")
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="larger request bodies get 413")
     login_max_failures_per_user: int = Field(5, ge=1, description="failed logins of one name per window, then 429")

@@ -137,6 +137,14 @@ def up(
             registry_proc.terminate()
 
 
+@app.command("settings")
+def show_settings() -> None:
+    """Every setting (environment variable), its default and what it is: the table of docs/settings.md."""
+    from caldera.settings_doc import markdown
+
+    sys.stdout.write(markdown())
+
+
 def _runtime_why(chosen: str | None) -> str:
     from caldera.runtime.registry import default_choice
 
