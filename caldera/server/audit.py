@@ -31,19 +31,37 @@ def view(e: AdminAudit) -> dict[str, Any]:
     return {"id": e.id, "at": e.at, "actor": e.actor, "action": e.action, "target": e.target, "detail": e.detail}
 
 
-def entries(db: Session, offset: int, limit: int) -> tuple[list[AdminAudit], int]:
-    """A page of entries, newest first, and how many there are."""
-    total = db.scalar(select(func.count()).select_from(AdminAudit)) or 0
-    rows = db.scalars(select(AdminAudit).order_by(AdminAudit.id.desc()).offset(offset).limit(limit))
+def entries(
+    db: Session, offset: int, limit: int, actor: str = "", action: str = "", target: str = ""
+) -> tuple[list[AdminAudit], int]:
+    """A page of entries, newest first, and how many there are; narrowed to one admin, one action and targets
+    that contain ``target`` when given."""
+    where = []
+    if actor:
+        where.append(AdminAudit.actor == actor)
+    if action:
+        where.append(AdminAudit.action == action)
+    if target:
+        where.append(AdminAudit.target.contains(target, autoescape=True))
+    total = db.scalar(select(func.count()).select_from(AdminAudit).where(*where)) or 0
+    rows = db.scalars(select(AdminAudit).where(*where).order_by(AdminAudit.id.desc()).offset(offset).limit(limit))
     return list(rows), total
+
+
+def actions(db: Session) -> list[str]:
+    """Every action the log holds, for the filter's choices."""
+    return list(db.scalars(select(AdminAudit.action).distinct().order_by(AdminAudit.action)))
 
 
 @router.get("")
 def audit_log(
     offset: int = Query(0, ge=0, le=10_000_000),
     limit: int = Query(50, ge=1, le=500),
+    actor: str = Query("", max_length=64),
+    action: str = Query("", max_length=64),
+    target: str = Query("", max_length=256),
     _: User = Depends(admin_user),
     db: Session = Depends(db_session),
 ) -> dict:
-    rows, total = entries(db, offset, limit)
+    rows, total = entries(db, offset, limit, actor, action, target)
     return {"total": total, "offset": offset, "entries": [view(e) for e in rows]}

@@ -9,7 +9,15 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from caldera.server.web import account_pages, admin_pages, auth_pages, image_pages, jobs_pages, template_pages
+from caldera.server.web import (
+    account_pages,
+    admin_account_pages,
+    admin_pages,
+    auth_pages,
+    image_pages,
+    jobs_pages,
+    template_pages,
+)
 from caldera.server.web.render import STATIC, page
 from caldera.server.web.session import LoginRequired, PageForbidden, PageNotFound, login_url
 
@@ -22,6 +30,7 @@ def install(app: FastAPI) -> None:
         template_pages.router,
         image_pages.router,
         admin_pages.router,
+        admin_account_pages.router,
     ):
         app.include_router(r)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from typing import Annotated
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse
@@ -215,13 +216,21 @@ AUDIT_PER_PAGE = 50
 def audit_log(
     request: Request,
     n: int = Query(1, alias="page", ge=1, le=1_000_000),
+    actor: str = Query("", max_length=64),
+    action: str = Query("", max_length=64),
+    target: str = Query("", max_length=256),
     admin: User = Depends(page_admin),
     db: Session = Depends(db_session),
 ):
-    """Admin actions, newest first, a page at a time."""
-    rows, total = audit.entries(db, (n - 1) * AUDIT_PER_PAGE, AUDIT_PER_PAGE)
+    """Admin actions, newest first, a page at a time, filtered by who, what and on what (in the URL)."""
+    rows, total = audit.entries(db, (n - 1) * AUDIT_PER_PAGE, AUDIT_PER_PAGE, actor, action, target)
     pages = max(1, math.ceil(total / AUDIT_PER_PAGE))
-    return page(request, "admin_audit.html", user=admin, entries=rows, page_no=n, pages=pages, total=total)
+    filters = {"actor": actor, "action": action, "target": target}
+    admins = db.scalars(select(User.username).where(User.role == Role.ADMIN.value).order_by(User.username))
+    return page(
+        request, "admin_audit.html", user=admin, entries=rows, page_no=n, pages=pages, total=total, filters=filters,
+        query=urlencode({k: v for k, v in filters.items() if v}), actions=audit.actions(db), admins=list(admins),
+    )  # fmt: skip
 
 
 ALL_JOBS_LIMIT = 500
