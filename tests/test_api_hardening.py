@@ -219,3 +219,42 @@ def test_ids_past_the_databases_range_are_400_not_500(api, admin):
             assert r.status_code == 400, (method, path, r.status_code, r.text)
     assert api.client.get(f"/api/v1/templates/{tid}", headers=admin).status_code == 200  # the control
     assert api.client.get(f"/api/v1/templates/{DB_INT_MAX}", headers=admin).status_code == 404
+
+
+def test_deep_or_aliased_yaml_is_refused_with_its_reason_not_a_500(api, admin):
+    """The portal's "Import YAML" (and `caldera submit`'s parser, the same function): PyYAML composes recursively,
+    so a deeply nested document was a RecursionError; aliases would expand to any size."""
+    from caldera.core.spec import MAX_SPEC_YAML_DEPTH
+    from tests.portal import browser_for, field_errors, post_form
+
+    me = browser_for(api.client, "admin", "admin-password")
+    deep = MAX_SPEC_YAML_DEPTH + 1
+    cases = {
+        "name: x\ncommand: 'true'\nenv: " + "[" * 60_000: "nested deeper than",
+        "name: x\nsurprise: " + "{a: " * deep + "1" + "}" * deep: "nested deeper than",
+        "name: x\nsurprise:\n" + "".join("  " * i + "- \n" for i in range(1, deep + 2)): "nested deeper than",
+        "a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nname: x": "aliases",
+    }
+    for text, reason in cases.items():
+        r = post_form(me, "/new/batch/import", {"yaml": text})
+        assert r.status_code == 400, (text[:80], r.status_code)
+        assert reason in " ".join(field_errors(r.text, "yaml")), text[:80]
+    control = "name: x\ncommand: 'true'\nresources: {gpu: 1}\nenv: {A: '1'}\n"
+    assert post_form(me, "/new/batch/import", {"yaml": control}).status_code == 200
+
+
+def test_deeply_nested_json_bodies_are_4xx(api, admin):
+    for depth in (100, 5_000, 300_000):
+        deep = "[" * depth + "]" * depth
+        for path, body in (
+            ("/api/v1/templates", '{"name": "t", "spec": {"name": "x", "env": %s}}' % deep),
+            ("/api/v1/jobs", '{"name": "x", "command": %s}' % deep),
+            ("/api/v1/queues/default", '{"account": "default", "quotas": %s}' % deep),
+        ):
+            r = api.client.request(
+                "PUT" if "queues" in path else "POST",
+                path,
+                content=body,
+                headers={**admin, "Content-Type": "application/json"},
+            )
+            assert 400 <= r.status_code < 500, (path, depth, r.status_code, r.text[:200])
