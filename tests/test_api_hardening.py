@@ -247,9 +247,9 @@ def test_deeply_nested_json_bodies_are_4xx(api, admin):
     for depth in (100, 5_000, 300_000):
         deep = "[" * depth + "]" * depth
         for path, body in (
-            ("/api/v1/templates", '{"name": "t", "spec": {"name": "x", "env": %s}}' % deep),
-            ("/api/v1/jobs", '{"name": "x", "command": %s}' % deep),
-            ("/api/v1/queues/default", '{"account": "default", "quotas": %s}' % deep),
+            ("/api/v1/templates", '{"name": "t", "spec": {"name": "x", "env": ' + deep + "}}"),
+            ("/api/v1/jobs", '{"name": "x", "command": ' + deep + "}"),
+            ("/api/v1/queues/default", '{"account": "default", "quotas": ' + deep + "}"),
         ):
             r = api.client.request(
                 "PUT" if "queues" in path else "POST",
