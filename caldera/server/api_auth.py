@@ -45,6 +45,7 @@ class TokenIn(BaseModel):
 
 
 def client_address(request: Request) -> str:
+    """The connection's address; a proxy's X-Forwarded-For only from CALDERA_TRUSTED_PROXIES (serve.proxy_options)."""
     return request.client.host if request.client else "?"
 
 
