@@ -15,6 +15,7 @@ from caldera.core.tenancy import Role
 from caldera.db.models import Image, ImageQuota, User
 from caldera.images import catalogue, registry, snapshot
 from caldera.images.builds import BuildQueue, log_path
+from caldera.images.catalogue import RegistryDown
 from caldera.images.form import CUDA, CUDNN, NAME, PYTHONS, TAG, BuildForm
 from caldera.runtime.local.log_follow import follow_file
 from caldera.server import audit, tenancy
@@ -25,10 +26,6 @@ from caldera.server.params import Offset
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/images", tags=["images"])
-
-
-class RegistryDown(CalderaError):
-    status = 503
 
 
 class SnapshotForm(BaseModel):
