@@ -20,6 +20,7 @@ from caldera.images import catalogue, registry
 from caldera.server import tenancy
 from tests.conftest import free_port, make_settings
 from tests.images_fixtures import registry_port  # noqa: F401 - fixture
+from tests.test_images import people  # noqa: F401 - fixture: ana and bob, members of account lab
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 JOB = {"name": "j", "command": ["true"]}
@@ -71,16 +72,6 @@ def _push(settings, repository: str, tag: str) -> tuple[str, str]:
     return r.headers["Docker-Content-Digest"], cfg["digest"]
 
 
-@pytest.fixture
-def people(api, admin):
-    api.client.post("/api/v1/accounts", json={"name": "lab"}, headers=admin)
-    ana = api.user(admin, "ana", default_account="lab")
-    bob = api.user(admin, "bob", default_account="lab")
-    for who in ("ana", "bob"):
-        assert api.client.post("/api/v1/accounts/lab/members", json={"username": who}, headers=admin).status_code == 201
-    return ana, bob
-
-
 def _image(api, owner: str, ns: str, visibility: str, name: str, tag: str = "1") -> dict:
     """A ready catalogue entry for an image really in the registry."""
     p = api.client.app.state.platform
@@ -106,7 +97,7 @@ def _names(img: dict, host: str) -> list[str]:
             f"{host}/{path}@{img['manifest']}", f"{path}@{img['manifest']}"]  # fmt: skip
 
 
-def test_another_users_private_image_is_refused_by_every_name(api, people):
+def test_another_users_private_image_is_refused_by_every_name(api, people):  # noqa: F811
     ana, bob = people
     host = registry.host(api.client.app.state.platform.settings)
     private = _image(api, "ana", "user/ana", "private", "mine")
@@ -122,7 +113,7 @@ def test_another_users_private_image_is_refused_by_every_name(api, people):
         assert r.json()["spec"]["image"] == private["ref"], name
 
 
-def test_names_outside_the_catalogue_are_refused_and_the_platform_images_run(api, people):
+def test_names_outside_the_catalogue_are_refused_and_the_platform_images_run(api, people):  # noqa: F811
     ana, _ = people
     for name in ("busybox", "docker.io/library/python:3.11", "quay.io/x/y:1", "localhost/ana/mine:1",
                  "sha256:" + "0" * 64, "0123456789ab", "user/ana/../bob/x:1"):  # fmt: skip
@@ -138,7 +129,7 @@ def test_names_outside_the_catalogue_are_refused_and_the_platform_images_run(api
     assert api.client.post("/api/v1/jobs", json=JOB, headers=ana).json()["spec"]["image"] is None  # the runtime's
 
 
-def test_a_short_name_prefers_the_users_own_and_refuses_to_guess_between_others(api, people):
+def test_a_short_name_prefers_the_users_own_and_refuses_to_guess_between_others(api, people):  # noqa: F811
     ana, bob = people
     public = _image(api, "ana", "public", "public", "env")
     account = _image(api, "ana", "account/lab", "account", "env")
