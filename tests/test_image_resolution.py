@@ -161,3 +161,38 @@ def test_a_registry_that_is_down_when_a_digest_must_be_looked_up_is_a_503(tmp_pa
                    headers={"Authorization": f"Bearer {tok['access_token']}"})  # fmt: skip
     assert r.status_code == 503 and "image registry" in r.json()["detail"], r.text
     p.engine.dispose()
+
+
+def test_under_podman_a_host_images_id_is_refused_and_the_resolved_default_runs(tmp_path, db_url):
+    """The attack as it was, against a real `caldera up` on the container runtime: a job named an image by the id
+    podman shows (here the base image's, which is in no catalogue), and podman ran it. Now it is refused, and the
+    platform image named by its short name runs under the reference it resolves to."""
+    from caldera.runtime.container import probe
+    from caldera.runtime.container.image import ImageInfo
+    from caldera.runtime.container.podman import Podman
+    from caldera.runtime.container.settings import ContainerSettings
+    from tests.conftest import ServerProcess, kill_job_processes, server_env, traversable
+    from tests.test_server_process import token, until
+
+    if not probe.usable():
+        pytest.skip("needs podman and the base image (caldera images bootstrap)")
+    cs = ContainerSettings()
+    base = ImageInfo.load(Podman(cs.global_args()), cs.image)
+    assert base is not None
+    env = {**server_env(tmp_path, db_url), "CALDERA_RUNTIME": "container"}
+    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()
+    try:
+        h = token(srv)
+        job = {"name": "which", "command": ["cat", "/etc/debian_version"]}
+        for name in (base.id, base.id[:12], "sha256:" + base.id):
+            r = httpx.post(srv.url + "/api/v1/jobs", json={**job, "image": name}, headers=h)
+            assert r.status_code == 404 and "no image" in r.json()["detail"], (name, r.text)
+        r = httpx.post(srv.url + "/api/v1/jobs", json={**job, "image": cs.image}, headers=h)
+        assert r.status_code == 201 and r.json()["spec"]["image"] == "localhost/" + cs.image, r.text
+        done = until(srv, h, r.json()["id"], {"Succeeded", "Failed"}, timeout=120)
+        assert done["state"] == "Succeeded", done
+        log = httpx.get(f"{srv.url}/api/v1/jobs/{done['id']}/logs", headers=h).text
+        assert log.strip()[:2].isdigit(), log
+    finally:
+        srv.stop()
+        kill_job_processes(srv.data_dir)
