@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fastapi import APIRouter, Body, Depends, Header, Request
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
@@ -22,7 +22,6 @@ from caldera.server import audit, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import CalderaError, Forbidden, Invalid, InvalidFields, NotFound
 from caldera.server.log_stream import Progress, live_events, parse_resume, sse_response
-from caldera.server.params import Offset
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/images", tags=["images"])
@@ -170,7 +169,7 @@ def _own_build(db: Session, user: User, image_id: str) -> Image:
 def build_log(
     image_id: str,
     follow: bool = False,
-    offset: Offset = 0,
+    offset: int = Query(0, ge=0, le=1 << 40),  # a position every file system can seek to
     user: User = Depends(current_user),
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
