@@ -178,12 +178,15 @@ def test_values_the_database_cannot_hold_are_400(api, admin):
 
 def _integer_parameters(app):
     """(route, name, json schema) of every integer path and query parameter of every route, pages included."""
-    from fastapi.dependencies.utils import get_flat_dependant
     from pydantic import TypeAdapter
 
+    def params(dependant):  # the route's own parameters and those its dependencies read, at any depth
+        yield from (*dependant.path_params, *dependant.query_params)
+        for sub in dependant.dependencies:
+            yield from params(sub)
+
     for route in api_routes(app):
-        flat = get_flat_dependant(route.dependant)  # the route's own parameters and those its dependencies read
-        for param in [*flat.path_params, *flat.query_params]:
+        for param in params(route.dependant):
             info = param.field_info
             annotated = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
             schema = TypeAdapter(annotated).json_schema()
