@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class FakeGpu(BaseModel):
@@ -104,6 +105,11 @@ class Settings(BaseSettings):
     login_max_failures_per_user: int = Field(5, ge=1, description="failed logins of one name per window, then 429")
     login_max_failures_per_address: int = Field(20, ge=1, description="failed logins from one address per window")
     login_window_s: float = Field(300.0, gt=0, description="the window failed logins are counted over")
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="reverse proxies (addresses or CIDRs, comma-separated) whose X-Forwarded-For names the client; "
+        "none: the header is ignored and the client is the connection's address",
+    )
 
     # images (README "Images"): the platform's docker-registry on 127.0.0.1:registry_port unless a URL is given
     registry_url: str | None = Field(None, max_length=256, description="an OCI registry, e.g. http://reg:5000")
@@ -116,6 +122,13 @@ class Settings(BaseSettings):
     image_build_memory_mib: int = Field(4096, ge=256, description="memory one image build may use")
     image_build_timeout_s: float = Field(3600.0, gt=0, description="a build running longer fails")
     snapshot_max_mib: int = Field(10240, ge=1, description="a session snapshot larger than this is refused")
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _networks(cls, value: object) -> list[str]:
+        """Each an address or a network; a wildcard is refused: trusting everyone is trusting no limit."""
+        items = value.replace(",", " ").split() if isinstance(value, str) else value
+        return [str(ipaddress.ip_network(item, strict=False)) for item in items]  # type: ignore[union-attr]
 
     @model_validator(mode="after")
     def _pairing_needs_drain(self) -> Settings:

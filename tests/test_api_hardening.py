@@ -1,8 +1,12 @@
 """Inputs an attacker (or a careless script) sends: huge and malformed specs, unknown filters, absurd log offsets,
 priorities nobody granted, jobs no cap would ever let start."""
 
+from typing import Annotated
+
 from caldera.core.spec import MAX_COMMAND_CHARS, MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS
 from caldera.db.models import Job
+from caldera.server.params import DB_INT_MAX, INT64_MAX
+from tests.routes import api_routes
 from tests.test_runs import _submit, _until
 
 BATCH = {"name": "hello", "command": "echo hi"}
@@ -84,11 +88,13 @@ def test_log_offsets_past_the_end_give_nothing(api, admin):
     base = f"/api/v1/jobs/{jid}/logs"
     assert api.client.get(base, headers=admin).text == "hello log\n"
     assert api.client.get(base + "?offset=6", headers=admin).text == "log\n"
-    for offset in (10, 10**6, 2**63, 10**40):
+    for offset in (10, 10**6, INT64_MAX):
         r = api.client.get(f"{base}?offset={offset}", headers=admin)
         assert r.status_code == 200 and r.text == "", offset
         r = api.client.get(f"{base}?offset={offset}&follow=true", headers=admin)
         assert r.status_code == 200 and r.text == "", offset
+    for offset in (INT64_MAX + 1, 10**40):  # past any integer a store holds: the one rule for every integer
+        assert api.client.get(f"{base}?offset={offset}", headers=admin).status_code == 400, offset
     assert api.client.get(f"{base}?offset=-1", headers=admin).status_code == 400
     assert api.client.get(f"{base}?rank={10**30}", headers=admin).status_code == 400
 
@@ -168,3 +174,88 @@ def test_values_the_database_cannot_hold_are_400(api, admin):
     ):
         r = api.client.request(method, path, json=body, headers=admin)
         assert r.status_code in (201, 400, 401, 404), (method, path, r.status_code, r.text)
+
+
+def _integer_parameters(app):
+    """(route, name, json schema) of every integer path and query parameter of every route, pages included."""
+    from pydantic import TypeAdapter
+
+    def params(dependant):  # the route's own parameters and those its dependencies read, at any depth
+        yield from (*dependant.path_params, *dependant.query_params)
+        for sub in dependant.dependencies:
+            yield from params(sub)
+
+    for route in api_routes(app):
+        for param in params(route.dependant):
+            info = param.field_info
+            annotated = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+            schema = TypeAdapter(annotated).json_schema()
+            for option in schema.get("anyOf", [schema]):
+                if option.get("type") == "integer":
+                    yield f"{sorted(route.methods)} {route.path}", param.name, option
+
+
+def test_every_integer_parameter_of_every_route_is_bounded(api):
+    """The class of 500s that template ids past 2**63 were (SQLite's OverflowError): read off the route table, so a
+    route added later without bounds fails here; then each is called just past its bound."""
+    found = list(_integer_parameters(api.client.app))
+    assert len(found) >= 10, found  # the table was read: ids of tokens, keys, templates; offsets, limits, ranks
+    for route, name, schema in found:
+        assert "minimum" in schema and "maximum" in schema, (route, name, schema)
+        assert schema["minimum"] >= -INT64_MAX and schema["maximum"] <= INT64_MAX, (route, name, schema)
+
+
+def test_ids_past_the_databases_range_are_400_not_500(api, admin):
+    api.client.post("/api/v1/templates", json={"name": "t", "spec": BATCH}, headers=admin)
+    tid = api.client.get("/api/v1/templates", headers=admin).json()[0]["id"]
+    for huge in (DB_INT_MAX + 1, 2**63, 2**64 + 1, 10**40):
+        for method, path, body in (
+            ("GET", f"/api/v1/templates/{huge}", None),
+            ("PUT", f"/api/v1/templates/{huge}/share", {"account": None}),
+            ("DELETE", f"/api/v1/templates/{huge}", None),
+            ("DELETE", f"/api/v1/tokens/{huge}", None),
+            ("DELETE", f"/api/v1/ssh-keys/{huge}", None),
+        ):
+            r = api.client.request(method, path, json=body, headers=admin)
+            assert r.status_code == 400, (method, path, r.status_code, r.text)
+    assert api.client.get(f"/api/v1/templates/{tid}", headers=admin).status_code == 200  # the control
+    assert api.client.get(f"/api/v1/templates/{DB_INT_MAX}", headers=admin).status_code == 404
+
+
+def test_deep_or_aliased_yaml_is_refused_with_its_reason_not_a_500(api, admin):
+    """The portal's "Import YAML" (and `caldera submit`'s parser, the same function): PyYAML composes recursively,
+    so a deeply nested document was a RecursionError; aliases would expand to any size."""
+    from caldera.core.spec import MAX_SPEC_YAML_DEPTH
+    from tests.portal import browser_for, field_errors, post_form
+
+    me = browser_for(api.client, "admin", "admin-password")
+    deep = MAX_SPEC_YAML_DEPTH + 1
+    cases = {
+        "name: x\ncommand: 'true'\nenv: " + "[" * 60_000: "nested deeper than",
+        "name: x\nsurprise: " + "{a: " * deep + "1" + "}" * deep: "nested deeper than",
+        "name: x\nsurprise:\n" + "".join("  " * i + "- \n" for i in range(1, deep + 2)): "nested deeper than",
+        "a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nname: x": "aliases",
+    }
+    for text, reason in cases.items():
+        r = post_form(me, "/new/batch/import", {"yaml": text})
+        assert r.status_code == 400, (text[:80], r.status_code)
+        assert reason in " ".join(field_errors(r.text, "yaml")), text[:80]
+    control = "name: x\ncommand: 'true'\nresources: {gpu: 1}\nenv: {A: '1'}\n"
+    assert post_form(me, "/new/batch/import", {"yaml": control}).status_code == 200
+
+
+def test_deeply_nested_json_bodies_are_4xx(api, admin):
+    for depth in (100, 5_000, 300_000):
+        deep = "[" * depth + "]" * depth
+        for path, body in (
+            ("/api/v1/templates", '{"name": "t", "spec": {"name": "x", "env": ' + deep + "}}"),
+            ("/api/v1/jobs", '{"name": "x", "command": ' + deep + "}"),
+            ("/api/v1/queues/default", '{"account": "default", "quotas": ' + deep + "}"),
+        ):
+            r = api.client.request(
+                "PUT" if "queues" in path else "POST",
+                path,
+                content=body,
+                headers={**admin, "Content-Type": "application/json"},
+            )
+            assert 400 <= r.status_code < 500, (path, depth, r.status_code, r.text[:200])

@@ -1,11 +1,19 @@
 """Every route of the OpenAPI document, fuzzed by schemathesis (from PyPI), as a normal user and as an admin: no
-input may make the server answer 5xx. Bounded: a couple of dozen examples per operation and role."""
+input may make the server answer 5xx. Bounded: a couple of dozen examples per operation and role, and for each
+operation two more at the limits of their types (issue 21's 500s were an id past 2**63 and a deeply nested
+document): every integer of its path, query and body past any database's range, and every body field nested deep."""
+
+from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
+from schemathesis.core import NOT_SET
+from schemathesis.generation.hypothesis.examples import generate_one
 
 EXAMPLES = 25
+HUGE = 2**64 + 1  # past PostgreSQL's integer and bigint and SQLite's 64 bits
+DEEP = 300  # nesting that a client's JSON encoder still writes; the server's limits are tested deeper apart
 
 
 def _document() -> dict:
@@ -19,6 +27,51 @@ def _document() -> dict:
 
 
 schema = schemathesis.openapi.from_dict(_document())
+
+
+def _huge(value: Any) -> Any:
+    """Every integer (not a boolean) in ``value`` replaced by one past every database's range."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return HUGE
+    if isinstance(value, dict):
+        return {k: _huge(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_huge(v) for v in value]
+    return value
+
+
+def _nested(value: Any) -> Any:
+    for _ in range(DEEP):
+        value = [value] if len(str(value)) % 2 else {"a": value}
+    return value
+
+
+def _deep(body: Any) -> Any:
+    """Each field of a body nested DEEP levels down (the body itself, if it is not an object)."""
+    return {k: _nested(v) for k, v in body.items()} if isinstance(body, dict) else _nested(body)
+
+
+@schema.hook
+def before_add_examples(context, examples) -> None:
+    """Two explicit cases per operation, made from a generated valid one: every integer at HUGE, every body field
+    nested deep. Explicit: they run on every run, whatever the fuzzer draws."""
+    operation = context.operation
+    base = generate_one(operation.as_strategy())
+    same = {"media_type": base.media_type, "headers": dict(base.headers or {})}
+    examples.append(
+        operation.Case(
+            path_parameters=_huge(base.path_parameters),
+            query=_huge(base.query),
+            body=base.body if base.body is NOT_SET else _huge(base.body),
+            **same,
+        )
+    )
+    if base.body is not NOT_SET and "json" in (base.media_type or ""):
+        examples.append(
+            operation.Case(path_parameters=base.path_parameters, query=base.query, body=_deep(base.body), **same)
+        )
 
 
 @pytest.fixture(scope="module")

@@ -199,9 +199,40 @@ def parse_spec(data: dict[str, Any]) -> JobSpec:
         raise SpecError(spec_errors(exc)) from None
 
 
+MAX_SPEC_YAML_CHARS = 131072  # a spec's command and env are far below this (their own limits above)
+MAX_SPEC_YAML_DEPTH = 32  # a spec nests three levels (resources, env); PyYAML composes one Python frame per level
+
+
+class _SpecYamlLoader(yaml.SafeLoader):
+    """The safe loader, refusing what no job spec needs and what would cost the server: nesting past
+    ``MAX_SPEC_YAML_DEPTH`` (a deeply nested document was a RecursionError, a 500) and aliases (a few anchored lines
+    expand to a tree of billions of nodes once validated)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", event.start_mark)
+        if self.depth >= MAX_SPEC_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_SPEC_YAML_DEPTH} levels", event.start_mark
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
 def load_spec_yaml(text: str) -> JobSpec:
+    """A job file as `caldera submit` and the portal's "Import YAML" read it, bounded in size and depth."""
+    if len(text) > MAX_SPEC_YAML_CHARS:
+        raise SpecError([{"field": "spec", "reason": f"at most {MAX_SPEC_YAML_CHARS} characters of YAML"}])
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SpecYamlLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         raise SpecError([{"field": "spec", "reason": f"not valid YAML: {exc}"}]) from None
     if not isinstance(data, dict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from caldera.core.tenancy import Role
 from caldera.db.models import Image, ImageQuota, User
 from caldera.images import registry
 from caldera.server import tenancy
-from caldera.server.errors import Conflict, Forbidden, Invalid, NotFound
+from caldera.server.errors import CalderaError, Conflict, Forbidden, Invalid, NotFound
 
 MIB = 1 << 20
 
@@ -110,17 +111,6 @@ def visible(db: Session, user: User, image_id: str) -> Image:
     return img
 
 
-def by_reference(db: Session, settings: Settings, ref: str) -> Image | None:
-    """The ready catalogue image a job's ``image:`` names, or None when it names none of the registry's."""
-    prefix = registry.host(settings) + "/"
-    if not ref.startswith(prefix):
-        return None
-    path, _, tag = ref.removeprefix(prefix).rpartition(":")
-    ns, _, name = path.rpartition("/")
-    q = select(Image).where(Image.namespace == ns, Image.name == name, Image.tag == tag, Image.state == "ready")
-    return db.scalars(q).first()
-
-
 def view(settings: Settings, img: Image, owner: str | None) -> dict[str, Any]:
     return {
         "id": img.id,
@@ -140,13 +130,77 @@ def view(settings: Settings, img: Image, owner: str | None) -> dict[str, Any]:
     }
 
 
-def check_job_image(db: Session, settings: Settings, user: User, ref: str) -> None:
-    """A job may name a registry image only if it is ready and this user may use it; other names (the host's own
-    images, e.g. the default) are the runtime's to find."""
-    if not ref.startswith(registry.host(settings) + "/"):
-        return
-    img = by_reference(db, settings, ref)
-    if img is None:
-        raise Invalid("image", f"no ready image {ref!r} in the catalogue")
-    if not may_use(db, user, img):
-        raise Forbidden(f"image {ref!r} is not yours to use ({img.visibility})")
+class RegistryDown(CalderaError):
+    status = 503
+
+
+# the platform's own images on the host, made by an admin (`caldera images bootstrap`: the bases and the default);
+# users' images live in the registry, so no user makes one of these names
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+_PLATFORM_IMAGE = re.compile(rf"(?:localhost/)?(caldera/[a-z0-9]+(?:[._-][a-z0-9]+)*)(?::({_TAG}))?")
+_ID = re.compile(r"(?:sha256:)?([0-9a-f]{12,64})")  # podman's image id (or a prefix of it) or a manifest digest
+_CATALOGUE_ID = re.compile(r"[0-9a-f]{10}")  # Image.id
+_DIGEST = r"sha256:[0-9a-f]{64}"
+_REFERENCE = re.compile(rf"(?P<path>[a-z0-9][a-z0-9._/-]*?)(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?")
+
+
+def resolve_job_image(db: Session, settings: Settings, user: User, name: str) -> str:
+    """The reference a job runs in, for what its ``image:`` says: one of the platform's own images on the host, or a
+    ready catalogue image this user may run named by its reference (with or without the registry's host), by its
+    name and tag alone (the user's own namespace first), by its catalogue id, by its podman image id or by its
+    manifest digest. Anything else is refused: the runtime only ever gets the reference returned here, never the
+    user's string, so podman never resolves a user's id, digest or short name to an image on the host that is
+    not theirs to run."""
+    platform_image = _PLATFORM_IMAGE.fullmatch(name)
+    if platform_image:
+        return f"localhost/{platform_image[1]}:{platform_image[2] or 'latest'}"
+    img = db.get(Image, name) if _CATALOGUE_ID.fullmatch(name) else None
+    if img is not None and img.state == "ready" and may_use(db, user, img):
+        return reference(settings, img)  # its catalogue id, as `caldera images list` shows it
+    by_id = _ID.fullmatch(name)
+    if by_id:
+        return reference(settings, _by_digest(settings, runnable(db, user), by_id[1], name))
+    ref = _REFERENCE.fullmatch(name.removeprefix(registry.host(settings) + "/"))
+    found = _named(db, user, ref, name) if ref else []
+    if ref and ref["digest"] and found:
+        found = [_by_digest(settings, found, ref["digest"].removeprefix("sha256:"), name)]
+    if len(found) > 1:
+        names = ", ".join(sorted(f"{i.namespace}/{i.name}:{i.tag}" for i in found))
+        raise Invalid("image", f"{name!r} names several images you may run ({names}); name one of them")
+    if not found:
+        raise NotFound(f"no image {name!r} in the catalogue; `caldera images list` shows the images you may run")
+    return reference(settings, found[0])
+
+
+def _named(db: Session, user: User, ref: re.Match, name: str) -> list[Image]:
+    """The ready images this user may run that ``ref`` names: with a namespace, that one (another user's private
+    image is a 403, as its reference says whose it is); a name alone, among the images the user may run, their
+    own namespace first. No tag means ``latest``, or any tag when a digest says which."""
+    ns, _, short = ref["path"].rpartition("/")
+    tag = ref["tag"] or (None if ref["digest"] else "latest")
+    if not ns:
+        found = [i for i in runnable(db, user) if i.name == short and tag in (None, i.tag)]
+        return [i for i in found if i.namespace == f"user/{user.username}"] or found
+    q = select(Image).where(Image.namespace == ns, Image.name == short, Image.state == "ready")
+    named = list(db.scalars(q if tag is None else q.where(Image.tag == tag)))
+    mine = [i for i in named if may_use(db, user, i)]
+    if named and not mine:
+        raise Forbidden(f"image {name!r} is not yours to use ({named[0].visibility})")
+    return mine
+
+
+def runnable(db: Session, user: User) -> list[Image]:
+    return [i for i in usable(db, user) if i.state == "ready"]
+
+
+def _by_digest(settings: Settings, candidates: list[Image], digest: str, name: str) -> Image:
+    """The one of ``candidates`` whose manifest or config (image id) digest is or starts with ``digest``, as the
+    registry has them."""
+    for img in candidates:
+        try:
+            known = registry.digests(settings, f"{img.namespace}/{img.name}", img.tag)
+        except registry.RegistryError as exc:
+            raise RegistryDown(f"{exc}; name the image by its reference instead") from None
+        if any(d.removeprefix("sha256:").startswith(digest) for d in known):
+            return img
+    raise NotFound(f"no image {name!r} among the images you may run; `caldera images list` shows them")

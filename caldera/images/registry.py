@@ -131,6 +131,24 @@ def delete(settings: Settings, repository: str, tag: str) -> None:
         raise RegistryError(f"the registry refused to delete {repository}:{tag} ({r.status_code})")
 
 
+def digests(settings: Settings, repository: str, tag: str) -> set[str]:
+    """The digests that name this tag's image: its manifest's (``name@sha256:...``) and its config's (the image id
+    podman shows). Empty when the tag is not there."""
+    try:
+        r = httpx.get(
+            f"{url(settings)}/v2/{repository}/manifests/{tag}",
+            headers={"Accept": _MANIFESTS},
+            auth=auth(settings),
+            timeout=10,
+        )
+    except httpx.HTTPError as exc:
+        raise RegistryError(f"the image registry at {url(settings)} is not reachable: {exc}") from None
+    if r.status_code != 200:
+        return set()
+    found = {r.headers.get("Docker-Content-Digest", ""), (r.json().get("config") or {}).get("digest", "")}
+    return {d for d in found if d.startswith("sha256:")}
+
+
 def tags(settings: Settings, repository: str) -> list[str]:
     r = httpx.get(f"{url(settings)}/v2/{repository}/tags/list", auth=auth(settings), timeout=10)
     return (r.json().get("tags") or []) if r.status_code == 200 else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from caldera.db.models import ApiToken, RefreshToken, User
 from caldera.server import authenticators, tenancy
 from caldera.server.deps import current_user, db_session, platform
+from caldera.server.params import RowId
 from caldera.server.platform import Platform
 from caldera.server.ratelimit import LoginThrottle
 from caldera.server.security import (
@@ -44,6 +45,7 @@ class TokenIn(BaseModel):
 
 
 def client_address(request: Request) -> str:
+    """The connection's address; a proxy's X-Forwarded-For only from CALDERA_TRUSTED_PROXIES (serve.proxy_options)."""
     return request.client.host if request.client else "?"
 
 
@@ -172,9 +174,7 @@ def list_tokens(user: User = Depends(current_user), db: Session = Depends(db_ses
 
 
 @router.delete("/tokens/{token_id}")
-def revoke_token(
-    token_id: int = Path(..., ge=1, le=2**31 - 1), user: User = Depends(current_user), db: Session = Depends(db_session)
-) -> dict:
+def revoke_token(token_id: RowId, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
     row = db.get(ApiToken, token_id)
     if row is None or row.user_id != user.id:
         raise HTTPException(404, "no such token")

@@ -15,6 +15,7 @@ from caldera.core.tenancy import Role
 from caldera.db.models import Image, ImageQuota, User
 from caldera.images import catalogue, registry, snapshot
 from caldera.images.builds import BuildQueue, log_path
+from caldera.images.catalogue import RegistryDown
 from caldera.images.form import CUDA, CUDNN, NAME, PYTHONS, TAG, BuildForm
 from caldera.runtime.local.log_follow import follow_file
 from caldera.server import audit, tenancy
@@ -24,10 +25,6 @@ from caldera.server.log_stream import Progress, live_events, parse_resume, sse_r
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/images", tags=["images"])
-
-
-class RegistryDown(CalderaError):
-    status = 503
 
 
 class SnapshotForm(BaseModel):
@@ -172,7 +169,7 @@ def _own_build(db: Session, user: User, image_id: str) -> Image:
 def build_log(
     image_id: str,
     follow: bool = False,
-    offset: int = Query(0, ge=0, le=1 << 40),
+    offset: int = Query(0, ge=0, le=1 << 40),  # a position every file system can seek to
     user: User = Depends(current_user),
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),

@@ -18,6 +18,7 @@ from caldera.server import jobs
 from caldera.server.deps import current_user, db_session, platform
 from caldera.server.errors import Invalid
 from caldera.server.log_stream import Progress, live_events, parse_resume, sse_response
+from caldera.server.params import DB_INT_MAX, Offset
 from caldera.server.platform import Platform
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -99,9 +100,9 @@ def cancel(
 @router.get("/{job_id}/logs")
 def logs(
     job_id: str,
-    rank: int | None = Query(None, ge=0),
+    rank: int | None = Query(None, ge=0, le=DB_INT_MAX),
     follow: bool = False,
-    offset: int = Query(0, ge=0, description="bytes to skip; past the end gives nothing"),
+    offset: Offset = 0,  # bytes to skip; past the end gives nothing
     user: User = Depends(current_user),
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
@@ -136,7 +137,7 @@ def logs(
 @router.get("/{job_id}/stream")
 def stream(
     job_id: str,
-    rank: int | None = Query(None, ge=0),
+    rank: int | None = Query(None, ge=0, le=DB_INT_MAX),
     last_event_id: str | None = Header(None, max_length=64),
     user: User = Depends(current_user),
     p: Platform = Depends(platform),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -16,6 +16,7 @@ from caldera.core import ssh_keys
 from caldera.db.models import SshKey, User
 from caldera.server.deps import current_user, db_session
 from caldera.server.errors import Conflict, Invalid, NotFound
+from caldera.server.params import RowId
 from caldera.server.user_keys import user_keys
 
 router = APIRouter(prefix="/api/v1", tags=["auth"])
@@ -86,9 +87,7 @@ def list_keys(user: User = Depends(current_user), db: Session = Depends(db_sessi
 
 
 @router.delete("/ssh-keys/{key_id}")
-def delete_key(
-    key_id: int = Path(..., ge=1, le=2**31 - 1), user: User = Depends(current_user), db: Session = Depends(db_session)
-) -> dict:
+def delete_key(key_id: RowId, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
     row = db.get(SshKey, key_id)
     if row is None or row.user_id != user.id:
         raise NotFound("no such SSH key")

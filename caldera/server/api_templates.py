@@ -18,6 +18,7 @@ from caldera.db.models import JobTemplate, User
 from caldera.server import tenancy
 from caldera.server.deps import current_user, db_session
 from caldera.server.errors import Conflict, Invalid, NotFound
+from caldera.server.params import RowId
 
 router = APIRouter(prefix="/api/v1/templates", tags=["templates"])
 MAX_TEMPLATES_PER_USER = 200
@@ -128,14 +129,14 @@ def create_template(body: TemplateIn, user: User = Depends(current_user), db: Se
 
 
 @router.get("/{template_id}")
-def get_template(template_id: int, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
+def get_template(template_id: RowId, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
     t = visible(db, user, template_id)
     return view(t, _owner_name(db, t))
 
 
 @router.put("/{template_id}/share")
 def share_template(
-    template_id: int, body: ShareIn, user: User = Depends(current_user), db: Session = Depends(db_session)
+    template_id: RowId, body: ShareIn, user: User = Depends(current_user), db: Session = Depends(db_session)
 ) -> dict:
     t = _owned(db, user, template_id)
     _check_share(db, user, body.account)
@@ -145,7 +146,7 @@ def share_template(
 
 
 @router.delete("/{template_id}")
-def delete_template(template_id: int, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
+def delete_template(template_id: RowId, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
     t = _owned(db, user, template_id)
     db.delete(t)
     db.commit()

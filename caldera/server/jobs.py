@@ -62,8 +62,8 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
         raise Invalid("account", f"unknown account {account!r}") from None
     if user.role != Role.ADMIN.value and not tenancy.is_member(db, user, account):
         raise Invalid("account", f"you are not a member of account {account!r}")
-    if spec.image:
-        catalogue.check_job_image(db, p.settings, user, spec.image)
+    if spec.image:  # the runtime gets the catalogue's reference, never the user's string
+        spec = spec.model_copy(update={"image": catalogue.resolve_job_image(db, p.settings, user, spec.image)})
     if spec.queue:
         try:
             _, owner = tenancy.get_queue(db, spec.queue)

@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 
+from caldera.config import Settings
 from caldera.server.app import create_app
 from caldera.server.lab_app import create_lab_app
 from caldera.server.platform import Platform
@@ -20,11 +22,17 @@ class _Server(uvicorn.Server):
         yield  # serve() below stops both servers on one signal
 
 
+def proxy_options(s: Settings) -> dict[str, Any]:
+    """uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise, and every local process (each job of
+    the process runtime) connects from there: only the proxies an admin configured are believed, none by default."""
+    return {"proxy_headers": bool(s.trusted_proxies), "forwarded_allow_ips": list(s.trusted_proxies)}
+
+
 def serve(platform: Platform) -> None:
     s = platform.settings
     servers = [
-        _Server(uvicorn.Config(create_app(platform), host=s.host, port=s.port, log_level="warning")),
-        _Server(uvicorn.Config(create_lab_app(platform), host=s.host, port=s.lab_bind_port, log_level="warning")),
+        _Server(uvicorn.Config(app, host=s.host, port=port, log_level="warning", **proxy_options(s)))
+        for app, port in ((create_app(platform), s.port), (create_lab_app(platform), s.lab_bind_port))
     ]
 
     def stop(*_: object) -> None:

@@ -12,6 +12,7 @@ from caldera.db.models import User
 from caldera.server import api_auth, api_ssh_keys, tenancy
 from caldera.server.deps import db_session
 from caldera.server.errors import NotFound
+from caldera.server.params import RowId
 from caldera.server.web import api_call, overview
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
@@ -61,7 +62,7 @@ def create_token(
 
 
 @router.post("/tokens/{token_id}/revoke")
-def revoke_token(token_id: int, user: User = Depends(page_user), db: Session = Depends(db_session)):
+def revoke_token(token_id: RowId, user: User = Depends(page_user), db: Session = Depends(db_session)):
     try:
         api_auth.revoke_token(token_id=token_id, user=user, db=db)
     except HTTPException:  # not the user's: the same 404 as the API's
@@ -88,7 +89,7 @@ def add_ssh_key(
 
 
 @router.post("/ssh-keys/{key_id}/delete")
-def delete_ssh_key(key_id: int, user: User = Depends(page_user), db: Session = Depends(db_session)):
+def delete_ssh_key(key_id: RowId, user: User = Depends(page_user), db: Session = Depends(db_session)):
     try:
         api_ssh_keys.delete_key(key_id=key_id, user=user, db=db)
     except NotFound:  # not the user's: the same 404 as the API's

@@ -67,6 +67,22 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             r"you have (?P<n>\d+) SSH keys, the most one may keep; delete some first",
             _("you have %(n)s SSH keys, the most one may keep; delete some first"),
         ),
+        (
+            r"no image (?P<name>.*) in the catalogue; `caldera images list` shows the images you may run",
+            _("no image %(name)s in the catalogue; `caldera images list` shows the images you may run"),
+        ),
+        (
+            r"no image (?P<name>.*) among the images you may run; `caldera images list` shows them",
+            _("no image %(name)s among the images you may run; `caldera images list` shows them"),
+        ),
+        (
+            r"image (?P<name>.*) is not yours to use \((?P<visibility>[a-z]+)\)",
+            _("image %(name)s is not yours to use (%(visibility)s)"),
+        ),
+        (
+            r"(?P<name>.*) names several images you may run \((?P<names>.*)\); name one of them",
+            _("%(name)s names several images you may run (%(names)s); name one of them"),
+        ),
     )
 )
 

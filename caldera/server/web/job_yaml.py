@@ -7,10 +7,10 @@ import shlex
 
 import yaml
 
-from caldera.core.spec import JobSpec, load_spec_yaml
+from caldera.core.spec import MAX_SPEC_YAML_CHARS, JobSpec, load_spec_yaml
 from caldera.db.models import Job
 
-MAX_YAML_CHARS = 131072  # a spec's command and env are far below this (core.spec limits)
+MAX_YAML_CHARS = MAX_SPEC_YAML_CHARS  # the form field's limit is the parser's
 
 
 def body_of_job(job: Job) -> dict:

@@ -15,6 +15,7 @@ from caldera.images import catalogue
 from caldera.server import api_images, api_jobs, api_templates, jobs, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
+from caldera.server.params import RowId
 from caldera.server.platform import Platform
 from caldera.server.web import api_call, job_forms, job_yaml, overview, queue_view
 from caldera.server.web.render import page
@@ -89,7 +90,7 @@ def new_job(
     request: Request,
     kind: str,
     clone: str = "",
-    template: int | None = None,
+    template: RowId | None = None,
     image: str = Query("", max_length=512),
     user=Depends(page_user),
     p=Depends(platform),

@@ -13,6 +13,7 @@ from caldera.db.models import User
 from caldera.server import api_templates, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
+from caldera.server.params import RowId
 from caldera.server.platform import Platform
 from caldera.server.web import api_call, job_forms, jobs_pages
 from caldera.server.web.render import page
@@ -67,7 +68,7 @@ def _page_errors(fn, **kw):
 @router.post("/templates/{template_id}/share")
 def share(
     request: Request,
-    template_id: int,
+    template_id: RowId,
     account: str = Form("", max_length=64),
     user: User = Depends(page_user),
     db: Session = Depends(db_session),
@@ -82,6 +83,6 @@ def share(
 
 
 @router.post("/templates/{template_id}/delete")
-def delete(template_id: int, user: User = Depends(page_user), db: Session = Depends(db_session)):
+def delete(template_id: RowId, user: User = Depends(page_user), db: Session = Depends(db_session)):
     _page_errors(api_templates.delete_template, template_id=template_id, user=user, db=db)
     return RedirectResponse("/templates", 303)
