@@ -56,3 +56,13 @@ def module(name: str) -> None:
 def podman_usable() -> None:
     """For ``pytestmark = pytest.mark.usefixtures("podman_usable")`` (import it into the module)."""
     podman()
+
+
+@pytest.fixture
+def buildah_usable() -> None:
+    buildah()
+
+
+@pytest.fixture
+def root_user() -> None:
+    root()
