@@ -96,6 +96,24 @@ class Planted:
             m.unlink()
 
 
+# where each attacker file lies in the attack directory of the owner's workspace
+LAYOUT = {
+    "preload": "preload.so",
+    "audit": "audit.so",
+    "libdir": "lib",
+    "pypath": "pypath",
+    "pyhome": "pyhome",
+    "userbase": "userbase",
+    "startup": "startup.py",
+    "bashenv": "bashenv.sh",
+    "shenv": "env.sh",
+    "perl": "perl",
+    "node_hook": "hook.js",
+    "gconv": "gconv",
+    "conf": "containers.conf",
+}
+
+
 def _gcc(out: Path, label: str, markers: Path, *extra: str) -> None:
     src = out.with_suffix(".c")
     src.write_text(MARKER_C)
@@ -131,23 +149,7 @@ def plant(home: Path, run_as: RunAs) -> Planted:
         d.mkdir(parents=True, exist_ok=True)
     markers.chmod(0o777)
     py = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    p = Planted(
-        home=home,
-        markers=markers,
-        preload=a / "preload.so",
-        audit=a / "audit.so",
-        libdir=a / "lib",
-        pypath=a / "pypath",
-        pyhome=a / "pyhome",
-        userbase=a / "userbase",
-        startup=a / "startup.py",
-        bashenv=a / "bashenv.sh",
-        shenv=a / "env.sh",
-        perl=a / "perl",
-        node_hook=a / "hook.js",
-        gconv=a / "gconv",
-        conf=a / "containers.conf",
-    )
+    p = Planted(home=home, markers=markers, **{field: a / name for field, name in LAYOUT.items()})
     _gcc(p.preload, "ld_preload", markers)
     _gcc(p.audit, "ld_audit", markers)
     p.libdir.mkdir(exist_ok=True)
