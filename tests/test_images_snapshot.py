@@ -74,6 +74,7 @@ def _snapshot(api, headers, body: dict | None, iid: str = "") -> dict:
     )
 
 
+@pytest.mark.timeout(600)  # a first run builds the lab image too
 def test_a_saved_session_keeps_what_the_user_installed(api, admin, settings, tmp_path):
     ana, bob = api.user(admin, "ana"), api.user(admin, "bob")
     lab = _built(api, ana, {"name": "lab", "tag": "1", "jupyter": True})

@@ -231,7 +231,10 @@ ATTACKS = [
     Attack("newlines", lambda p: {"NEWLINES": "one\ntwo\n\n", "LEADING_NL": "\nx", "CR": "line\r", "CRLF": "a\r\nb"}),
     Attack("spaces-and-empty", lambda p: {"SPACES": "  x \t ", "EMPTY": "", "HASH": "#not a comment"}),
     Attack("long-multibyte", lambda p: {"LONG": "é" * MAX_ENV_VALUE_CHARS, "LONG_NL": "\n" + "x" * 30000}),
-    Attack("shell-names", lambda p: {"IFS": "ab\n", "PWD": "/nowhere", "OPTIND": "7", "OLDPWD": "q", "SHLVL": "9"}),
+    Attack(
+        "shell-names",
+        lambda p: {"IFS": "ab\n", "PWD": "/nowhere", "OPTIND": "7", "OLDPWD": "", "SHLVL": "9", "PS1": ""},
+    ),
 ]
 
 

@@ -10,6 +10,8 @@ second file, mounted read-only into the container at ``MOUNT``, that a fixed lau
 
 from __future__ import annotations
 
+import os
+
 from caldera.runtime.local.rundir import RunDir, write_text_atomic
 
 MOUNT = "/.caldera-env"  # in the container: the launcher and its values, read-only
@@ -20,16 +22,19 @@ _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 # own values for these are applied after the shell started, so the job still gets them
 _SHELL_VARS = frozenset({"IFS", "PWD", "OLDPWD", "PPID", "OPTIND", "SHLVL", "_", "PS1", "PS2", "PS4", "ENV"})
 
-# Run as the job's uid inside the container: ``values`` holds one ``NAME ESCAPED`` pair per line, NAME an
-# identifier (core.spec checks it) and ESCAPED only the characters of _SAFE and backslashes, so the one unquoted
-# expansion splits exactly into those words. Functions keep their own positional parameters, so the job's
-# command ("$@") is untouched and no shell variable of the launcher's own can collide with a job's name; the
-# trailing x keeps the newlines command substitution would strip. `command export` does not end the shell where a
-# shell keeps the name read-only (bash's PPID).
+# Run as the job's uid inside the container: ``values`` holds one ``NAME vESCAPED`` pair per line, NAME an
+# identifier (core.spec checks it) and ESCAPED only the characters of _SAFE and backslashes (after a v, so that an
+# empty value is a word too), so the one unquoted expansion splits exactly into those words, on the IFS set here
+# (a job's own IFS is among the values whenever the launcher runs). Functions keep their own positional
+# parameters, so the job's command ("$@") is untouched and no shell variable of the launcher's own can collide
+# with a job's name; the trailing x keeps the newlines command substitution would strip. `command export` does
+# not end the shell where a shell keeps the name read-only (bash's PPID).
 LAUNCHER = r"""# caldera: applies the job's environment values its env file cannot hold, then runs the job
 set -f
+IFS='
+ '
 caldera_set() {
-    set -- "$1" "$(printf '%bx' "$2")"
+    set -- "$1" "$(printf '%bx' "${2#v}")"
     command export "$1=${2%x}" 2>/dev/null
 }
 caldera_each() {
@@ -46,7 +51,7 @@ exec "$@"
 
 
 def _escape(value: str) -> str:
-    return "".join(chr(b) if b in _SAFE else f"\\0{b:03o}" for b in value.encode())
+    return "v" + "".join(chr(b) if b in _SAFE else f"\\0{b:03o}" for b in value.encode())
 
 
 def _fits_env_file(name: str, value: str) -> bool:
@@ -68,7 +73,9 @@ def write(rd: RunDir, rank: int, env: dict[str, str]) -> tuple[list[str], list[s
         return args, []
     # the directory is reached only through the 0700 run directory; in the container the job's uid reads it
     values = rd.path / f"rank-{rank}.env.d"
-    values.mkdir(mode=0o755)
-    write_text_atomic(values / "launch", LAUNCHER, mode=0o444)
-    write_text_atomic(values / "values", "".join(f"{k} {_escape(v)}\n" for k, v in rest.items()), mode=0o444)
+    values.mkdir()
+    write_text_atomic(values / "launch", LAUNCHER)
+    write_text_atomic(values / "values", "".join(f"{k} {_escape(v)}\n" for k, v in rest.items()))
+    for path, mode in ((values / "launch", 0o444), (values / "values", 0o444), (values, 0o555)):
+        os.chmod(path, mode)  # whatever the server's umask: the job's uid reads them, nobody writes them
     return [*args, "--volume", f"{values}:{MOUNT}:ro"], [SHELL, f"{MOUNT}/launch"]
