@@ -190,6 +190,22 @@ def test_launch_errors_are_typed_and_leave_nothing(rt, launch, settings) -> None
     assert list(settings.runs_dir.glob("*/1")) == []  # a failed launch is moved out of the way, never a live attempt
 
 
+def test_a_value_only_the_launcher_carries_needs_a_shell_in_the_image(rt, launch, tmp_path) -> None:
+    """A value with a line break is applied by the launcher, with the image's /bin/sh: an image without one
+    fails the launch with a reason (a value the env file holds does not need it)."""
+    (tmp_path / "root" / "etc").mkdir(parents=True)
+    tar = tmp_path / "noshell.tar"
+    subprocess.run(["tar", "-C", str(tmp_path / "root"), "-cf", str(tar), "."], check=True)
+    tag = f"caldera/test-noshell:{uuid.uuid4().hex[:8]}"
+    rt.podman.run("import", str(tar), tag)
+    try:
+        with pytest.raises(LaunchError) as err:
+            launch(image=tag, command=["./tool"], env={"MULTI": "a\nb"})
+        assert err.value.reason == "ShellNotInImage" and "/bin/sh" in str(err.value)
+    finally:
+        rt.podman.run("rmi", "--force", tag, check=False)
+
+
 def test_jobs_survive_a_sigkilled_server_and_are_reattached(settings, tmp_path) -> None:
     """A real server process launches a job in a container and is SIGKILLed; a new runtime finds it again."""
     server = textwrap.dedent(f"""
