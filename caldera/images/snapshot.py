@@ -86,21 +86,16 @@ def _env(config: dict) -> dict[str, str]:
 def _restore_config(committed: dict, source: dict) -> list[str]:
     """``buildah config`` options that turn the committed configuration back into the source image's: the
     session's variables removed (by name) and the image's own values back, its command, entry point, working
-    directory and user, and no label the session added."""
+    directory and user, and no label the session added. Each value is bound to its option (``--opt=value``), so
+    none can be read as an option of its own."""
     now, then = _env(committed), _env(source)
-    args = [a for k in now if k not in then for a in ("--env", f"{k}-")]
-    args += [a for k, v in then.items() if now.get(k) != v for a in ("--env", f"{k}={v}")]
-    args += [
-        a for k in committed.get("Labels") or {} if k not in (source.get("Labels") or {}) for a in ("--label", f"{k}-")
-    ]
+    labels = source.get("Labels") or {}
     return [
-        *args,
-        "--cmd",
-        json.dumps(source["Cmd"]) if source.get("Cmd") else "",
-        "--entrypoint",
-        json.dumps(source["Entrypoint"]) if source.get("Entrypoint") else "",
-        "--workingdir",
-        source.get("WorkingDir") or "",
-        "--user",
-        source.get("User") or "",
+        *(f"--env={k}-" for k in now if k not in then),
+        *(f"--env={k}={v}" for k, v in then.items() if now.get(k) != v),
+        *(f"--label={k}-" for k in committed.get("Labels") or {} if k not in labels),
+        f"--cmd={json.dumps(source['Cmd']) if source.get('Cmd') else ''}",
+        f"--entrypoint={json.dumps(source['Entrypoint']) if source.get('Entrypoint') else ''}",
+        f"--workingdir={source.get('WorkingDir') or ''}",
+        f"--user={source.get('User') or ''}",
     ]
