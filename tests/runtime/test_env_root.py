@@ -12,6 +12,7 @@ planted file is live, so a clean run means the runtime kept it from root, not th
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -33,9 +34,9 @@ from tests.conftest import traversable
 from .conftest import TERMINAL, wait_for
 
 OWNER = RunAs("mallory", 201_021, 201_021)
-LIBDIR = Path("/lib/x86_64-linux-gnu")
-# libraries root's programs load: libm (python, the process runtime's supervisor), libseccomp (podman, runc)
-PROXIED = ("libm.so.6", "libseccomp.so.2")
+# libraries root's programs load, and a program that loads each: libm (python, the process runtime's supervisor),
+# libseccomp (podman and runc)
+PROXIED = {"libm.so.6": sys.executable, "libseccomp.so.2": "podman"}
 MARKER_C = r"""
 #include <fcntl.h>
 #include <stdio.h>
@@ -123,10 +124,17 @@ def _gcc(out: Path, label: str, markers: Path, *extra: str) -> None:
     src.unlink()
 
 
-def _proxy(libdir: Path, markers: Path, soname: str, build: Path) -> None:
+def _loaded_from(program: str, soname: str) -> Path | None:
+    """Where ``program`` loads ``soname`` from, as ldd says; None where the program is not here."""
+    exe = shutil.which(program)
+    out = subprocess.run(["ldd", exe], capture_output=True, text=True, timeout=60).stdout if exe else ""
+    found = [line.split("=>")[1].split()[0] for line in out.splitlines() if line.strip().startswith(f"{soname} =>")]
+    return Path(found[0]) if found else None
+
+
+def _proxy(libdir: Path, markers: Path, soname: str, real: Path, build: Path) -> None:
     """``libdir/soname``: a library that records who loaded it and hands every symbol on to the real one, which it
     names by absolute path (the stub's soname), so that a program finding it through LD_LIBRARY_PATH still runs."""
-    real = LIBDIR / soname
     stub = build / f"stub-{soname}"
     (build / "stub.c").write_text("void caldera_stub(void) {}\n")
     cc = ["gcc", "-shared", "-fPIC", f"-Wl,-soname,{real}", "-o", str(stub), str(build / "stub.c")]
@@ -154,8 +162,10 @@ def plant(home: Path, run_as: RunAs) -> Planted:
     _gcc(p.preload, "ld_preload", markers)
     _gcc(p.audit, "ld_audit", markers)
     p.libdir.mkdir(exist_ok=True)
-    for soname in PROXIED:
-        _proxy(p.libdir, markers, soname, build)
+    for soname, program in PROXIED.items():
+        real = _loaded_from(program, soname)
+        if real is not None:  # no podman: only the process runtime is tried, and it loads libm
+            _proxy(p.libdir, markers, soname, real, build)
     node_marker = f"{markers}/node_options.${{process.geteuid()}}.${{process.pid}}"
     files = {
         p.pypath / "sitecustomize.py": _py_marker("sitecustomize", markers),

@@ -247,8 +247,7 @@ class ContainerRuntime:
                 "--volume",
                 f"{scratch}:{scratch}:rw",
                 *mps_args,
-                "--workdir",
-                str(workdir),
+                f"--workdir={workdir}",  # bound to its option: a path of the user's choosing
                 *env_args,
                 image,
                 *launcher,
