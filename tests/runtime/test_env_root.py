@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from caldera.config import Settings
 from caldera.core.spec import MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS, JobSpec
-from caldera.runtime.base import Handle, LaunchRequest, Phase, RunAs, Runtime
+from caldera.runtime.base import Handle, LaunchError, LaunchRequest, Phase, RunAs, Runtime
 from caldera.runtime.local import owner
 from caldera.server.web import error_text, i18n
 from tests import needs
@@ -285,7 +285,10 @@ def run_job(runtime: Runtime, planted: Planted) -> Iterator[Callable[[dict[str, 
         job_id = f"env-{uuid.uuid4().hex[:10]}"
         spec = JobSpec(name=job_id, command=["env", "-0"], env=env)
         req = LaunchRequest(job_id, 1, spec, (), planted.home / "jobs" / job_id, run_as=OWNER, home=planted.home)
-        h = runtime.launch(req)
+        try:
+            h = runtime.launch(req)
+        except LaunchError as exc:  # what ran on the way is judged all the same
+            return Phase.LOST, f"launch refused: {exc.reason}: {exc}".encode()
         started.append(h)
         obs = wait_for(lambda: (o := runtime.observe(h)).phase in TERMINAL and o, 90, what=f"{job_id} to end")
         return obs.phase, b"".join(runtime.logs(h))
