@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from caldera.config import Settings
 from caldera.images import registry
+from tests import needs
 from tests.conftest import free_port
 
 
 @pytest.fixture(scope="module")
 def registry_port(tmp_path_factory):
     """The settings fields that reach the registry: its port and the platform's login to it."""
-    if shutil.which("docker-registry") is None:
-        pytest.skip("needs Debian's docker-registry (apt-get install docker-registry)")
+    needs.program("docker-registry", "docker-registry")
     port = free_port()
     s = Settings(data_dir=tmp_path_factory.mktemp("registry"), registry_port=port)
     proc = registry.start_local(s)

@@ -7,6 +7,7 @@ import shutil
 import httpx
 import pytest
 
+from tests import needs
 from tests.test_server_process import token, until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -14,15 +15,10 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 @pytest.fixture
 def browser():
-    # CI installs both, so there a missing one fails instead of skipping
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("playwright not installed")
-    if not os.path.exists(CHROMIUM) and not os.environ.get("CI"):
-        pytest.skip("chromium not installed (apt-get install chromium)")
+    needs.module("playwright")
+    needs.require(os.path.exists(CHROMIUM), "chromium not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as pw:
         b = pw.chromium.launch(
             executable_path=CHROMIUM,

@@ -6,31 +6,30 @@ and the image is in the list with a link that starts a session from it. Screensh
 from __future__ import annotations
 
 import secrets
-import shutil
 import subprocess
 
 import httpx
 import pytest
 
 from caldera.runtime.container.settings import ContainerSettings
+from tests import needs
 from tests.conftest import ServerProcess, free_port, kill_job_processes, server_env, traversable
+from tests.needs import buildah_usable  # noqa: F401 - fixture
 from tests.test_browser import browser  # noqa: F401 - the chromium fixture
 from tests.test_portal_browser import _shot, signed_in_page
 from tests.test_server_process import token
 
 pytestmark = [
     pytest.mark.parametrize("db_url", ["sqlite"], indirect=True),
-    pytest.mark.skipif(
-        shutil.which("buildah") is None or shutil.which("docker-registry") is None,
-        reason="needs buildah and docker-registry",
-    ),
+    pytest.mark.usefixtures("buildah_usable"),
 ]
 
 
 @pytest.fixture
 def images_server(tmp_path, db_url):
+    needs.program("docker-registry", "docker-registry")
     if subprocess.run(["podman", "image", "exists", ContainerSettings().image]).returncode != 0:
-        pytest.skip("needs the base image: caldera images bootstrap")
+        needs.missing("needs the base image: caldera images bootstrap")
     env = server_env(tmp_path, db_url)  # with a registry port of its own
     srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()  # starts its registry too
     yield srv

@@ -5,7 +5,6 @@ makes every build after the first take seconds."""
 from __future__ import annotations
 
 import secrets
-import shutil
 import subprocess
 import time
 
@@ -14,10 +13,12 @@ import pytest
 from caldera.images import registry
 from caldera.runtime.container.runtime import ContainerRuntime
 from caldera.runtime.container.settings import ContainerSettings
+from tests import needs
 from tests.conftest import make_settings, wait_for
 from tests.images_fixtures import registry_port  # noqa: F401 - fixture
+from tests.needs import buildah_usable  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.skipif(shutil.which("buildah") is None, reason="needs buildah")
+pytestmark = pytest.mark.usefixtures("buildah_usable")
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def db_url():
 @pytest.fixture
 def settings(tmp_path, registry_port):  # noqa: F811
     if subprocess.run(["podman", "image", "exists", ContainerSettings().image]).returncode != 0:
-        pytest.skip("needs the base image: caldera images bootstrap")
+        needs.missing("needs the base image: caldera images bootstrap")
     return make_settings(tmp_path, None, **registry_port, image_build_memory_mib=1024)
 
 

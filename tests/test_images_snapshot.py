@@ -5,6 +5,7 @@ real podman container runtime, buildah and docker-registry."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -15,17 +16,15 @@ from sqlalchemy import select
 
 from caldera.db.models import User
 from caldera.images import registry
-from caldera.runtime.container import probe
 from caldera.runtime.container.runtime import container_name
 from tests.conftest import make_settings, wait_for
 from tests.images_fixtures import registry_port  # noqa: F401 - fixture
+from tests.needs import buildah_usable, podman_usable  # noqa: F401 - fixtures
 from tests.portal import browser_for, post_form
 from tests.test_images_build import _built, _local
 from tests.test_runs import _submit, _until
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("buildah") is None or not probe.usable(), reason="needs buildah, podman and the base image"
-)
+pytestmark = pytest.mark.usefixtures("buildah_usable", "podman_usable")
 
 
 @pytest.fixture
@@ -44,6 +43,24 @@ def _exec(job: dict, uid: int, script: str) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
+def _inspect(ref: str) -> dict:
+    out = subprocess.run(["podman", "image", "inspect", ref], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)[0]
+
+
+def _carries_nothing_of_the_session(snap: str, source: str, secrets: dict[str, str], job: dict) -> None:
+    """The snapshot's configuration is its source image's: none of the session's environment (the user's values,
+    nor the platform's), nor the lab's command line, working directory, user or labels (finding 9, issue 21)."""
+    got, base = _inspect(snap), _inspect(source)
+    text = json.dumps({k: v for k, v in got.items() if k not in ("RootFS", "Id", "Digest", "RepoDigests")})
+    for value in (*secrets.values(), *(v.split("\n")[-1] for v in secrets.values()), job["id"], "lab.sock"):
+        assert value not in text, value
+    for name in (*secrets, "CALDERA_JOB_ID", "JUPYTER_TOKEN_FILE", "HOME", "USER", "CALDERA_PREEMPT_NOTICE"):
+        assert not any(e.startswith(f"{name}=") for e in got["Config"].get("Env") or []), name
+    for key in ("Env", "Cmd", "Entrypoint", "WorkingDir", "User", "Labels"):
+        assert got["Config"].get(key) == base["Config"].get(key), key
+
+
 def _snapshot(api, headers, body: dict | None, iid: str = "") -> dict:
     """The snapshot of ``body`` (or the one already started, ``iid``) once it has ended."""
     if body is not None:
@@ -57,6 +74,7 @@ def _snapshot(api, headers, body: dict | None, iid: str = "") -> dict:
     )
 
 
+@pytest.mark.timeout(600)  # a first run builds the lab image too
 def test_a_saved_session_keeps_what_the_user_installed(api, admin, settings, tmp_path):
     ana, bob = api.user(admin, "ana"), api.user(admin, "bob")
     lab = _built(api, ana, {"name": "lab", "tag": "1", "jupyter": True})
@@ -66,7 +84,8 @@ def test_a_saved_session_keeps_what_the_user_installed(api, admin, settings, tmp
     subprocess.run(pip, check=True, timeout=300)
     wheel = next(wheels.glob("six-*.whl"))
 
-    jid = _submit(api, ana, name="lab", kind="jupyter", image=lab["reference"])
+    secrets = {"OPENAI_API_KEY": "sk-session-secret-1", "NOTE": "multi\nline-secret-2"}
+    jid = _submit(api, ana, name="lab", kind="jupyter", image=lab["reference"], env=secrets)
     job = _until(api, ana, jid, {"Running", "Failed"}, timeout=120)
     assert job["state"] == "Running", job
     with api.client.app.state.platform.session() as db:
@@ -95,6 +114,7 @@ def test_a_saved_session_keeps_what_the_user_installed(api, admin, settings, tmp
     assert snap["reference"] == f"{registry.host(settings)}/user/ana/lab:2"
     assert sorted(registry.tags(settings, "user/ana/lab")) == ["1", "2"]
     assert 0 < snap["size_bytes"] <= settings.snapshot_max_mib << 20
+    _carries_nothing_of_the_session(snap["reference"], lab["reference"], secrets, job)
     # a snapshot over the cap is refused and leaves nothing
     api.client.app.state.platform.settings.snapshot_max_mib = 1
     big = _snapshot(api, ana, {"job_id": jid, "name": "lab", "tag": "3"})

@@ -21,12 +21,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from caldera.runtime.container import probe
-from tests.conftest import ROOT, ServerProcess, free_port, kill_job_processes, server_env, traversable, wait_for
+from tests import needs
+from tests.conftest import ServerProcess, free_port, kill_job_processes, server_env, traversable, wait_for
+from tests.needs import root_user  # noqa: F401 - fixture
 from tests.runtime.test_container_jupyter import jupyter_image  # noqa: F401 - fixture: an image with JupyterLab
 from tests.test_server_process import token, until
 
-pytestmark = pytest.mark.skipif(not ROOT, reason="jobs run as their owners only under a root server")
+pytestmark = pytest.mark.usefixtures("root_user")
 sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 RUNTIMES = ["local", "container"]
 # what the attack reports besides its denied-or-not attempts
@@ -37,8 +38,8 @@ JUDGED_APART = ("uid", "groups", "CapEff", "CapPrm", "NoNewPrivs", "home", "plat
 @pytest.fixture
 def runtime_name(request) -> str:
     name = request.param
-    if name == "container" and not probe.usable():
-        pytest.skip("container runtime not tested: podman is missing, not rootful, or the base image is not there")
+    if name == "container":
+        needs.podman()
     return name
 
 
@@ -139,7 +140,7 @@ def _host_pid(server, runtime_name, jid) -> int:
 @sqlite_only
 @pytest.mark.parametrize("runtime_name", RUNTIMES, indirect=True)
 def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path, runtime_name, lab_image):
-    pytest.importorskip("jupyterlab")
+    needs.module("jupyterlab")
     admin = token(server)
     alice, bob = _user(server, admin, "alice"), _user(server, admin, "bob")
     # the admin logged in with the CLI on this host: a credentials file a job must not read

@@ -19,6 +19,7 @@ from caldera.core import ssh_keys
 from caldera.db.models import SshKey
 from caldera.server import api_ssh_keys
 from caldera.server.web import i18n
+from tests import needs
 from tests.portal import browser_for, field_errors, post_form
 from tests.test_browser import browser  # noqa: F401 - the chromium fixture
 
@@ -316,13 +317,11 @@ def test_a_container_job_finds_them_too(tmp_path, keys):
     from caldera.config import FakeGpu, Settings
     from caldera.core.spec import JobSpec
     from caldera.runtime.base import LaunchRequest, Phase, RunAs
-    from caldera.runtime.container import probe
     from caldera.runtime.container.runtime import ContainerRuntime
     from tests.conftest import traversable
     from tests.runtime.conftest import wait_terminal
 
-    if not probe.usable():
-        pytest.skip("podman or its base image is not usable here")
+    needs.podman()
     settings = Settings(data_dir=traversable(tmp_path) / "data", node_name="ctr-node", fake_gpus=[FakeGpu()] * 1)
     rt = ContainerRuntime(settings)
     alice = RunAs("alice", 201_002, 201_002)

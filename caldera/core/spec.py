@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from enum import Enum
 from typing import Annotated, Any
@@ -40,6 +41,7 @@ _Arg = Annotated[str, Field(max_length=MAX_COMMAND_CHARS)]
 _EnvName = Annotated[str, Field(min_length=1, max_length=256)]
 _EnvValue = Annotated[str, Field(max_length=MAX_ENV_VALUE_CHARS)]
 _NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"  # accounts and queues (core.tenancy)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class JobSpec(BaseModel):
@@ -117,12 +119,17 @@ class JobSpec(BaseModel):
 
     @field_validator("env")
     @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+    def _env_entries(cls, v: dict[str, str]) -> dict[str, str]:
+        """A name is a shell identifier of ASCII letters, digits and ``_``; a value may hold anything but NUL
+        (newlines, quotes and ``=`` reach the job as they are)."""
         for k, value in v.items():
-            if not k or not (k[0].isalpha() or k[0] == "_") or not all(c.isalnum() or c == "_" for c in k):
-                raise ValueError(f"invalid environment variable name {k[:64]!r}")
+            if not _ENV_NAME.fullmatch(k):
+                raise ValueError(
+                    f"invalid environment variable name {k[:64]!r}: use ASCII letters, digits and _, "
+                    "not starting with a digit"
+                )
             if "\0" in value:
-                raise ValueError(f"the value of {k} contains a NUL byte")
+                raise ValueError(f"the value of {k} contains a NUL byte, which no environment can hold")
         return v
 
     @field_validator("workdir")

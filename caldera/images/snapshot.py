@@ -1,16 +1,23 @@
 """Saving a running Jupyter session as an image: ``podman commit`` of the session's container (what the user
 installed into the image's file system; the workspace is a mount and stays out), size-capped, pushed and recorded
-as a new tag of the user's image. It runs in the build queue, so its log reads like a build's."""
+as a new tag of the user's image. It runs in the build queue, so its log reads like a build's.
+
+``podman commit`` writes the container's configuration into the image: the session's environment (the user's
+values, API keys among them, and the platform's), the lab's command line, working directory, user and labels.
+The snapshot gets the configuration of the image the session ran from instead (``_restore_config``), so whoever
+may run it learns nothing of the session but its files."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 
 from sqlalchemy.orm import Session
 
 from caldera.db.models import Image, User
 from caldera.images import catalogue
-from caldera.images.builds import BuildFailed, BuildQueue, log_path
+from caldera.images.builds import Builder, BuildFailed, BuildQueue, log_path
 from caldera.runtime.container.runtime import container_name
 from caldera.server import jobs
 from caldera.server.errors import Conflict, Forbidden
@@ -42,8 +49,53 @@ def _commit(p: Platform, q: BuildQueue, image_id: str, container: str) -> None:
     log = log_path(p, image_id)
     with p.session() as db:
         ref = catalogue.reference(p.settings, db.get(Image, image_id))
-    q.builder.run([*q.builder.podman, "commit", "--format=oci", container, ref], log, 1800)
-    size, cap = q.builder.size(ref), p.settings.snapshot_max_mib * catalogue.MIB
+    b = q.builder
+    source = _config(b, _inspect(b, "container", container, "{{.Image}}").strip())
+    committed = f"localhost/caldera-snapshot:{image_id}"
+    work = f"caldera-snapshot-{image_id}"
+    try:
+        b.run([*b.podman, "commit", "--format=oci", container, committed], log, 1800)
+        b.run([*b.buildah, "from", "--pull=never", "--name", work, committed], log, 300)
+        b.run([*b.buildah, "config", *_restore_config(_config(b, committed), source), work], log, 300)
+        b.run([*b.buildah, "commit", "--rm", "--format=oci", work, ref], log, 1800)
+    finally:
+        subprocess.run([*b.buildah, "rm", work], capture_output=True, timeout=120)
+        b.remove(committed)
+    size, cap = b.size(ref), p.settings.snapshot_max_mib * catalogue.MIB
     if size > cap:
         raise BuildFailed(f"the snapshot is {size // catalogue.MIB} MiB, over the {cap // catalogue.MIB} MiB cap")
     q.finish(image_id, ref, log)
+
+
+def _inspect(b: Builder, kind: str, name: str, fmt: str) -> str:
+    argv = [*b.podman, kind, "inspect", name, "--format", fmt]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise BuildFailed(f"cannot inspect the session's {kind}: {out.stderr.strip()[-300:]}")
+    return out.stdout
+
+
+def _config(b: Builder, image: str) -> dict:
+    return json.loads(_inspect(b, "image", image, "{{json .Config}}") or "{}") or {}
+
+
+def _env(config: dict) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
+
+
+def _restore_config(committed: dict, source: dict) -> list[str]:
+    """``buildah config`` options that turn the committed configuration back into the source image's: the
+    session's variables removed (by name) and the image's own values back, its command, entry point, working
+    directory and user, and no label the session added. Each value is bound to its option (``--opt=value``), so
+    none can be read as an option of its own."""
+    now, then = _env(committed), _env(source)
+    labels = source.get("Labels") or {}
+    return [
+        *(f"--env={k}-" for k in now if k not in then),
+        *(f"--env={k}={v}" for k, v in then.items() if now.get(k) != v),
+        *(f"--label={k}-" for k in committed.get("Labels") or {} if k not in labels),
+        f"--cmd={json.dumps(source['Cmd']) if source.get('Cmd') else ''}",
+        f"--entrypoint={json.dumps(source['Entrypoint']) if source.get('Entrypoint') else ''}",
+        f"--workingdir={source.get('WorkingDir') or ''}",
+        f"--user={source.get('User') or ''}",
+    ]

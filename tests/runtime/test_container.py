@@ -22,13 +22,13 @@ from caldera.config import FakeGpu, Settings
 from caldera.core.cluster import Allocation
 from caldera.core.spec import JobSpec
 from caldera.runtime.base import Handle, LaunchError, LaunchRequest, Phase, RunAs
-from caldera.runtime.container import probe
 from caldera.runtime.container.runtime import ContainerRuntime
 from tests.conftest import traversable
+from tests.needs import podman_usable  # noqa: F401 - fixture
 
 from .conftest import TERMINAL, wait_for, wait_terminal
 
-pytestmark = pytest.mark.skipif(not probe.usable(), reason="podman or its base image is not usable here")
+pytestmark = pytest.mark.usefixtures("podman_usable")
 REPO = Path(__file__).resolve().parents[2]
 ALICE = RunAs("alice", 201_001, 201_001)
 
@@ -190,6 +190,22 @@ def test_launch_errors_are_typed_and_leave_nothing(rt, launch, settings) -> None
     assert list(settings.runs_dir.glob("*/1")) == []  # a failed launch is moved out of the way, never a live attempt
 
 
+def test_a_value_only_the_launcher_carries_needs_a_shell_in_the_image(rt, launch, tmp_path) -> None:
+    """A value with a line break is applied by the launcher, with the image's /bin/sh: an image without one
+    fails the launch with a reason (a value the env file holds does not need it)."""
+    (tmp_path / "root" / "etc").mkdir(parents=True)
+    tar = tmp_path / "noshell.tar"
+    subprocess.run(["tar", "-C", str(tmp_path / "root"), "-cf", str(tar), "."], check=True)
+    tag = f"caldera/test-noshell:{uuid.uuid4().hex[:8]}"
+    rt.podman.run("import", str(tar), tag)
+    try:
+        with pytest.raises(LaunchError) as err:
+            launch(image=tag, command=["./tool"], env={"MULTI": "a\nb"})
+        assert err.value.reason == "ShellNotInImage" and "/bin/sh" in str(err.value)
+    finally:
+        rt.podman.run("rmi", "--force", tag, check=False)
+
+
 def test_jobs_survive_a_sigkilled_server_and_are_reattached(settings, tmp_path) -> None:
     """A real server process launches a job in a container and is SIGKILLed; a new runtime finds it again."""
     server = textwrap.dedent(f"""
@@ -274,16 +290,16 @@ def test_one_listing_serves_many_observations(rt, launch, monkeypatch) -> None:
     assert len(calls) <= 1, calls
 
 
-def test_environment_values_reach_the_job_through_a_root_only_file(rt, launch, settings) -> None:
-    env = {"SECRET_TOKEN": "s3cret-value", "MULTI": "line one\nline two"}
-    h = launch(command=["sh", "-c", 'echo "$SECRET_TOKEN"; echo "$MULTI"'], env=env)
+def test_environment_values_reach_the_job_through_root_only_files(rt, launch, settings) -> None:
+    env = {"SECRET_TOKEN": "s3cret-value", "MULTI": "line one\nline two", "CONTAINERS_CONF": "a\nb"}
+    h = launch(command=["sh", "-c", 'echo "$SECRET_TOKEN"; echo "$MULTI"; echo "$CONTAINERS_CONF"'], env=env)
     obs, out = _run(rt, h)
-    assert obs.phase is Phase.SUCCEEDED and out == "s3cret-value\nline one\nline two\n", out
-    env_file = Path(h.data["run_dir"]) / "rank-0.env"
-    assert env_file.stat().st_mode & 0o777 == 0o600
-    with pytest.raises(LaunchError) as err:  # podman itself would read this one
-        launch(command=["true"], env={"CONTAINERS_CONF": "a\nb"})
-    assert err.value.reason == "BadEnvironment"
+    assert obs.phase is Phase.SUCCEEDED and out == "s3cret-value\nline one\nline two\na\nb\n", out
+    run_dir = Path(h.data["run_dir"])
+    assert run_dir.stat().st_mode & 0o777 == 0o700
+    assert (run_dir / "rank-0.env").stat().st_mode & 0o777 == 0o600
+    assert "line one" not in (run_dir / "rank-0.env").read_text()  # the launcher's file holds it
+    assert "MULTI " in (run_dir / "rank-0.env.d" / "values").read_text()
 
 
 def test_the_sigkill_of_a_stop_comes_even_if_the_server_died_right_after(rt, launch, settings) -> None:

@@ -15,6 +15,7 @@ from caldera.core.spec import SpecError, parse_spec
 from caldera.runtime.container import probe
 from caldera.runtime.container.podman import Podman
 from caldera.runtime.container.settings import DEFAULT_IMAGE, ContainerSettings
+from tests.needs import podman_usable  # noqa: F401 - fixture
 
 
 def test_a_spec_names_its_image_or_gets_the_default() -> None:
@@ -27,7 +28,7 @@ def test_a_spec_names_its_image_or_gets_the_default() -> None:
         assert err.value.errors[0]["field"] == "image"
 
 
-@pytest.mark.skipif(not probe.usable(), reason="podman is not usable here")
+@pytest.mark.usefixtures("podman_usable")
 def test_bootstrap_imports_a_kept_tree_as_an_image(tmp_path) -> None:
     tree = tmp_path / "tree"
     (tree / "etc").mkdir(parents=True)

@@ -19,17 +19,18 @@ import pytest
 from caldera.config import Settings
 from caldera.core.spec import JobSpec
 from caldera.runtime.base import LaunchRequest, Phase, RunAs
-from caldera.runtime.container import probe
 from caldera.runtime.container.image import ImageInfo
 from caldera.runtime.container.podman import Podman
 from caldera.runtime.container.runtime import ContainerRuntime
 from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.local import jupyter
+from tests import needs
 from tests.conftest import traversable
+from tests.needs import podman_usable  # noqa: F401 - fixture
 
 from .conftest import wait_for, wait_terminal
 
-pytestmark = pytest.mark.skipif(not probe.usable(), reason="podman or its base image is not usable here")
+pytestmark = pytest.mark.usefixtures("podman_usable")
 IMAGE = "caldera/test-jupyter:bookworm"
 ALICE = RunAs("alice", 201_002, 201_002)
 
@@ -40,7 +41,7 @@ def jupyter_image(tmp_path_factory) -> str:
     if ImageInfo.load(Podman(cs.global_args()), IMAGE) is not None:
         return IMAGE
     if shutil.which("buildah") is None or sys.version_info[:2] != (3, 11):
-        pytest.skip("needs buildah and a Python 3.11 host to add JupyterLab to the bookworm base image")
+        needs.missing("needs buildah and a Python 3.11 host to add JupyterLab to the bookworm base image")
     site = tmp_path_factory.mktemp("jupyterlab") / "site"
     pip = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--target", str(site), "jupyterlab"],
@@ -48,7 +49,7 @@ def jupyter_image(tmp_path_factory) -> str:
         timeout=1200,
     )
     if pip.returncode != 0:
-        pytest.skip(f"cannot install JupyterLab here: {pip.stderr.decode(errors='replace')[-300:]}")
+        needs.missing(f"cannot install JupyterLab here: {pip.stderr.decode(errors='replace')[-300:]}")
     ctr = subprocess.run(
         ["buildah", "from", "--pull=never", cs.image], capture_output=True, text=True, check=True
     ).stdout.strip()

@@ -19,6 +19,7 @@ import pytest
 from caldera.config import FakeGpu, Settings
 from caldera.core.spec import JobSpec
 from caldera.runtime.base import Handle, LaunchError, LaunchRequest, Phase, Runtime
+from tests import needs
 from tests.fake_runtime import FakeRuntime
 
 from .conftest import TERMINAL, wait_for
@@ -44,20 +45,14 @@ def _container(settings: Settings) -> Runtime:
     return ContainerRuntime(settings)
 
 
-def _container_usable() -> bool:
-    from caldera.runtime.container import probe
-
-    return probe.usable()
-
-
 FACTORIES: dict[str, Callable[[Settings], Runtime]] = {"local": _local, "fake": FakeRuntime, "container": _container}
 
 
 @pytest.fixture(params=sorted(FACTORIES))
 def make_runtime(request, tmp_path: Path) -> Callable[[], Runtime]:
     """Builds a runtime of one kind; every call is a new instance over the same host (a restarted server)."""
-    if request.param == "container" and not _container_usable():
-        pytest.skip("podman or its base image is not usable here (caldera images bootstrap)")
+    if request.param == "container":
+        needs.podman()
     settings = Settings(
         data_dir=tmp_path / "data",
         node_name="contract-node",

@@ -38,6 +38,8 @@ def private_dir(path: Path) -> Path:
 class Podman:
     def __init__(self, global_args: list[str], conf: str | None = None, timeout_s: float = 120.0):
         self.base = list(global_args)
+        # podman, conmon and the OCI runtime run as root and inherit this: a fixed environment, never a job's
+        # (a job's values reach its container only through files, see envfile)
         self.env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C"}
         if conf:
             self.env["CONTAINERS_CONF"] = conf
@@ -46,12 +48,12 @@ class Podman:
         # a private one of ours, not whatever the server's working directory is
         self.cwd = private_dir(Path(tempfile.gettempdir()) / f"caldera-podman-{os.getuid()}")
 
-    def run(self, *argv: str, env: dict[str, str] | None = None, check: bool = True) -> str:
+    def run(self, *argv: str, check: bool = True) -> str:
         try:
             p = subprocess.run(
                 [*self.base, *argv],
                 capture_output=True,
-                env={**(env or {}), **self.env},
+                env=self.env,
                 timeout=self.timeout_s,
                 cwd=self.cwd,
             )

@@ -14,6 +14,8 @@ podman. The run directory (settings.runs_dir/<job>/<attempt>, root 0700) holds w
     meta.json        what was launched (``Handle.data`` is the same)
     rank-<r>.log     the rank's output as conmon writes it (see ``logs``)
     rank-<r>.env     the rank's environment, handed to podman as a file so no process listing shows it
+    rank-<r>.env.d/  the values that file cannot hold, and the launcher that applies them in the container
+                     (see ``envfile``: no job value ever reaches podman's own environment or options)
     stop.json        a stop was requested (its grace and SIGKILL time)
     gang-failure.json, jupyter.token   as in the local runtime
     final.json       how the job ended; written before its containers are removed
@@ -40,7 +42,7 @@ from caldera.core.cluster import Device, Node
 from caldera.core.spec import JobKind
 from caldera.runtime import gpu_share
 from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
-from caldera.runtime.container import devices, logs
+from caldera.runtime.container import devices, envfile, logs
 from caldera.runtime.container.image import ImageInfo
 from caldera.runtime.container.podman import Podman, PodmanError
 from caldera.runtime.container.settings import ContainerSettings
@@ -65,26 +67,6 @@ def container_name(job_id: str, attempt: int, rank: int) -> str:
 
 def _final_path(rd: RunDir) -> Path:
     return rd.path / "final.json"
-
-
-# podman's own behaviour depends on these, so a job's value for them cannot travel through podman's environment
-_PODMAN_ENV = re.compile(
-    r"^(CONTAINERS_|CONTAINER_|XDG_|LC_|DOCKER_|BUILDAH_|STORAGE_|REGISTRY_|PODMAN_|CNI_|SSL_|GODEBUG|GOMAXPROCS"
-    r"|TMPDIR$|HOME$|PATH$|LANG$|TZ$|NOTIFY_SOCKET$|.*_PROXY$|.*_proxy$)"
-)
-
-
-def _env_args(rd: RunDir, rank: int, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """podman arguments and extra podman environment that hand the rank ``env`` without any value appearing in a
-    process listing: a root-only env file, and podman's own environment for values an env file cannot hold (a
-    newline)."""
-    plain = {k: v for k, v in env.items() if "\n" not in v}
-    multi = {k: v for k, v in env.items() if k not in plain}
-    if bad := sorted(k for k in multi if _PODMAN_ENV.match(k)):
-        raise LaunchError("BadEnvironment", f"environment variable {bad[0]} holds a newline")
-    path = rd.path / f"rank-{rank}.env"
-    write_text_atomic(path, "".join(f"{k}={v}\n" for k, v in plain.items()), mode=0o600)
-    return ["--env-file", str(path), *(a for k in multi for a in ("--env", k))], multi
 
 
 class ContainerRuntime:
@@ -240,7 +222,10 @@ class ContainerRuntime:
             if spec.kind is JobKind.DISTRIBUTED:
                 rank_env.update(self._rank_env(spec, r, world))
                 network = self.cs.network if r == 0 else f"container:{data['names'][0]}"
-            env_args, podman_env = _env_args(rd, r, rank_env)
+            env_args, launcher = envfile.write(rd, r, rank_env)
+            if launcher and info.missing(envfile.SHELL):
+                why = f"environment values with a line break or over 60 KB need {envfile.SHELL} in the image"
+                raise LaunchError("ShellNotInImage", why)
             args = [
                 "run",
                 "--detach",
@@ -262,14 +247,14 @@ class ContainerRuntime:
                 "--volume",
                 f"{scratch}:{scratch}:rw",
                 *mps_args,
-                "--workdir",
-                str(workdir),
+                f"--workdir={workdir}",  # bound to its option: a path of the user's choosing
                 *env_args,
                 image,
+                *launcher,
                 *argv,
             ]
             names.append(data["names"][r])  # before it exists: a failure half-way must remove it too
-            self.podman.run(*args, env=podman_env)
+            self.podman.run(*args)
         return data
 
     def _host_dirs(self, req: LaunchRequest) -> tuple[list[Path], Path]:

@@ -26,6 +26,15 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"Input should be a valid boolean.*", _("must be true or false")),
         (r"Extra inputs are not permitted", _("is not a known field")),
         (r"Input should be (?P<choices>'[^']*'(?:, '[^']*')*(?: or '[^']*')?)", _("must be one of %(choices)s")),
+        (
+            r"(?:Value error, )?invalid environment variable name (?P<name>.*): use ASCII letters, digits and _, "
+            r"not starting with a digit",
+            _("invalid environment variable name %(name)s: use ASCII letters, digits and _, not starting with a digit"),
+        ),
+        (
+            r"(?:Value error, )?the value of (?P<name>\w+) contains a NUL byte, which no environment can hold",
+            _("the value of %(name)s contains a NUL byte, which no environment can hold"),
+        ),
         (r"you are not a member of account (?P<account>.*)", _("you are not a member of account %(account)s")),
         (r"no node (?P<node>.*)", _("no node %(node)s")),
         (r"you cannot disable yourself", _("you cannot disable yourself")),
