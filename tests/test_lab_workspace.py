@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import httpx
-import pytest
 
 from caldera.db.models import Job
 from caldera.runtime.base import Handle
 from caldera.runtime.local.runtime import LocalRuntime
+from tests import needs
 from tests.conftest import api_on, make_settings, wait_for
 from tests.test_runs import _submit, _until
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None, reason="jupyterlab not installed")
 NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
@@ -39,6 +36,7 @@ def _stop(api, admin, jid: str) -> None:
 
 
 def test_a_notebook_saved_in_one_session_opens_in_the_next(tmp_path) -> None:
+    needs.module("jupyterlab")
     settings = make_settings(tmp_path)
     with api_on(settings, LocalRuntime(settings)) as (api, admin):
         jid, http, headers, base = _lab(api, admin)

@@ -4,19 +4,15 @@ Lost only once its processes were found and ended, its GPUs held until then."""
 
 from __future__ import annotations
 
-import importlib.util
 from contextlib import contextmanager
 
-import pytest
-
-from caldera.runtime.container import probe
 from caldera.runtime.container.runtime import ContainerRuntime
 from caldera.runtime.local import procs
 from caldera.runtime.local.runtime import LocalRuntime
+from tests import needs
 from tests.conftest import api_on, make_settings, wait_for
 from tests.test_runs import _log, _submit, _until
 
-needs_podman = pytest.mark.skipif(not probe.usable(), reason="podman or its base image is not usable here")
 TICKER = ["sh", "-c", 'i=0; while :; do echo "tick $i"; i=$((i+1)); sleep 0.2; done']
 
 
@@ -68,15 +64,15 @@ def _restart_keeps_jobs(tmp_path, first, second) -> None:
         assert not procs.job_processes(set(), tag_prefix=f"{running}/")
 
 
-@needs_podman
 def test_restart_from_process_to_container_runtime_and_back(tmp_path) -> None:
+    needs.podman()
     _restart_keeps_jobs(tmp_path / "there", LocalRuntime, ContainerRuntime)
     _restart_keeps_jobs(tmp_path / "back", ContainerRuntime, LocalRuntime)
 
 
-@needs_podman
-@pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None, reason="jupyterlab not installed")
 def test_a_lab_of_the_process_runtime_keeps_its_endpoint_after_the_default_changes(tmp_path) -> None:
+    needs.podman()
+    needs.module("jupyterlab")
     settings = make_settings(tmp_path)
     with _server(settings, LocalRuntime(settings)) as (api, admin):
         lab = _submit(api, admin, name="lab", kind="jupyter")
