@@ -66,6 +66,26 @@ def write_owned(path: Path, text: str, run_as: RunAs | None, mode: int = 0o600) 
     os.replace(tmp, path)
 
 
+def remove_owned(top: Path, relpath: Path) -> None:
+    """Remove the file ``top/relpath`` (``top`` the platform made, what is below it the job's) without following
+    a symlink the job put on the way: it would make root delete a file of that name anywhere."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(top, flags)
+    except OSError:
+        return
+    try:
+        for part in relpath.parent.parts:
+            nxt = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        os.unlink(relpath.name, dir_fd=fd)
+    except OSError:  # gone, or not what the platform made: nothing of the platform's to remove
+        pass
+    finally:
+        os.close(fd)
+
+
 def authorized_keys(scratch: Path, keys: str, run_as: RunAs | None) -> dict[str, str]:
     """The owner's SSH public keys as ``scratch/authorized_keys`` (0600, the job's), and the variable that names it
     for the job (an sshd it starts points AuthorizedKeysFile there); nothing when the owner has no keys."""

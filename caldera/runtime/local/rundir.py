@@ -4,6 +4,7 @@ Everything needed to find a job again after the server restarts is a file here, 
 (temporary file + rename) so a reader never sees half a record:
 
     meta.json           what the runtime launched (kind, ranks with shim pid + start time, jupyter port)
+    rank-<r>.launch.json  0600, what rank r runs (command, environment, uid): read and removed by its shim
     rank-<r>.log        stdout+stderr of rank r (the shim's too: it only writes there if it cannot start the command)
     rank-<r>.pid        written by rank r's shim: its pid and start time, then the command's
     rank-<r>.exit       written by rank r's shim when the command ended: exit code, signal, time
@@ -66,6 +67,9 @@ def read_json(path: Path) -> dict[str, Any] | None:
 class RunDir:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
+
+    def launch(self, rank: int) -> Path:
+        return self.path / f"rank-{rank}.launch.json"
 
     def log(self, rank: int) -> Path:
         return self.path / f"rank-{rank}.log"

@@ -18,9 +18,9 @@ A handle with empty ``data`` works too: it is read back from <run_dir>/meta.json
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -45,15 +45,20 @@ from caldera.runtime.base import (
     ProcessUsage,
     RunAs,
 )
-from caldera.runtime.local import jupyter, netns, owner, procs
+from caldera.runtime.local import jupyter, launchfile, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
+from caldera.runtime.local.launchfile import Launch
 from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
 from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 
-# the shim runs as ``python -m caldera.runtime.local.shim`` from here, so it imports this very checkout of caldera
-# (``-m`` puts the working directory first on sys.path) without adding PYTHONPATH to the job's environment
+# the shim's Python runs isolated (-I: no environment variable, user site or working directory alters it) and
+# imports this very checkout of caldera, named here by the platform
 _PKG_ROOT = Path(caldera.__file__).resolve().parents[1]
+_SHIM_MAIN = (
+    f"import sys; sys.path.insert(0, {str(_PKG_ROOT)!r}); from caldera.runtime.local.shim import main; sys.exit(main())"
+)
+_LAB_RUNTIME = "jupyter-runtime"
 _START_TIMEOUT_S = 60.0  # generous: on a loaded host, python + nsenter start-up can take seconds per rank
 _KILL_MARGIN_S = 1.0  # the shims SIGKILL at the deadline themselves; the runtime's backstop comes this late
 _MAX_FINAL = 10_000
@@ -197,22 +202,31 @@ class LocalRuntime:
         base_env = self._base_env(req, scratch)
         base_env.update(owner.authorized_keys(scratch, req.authorized_keys, req.run_as))
 
+        private = os.geteuid() == 0  # a root server gives every rank its own view of the host (see ``view``)
+        tmp = owner.owned_dir(scratch / "tmp", req.run_as) if private else None
+
         if spec.kind is JobKind.JUPYTER:
             base_url = jupyter.normalise_base_url(req.base_url or "/")
             token = secrets.token_hex(24)
             write_text_atomic(rd.token, token, mode=0o600)
             owner.write_owned(scratch / "lab-token", token, req.run_as)  # deleted once Lab read it
-            # connection files (kernel HMAC keys), jpserver-*.json, the cookie secret: the job's alone
-            runtime_dir = owner.owned_dir(scratch / "runtime", req.run_as)
+            # connection files (kernel HMAC keys), jpserver-*.json, the cookie secret: the job's alone. In its own
+            # /tmp, its kernels talk over Unix sockets there (a short path: a socket's holds at most 107 bytes)
+            lab_runtime = Path("tmp", _LAB_RUNTIME) if tmp is not None else Path("runtime")
+            runtime_dir = owner.owned_dir(scratch / lab_runtime, req.run_as)
+            seen_as = Path("/tmp", _LAB_RUNTIME) if tmp is not None else runtime_dir
             base_env.pop("JUPYTER_TOKEN", None)  # would take precedence over our token file
-            base_env.update(JUPYTER_TOKEN_FILE=str(scratch / "lab-token"), JUPYTER_RUNTIME_DIR=str(runtime_dir))
+            base_env.update(JUPYTER_TOKEN_FILE=str(scratch / "lab-token"), JUPYTER_RUNTIME_DIR=str(seen_as))
             sock = scratch / "lab.sock"
             as_root = req.run_as is None and os.geteuid() == 0
-            argv = jupyter.lab_argv(sock, base_url, workdir, as_root)  # spec.command is never used: it could
-            data.update(socket=str(sock), base_url=base_url)  # listen elsewhere
+            # spec.command is never used: it could listen elsewhere
+            argv = jupyter.lab_argv(sock, base_url, workdir, as_root, ipc_kernels=tmp is not None)
+            data.update(lab_runtime=str(lab_runtime))
+            data.update(socket=str(sock), base_url=base_url)
         else:
             argv = list(spec.command or [])
-        self._check_command(argv, base_env.get("PATH", ""), workdir)
+        if not argv:
+            raise LaunchError("NoCommand", "no command")
 
         holder = None
         if spec.kind is JobKind.DISTRIBUTED and self.settings.isolate_distributed_network and netns.available():
@@ -239,8 +253,21 @@ class LocalRuntime:
                     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
                         if var not in spec.env:
                             env[var] = "lo"
+                launch = Launch(
+                    argv=argv,
+                    env=env,
+                    workdir=str(workdir),
+                    tag=env[procs.TAG_VAR],
+                    world_size=world,
+                    gang_grace_s=self.settings.cancel_grace_s,
+                    uid=req.run_as.uid if req.run_as else None,
+                    gid=req.run_as.gid if req.run_as else None,
+                    # absolute without resolving a symlink: the job's namespace is made from another directory
+                    private_tmp=os.path.abspath(tmp) if tmp is not None else None,
+                    keep=tuple(os.path.abspath(p) for p in (req.home or workdir, scratch)),
+                )
                 prefix = holder.enter_prefix() if holder else []
-                proc = self._spawn(rd, r, world, prefix, argv, workdir, env, req.run_as)
+                proc = self._spawn(rd, r, prefix, launch)
                 started.append((r, proc, procs.start_time(proc.pid)))
             self._await_started(rd, started, argv[0])
         finally:
@@ -314,58 +341,16 @@ class LocalRuntime:
         }
 
     @staticmethod
-    def _check_command(argv: list[str], path: str, workdir: Path) -> None:
-        # caught here, a typo fails the launch with a clear reason instead of a job that dies with 127
-        if not argv:
-            raise LaunchError("NoCommand", "no command")
-        exe = argv[0]
-        if "/" in exe:
-            p = Path(exe) if os.path.isabs(exe) else workdir / exe
-            # a working directory the job makes itself cannot hold the program yet: the job reports that one
-            ok = (p.is_file() and os.access(p, os.X_OK)) or not workdir.is_dir()
-        else:
-            ok = shutil.which(exe, path=path) is not None
-        if not ok:
-            raise LaunchError("CommandNotFound", f"command not found: {exe}")
-
-    def _spawn(
-        self,
-        rd: RunDir,
-        rank: int,
-        world: int,
-        prefix: list[str],
-        argv: list[str],
-        workdir: Path,
-        env: dict[str, str],
-        run_as: RunAs | None,
-    ) -> subprocess.Popen[bytes]:
-        who = ["--uid", str(run_as.uid), "--gid", str(run_as.gid)] if run_as else []
-        cmd = [
-            *prefix,
-            sys.executable,
-            "-m",
-            "caldera.runtime.local.shim",
-            "--run-dir",
-            str(rd.path),
-            "--rank",
-            str(rank),
-            "--workdir",
-            str(workdir),
-            "--world-size",
-            str(world),
-            "--gang-grace",
-            str(self.settings.cancel_grace_s),
-            *who,
-            "--",
-            *argv,
-        ]
+    def _spawn(rd: RunDir, rank: int, prefix: list[str], launch: Launch) -> subprocess.Popen[bytes]:
+        """Start rank ``rank``'s supervisor: root, so nothing of the user's reaches it but the launch file (data)."""
+        launchfile.write(rd, rank, launch)
         with open(rd.log(rank), "ab") as log:
             # own session: the shim leads a process group with everything the command starts, and a signal to
             # the server (or its death) does not reach it
             return subprocess.Popen(
-                cmd,
-                cwd=_PKG_ROOT,
-                env=env,
+                [*prefix, sys.executable, "-I", "-c", _SHIM_MAIN, "--run-dir", str(rd.path), "--rank", str(rank)],
+                cwd="/",
+                env=launchfile.root_env(launch.tag),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -385,6 +370,8 @@ class LocalRuntime:
                 exited = p.poll() is not None
                 ex = read_json(rd.exitfile(r))
                 if ex is not None:
+                    if ex.get("exec_errno") == errno.ENOENT:  # looked up by the job itself, as its owner
+                        raise LaunchError("CommandNotFound", f"command not found: {exe}")
                     if "spawn_error" in ex:
                         raise LaunchError("SpawnFailed", f"rank {r}: cannot start {exe}: {ex['spawn_error']}")
                     del pending[r]
@@ -546,8 +533,8 @@ class LocalRuntime:
         self._ready.add(key)
         # Lab has read them: from now on nothing on disk lets anyone else in, another job of the same user too
         scratch = Path(meta["scratch"])
-        for secret in (scratch / "lab-token", scratch / "runtime" / "jupyter_cookie_secret"):
-            secret.unlink(missing_ok=True)
+        for secret in (Path("lab-token"), Path(meta.get("lab_runtime", "runtime"), "jupyter_cookie_secret")):
+            owner.remove_owned(scratch, secret)
         return True
 
     def _lab_login(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> str | None:
