@@ -29,9 +29,10 @@ def platform_dir(path: Path, mode: int) -> None:
     os.chmod(path, mode)
 
 
-def owned_dir(path: Path, run_as: RunAs | None, *, fresh: bool = False) -> Path:
+def owned_dir(path: Path, run_as: RunAs | None, *, fresh: bool = False, inside: tuple[str, ...] = ()) -> Path:
     """``path`` as a 0700 directory of ``run_as``; its parent must be the platform's. With ``fresh``, whatever was
-    there before is removed first (a stale attempt's scratch)."""
+    there before is removed first (a stale attempt's scratch), and the directories ``inside`` it (relative paths,
+    parents first) are made too -- while ``path`` is still root's, so nothing the job does can redirect them."""
     if fresh and os.path.lexists(path):
         if os.path.islink(path) or not os.path.isdir(path):
             os.unlink(path)
@@ -43,7 +44,13 @@ def owned_dir(path: Path, run_as: RunAs | None, *, fresh: bool = False) -> Path:
         st = os.lstat(path)
         if not stat.S_ISDIR(st.st_mode):
             raise RuntimeError(f"{path} is not a directory") from None
+        if inside:
+            raise RuntimeError(f"{path} is not fresh") from None
+    for sub in inside:
+        os.mkdir(path / sub, 0o700)
     if run_as is not None:
+        for sub in reversed(inside):
+            os.lchown(path / sub, run_as.uid, run_as.gid)
         os.lchown(path, run_as.uid, run_as.gid)
     os.chmod(path, 0o700)
     return path

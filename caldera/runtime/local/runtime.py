@@ -190,7 +190,13 @@ class LocalRuntime:
         """Start every rank, appending to ``started`` as it goes (so a failure can kill exactly those)."""
         spec = req.spec
         workdir = self._workdir(req)
-        scratch = self._prepare_scratch(req)
+        private = os.geteuid() == 0  # a root server gives every rank its own view of the host (see ``view``)
+        # the job's own /tmp in its scratch; a lab's runtime directory there (or, without one, in its scratch)
+        lab_runtime = Path("tmp", _LAB_RUNTIME) if private else Path("runtime")
+        inside = ("tmp",) if private else ()
+        if spec.kind is JobKind.JUPYTER:
+            inside += (str(lab_runtime),)
+        scratch = self._prepare_scratch(req, inside)
         world = spec.world_size if spec.kind is JobKind.DISTRIBUTED else 1
         data: dict[str, Any] = {
             "run_dir": str(rd.path),
@@ -201,9 +207,7 @@ class LocalRuntime:
         }
         base_env = self._base_env(req, scratch)
         base_env.update(owner.authorized_keys(scratch, req.authorized_keys, req.run_as))
-
-        private = os.geteuid() == 0  # a root server gives every rank its own view of the host (see ``view``)
-        tmp = owner.owned_dir(scratch / "tmp", req.run_as) if private else None
+        tmp = scratch / "tmp" if private else None
 
         if spec.kind is JobKind.JUPYTER:
             base_url = jupyter.normalise_base_url(req.base_url or "/")
@@ -212,17 +216,14 @@ class LocalRuntime:
             owner.write_owned(scratch / "lab-token", token, req.run_as)  # deleted once Lab read it
             # connection files (kernel HMAC keys), jpserver-*.json, the cookie secret: the job's alone. In its own
             # /tmp, its kernels talk over Unix sockets there (a short path: a socket's holds at most 107 bytes)
-            lab_runtime = Path("tmp", _LAB_RUNTIME) if tmp is not None else Path("runtime")
-            runtime_dir = owner.owned_dir(scratch / lab_runtime, req.run_as)
-            seen_as = Path("/tmp", _LAB_RUNTIME) if tmp is not None else runtime_dir
+            seen_as = Path("/tmp", _LAB_RUNTIME) if tmp is not None else scratch / lab_runtime
             base_env.pop("JUPYTER_TOKEN", None)  # would take precedence over our token file
             base_env.update(JUPYTER_TOKEN_FILE=str(scratch / "lab-token"), JUPYTER_RUNTIME_DIR=str(seen_as))
             sock = scratch / "lab.sock"
             as_root = req.run_as is None and os.geteuid() == 0
             # spec.command is never used: it could listen elsewhere
             argv = jupyter.lab_argv(sock, base_url, workdir, as_root, ipc_kernels=tmp is not None)
-            data.update(lab_runtime=str(lab_runtime))
-            data.update(socket=str(sock), base_url=base_url)
+            data.update(socket=str(sock), base_url=base_url, lab_runtime=str(lab_runtime))
         else:
             argv = list(spec.command or [])
         if not argv:
@@ -310,10 +311,11 @@ class LocalRuntime:
             workdir.mkdir(parents=True, exist_ok=True)
         return workdir
 
-    def _prepare_scratch(self, req: LaunchRequest) -> Path:
+    def _prepare_scratch(self, req: LaunchRequest, inside: tuple[str, ...]) -> Path:
         owner.platform_dir(self.settings.data_dir, 0o711)
         owner.platform_dir(self.settings.scratch_dir, 0o711)
-        return owner.owned_dir(self.settings.scratch_dir / f"{req.job_id}.{req.attempt}", req.run_as, fresh=True)
+        scratch = self.settings.scratch_dir / f"{req.job_id}.{req.attempt}"
+        return owner.owned_dir(scratch, req.run_as, fresh=True, inside=inside)
 
     def _base_env(self, req: LaunchRequest, scratch: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in _PASS_ENV or k.startswith(_PASS_PREFIXES)}
