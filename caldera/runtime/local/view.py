@@ -66,7 +66,7 @@ def _mountpoint(top: str, path: str) -> int:
     for part in [p for p in os.path.relpath(path, top).split("/") if p]:
         try:
             try:
-                os.mkdir(part, 0o755, dir_fd=fd)
+                os.mkdir(part, 0o711, dir_fd=fd)  # root's, passable, not listable: like the data directory
             except FileExistsError:
                 pass
             nxt = os.open(part, flags, dir_fd=fd)
