@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import stat
 import time
 import uuid
@@ -126,6 +127,22 @@ def test_lab_listens_only_on_a_private_socket(launch, runtime, settings, monkeyp
     ):
         assert token not in leak
     assert LocalRuntime(settings).endpoints(h)[0].socket == ep.socket  # a restarted server finds it, logs in again
+    # the platform reaches Lab through its own link in the root-only run directory: the job replacing its socket
+    # with a symlink to another socket of the host (a decoy here) redirects nothing, a restarted server included
+    assert Path(ep.socket).parent == Path(h.data["run_dir"]) and Path(ep.socket).samefile(h.data["socket"])
+    decoy = socket.socket(socket.AF_UNIX)
+    decoy.bind(str(scratch / "decoy.sock"))
+    decoy.listen()
+    decoy.setblocking(False)
+    os.rename(h.data["socket"], scratch / "moved.sock")
+    os.symlink(scratch / "decoy.sock", h.data["socket"])
+    with _http(LocalRuntime(settings).endpoints(h)[0]) as http:
+        assert http.get(BASE + "api/status", headers=ep.headers).status_code == 200
+    with pytest.raises(BlockingIOError):
+        decoy.accept()
+    os.unlink(h.data["socket"])
+    os.rename(scratch / "moved.sock", h.data["socket"])
+    decoy.close()
 
     with _http(ep) as http:
         assert http.get(BASE + "api/status").status_code in (401, 403)  # no login, no entry

@@ -256,7 +256,8 @@ def test_the_platform_never_connects_through_a_symlinked_lab_socket(tmp_path) ->
     link = scratch / "lab.sock"
     link.symlink_to(other)
     assert jupyter.login(str(link), "/", "job-token", timeout_s=2) is None
-    assert accepted == []
+    assert jupyter.pin_socket(str(link), tmp_path / "pinned.sock") is None  # nor is it linked for the proxy
+    assert accepted == [] and not (tmp_path / "pinned.sock").exists()
     assert jupyter.login(str(other), "/", "job-token", timeout_s=2) == "username-localhost=x"  # the control
     assert len(accepted) == 1 and b"job-token" in accepted[0]
     server.close()

@@ -2,8 +2,9 @@
 
 Security model:
 * Lab listens on a Unix socket (no TCP port at all) in the job's scratch directory, 0700 and owned by the job's
-  uid, so no other user's job can even open it; the platform (root) can, but never through a symlink the job put
-  in its place. Under the process runtime its kernels' ZMQ sockets are Unix sockets in the job's own /tmp too
+  uid, so no other user's job can even open it. The platform (root) reaches it through a hard link in the root-only
+  run directory, made from the socket itself, so a symlink (or another socket) the job later puts in its place
+  redirects nothing. Under the process runtime its kernels' ZMQ sockets are Unix sockets in the job's own /tmp too
   (``ipc`` transport); a container has a loopback of its own for them.
 * Lab still requires its random token. The token reaches Lab through JUPYTER_TOKEN_FILE, a 0600 file the job owns,
   never through the environment or the command line; once Lab answered, that file and Lab's cookie secret are
@@ -69,6 +70,34 @@ class _UnixConnection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         self.sock = connect_unix(self._path, self.timeout)
+
+
+def pin_socket(sock: str, pinned: Path) -> str | None:
+    """The path the platform reaches Lab through: a hard link at ``pinned`` (in a directory only root may write) to
+    the socket Lab made at ``sock`` in the job's scratch, taken without following a symlink, so that nothing the job
+    later puts at ``sock`` redirects the platform. ``sock`` itself where no link can be made (another file system);
+    None while there is no socket at ``sock``."""
+    try:
+        fd = os.open(sock, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return None
+        tmp = pinned.with_name(f".{pinned.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        run_dir = os.open(pinned.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            # linkat(AT_SYMLINK_FOLLOW) of the descriptor: the very inode opened above (a dir_fd makes it linkat)
+            os.link(f"/proc/self/fd/{fd}", tmp.name, dst_dir_fd=run_dir, follow_symlinks=True)
+        except OSError:  # another file system: connect_unix still refuses a symlink there, the proxy may not
+            return sock
+        finally:
+            os.close(run_dir)
+        os.replace(tmp, pinned)
+        return str(pinned)
+    finally:
+        os.close(fd)
 
 
 def connect_unix(path: str, timeout: float) -> socket.socket:

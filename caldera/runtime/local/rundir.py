@@ -11,6 +11,7 @@ Everything needed to find a job again after the server restarts is a file here, 
     stop.json           a stop was requested: when, and when SIGKILL follows (the shims read it on SIGTERM)
     gang-failure.json   first failing rank of a distributed job (created exclusively: first writer wins)
     jupyter.token       0600, the platform's copy of the Jupyter token (never in meta.json or a log)
+    lab.sock            a hard link to Lab's socket, the one path the platform connects to it by
 
 The job itself never sees this directory (it is root's, 0700): what it may read lives in its scratch directory.
 
@@ -91,6 +92,10 @@ class RunDir:
     @property
     def gang_failure(self) -> Path:
         return self.path / "gang-failure.json"
+
+    @property
+    def lab_socket(self) -> Path:
+        return self.path / "lab.sock"
 
     @property
     def token(self) -> Path:

@@ -542,11 +542,17 @@ class LocalRuntime:
     def _lab_login(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> str | None:
         cookie = self._lab_logins.get(key)
         if cookie is None:
-            token = self._token(key, rd)
-            cookie = jupyter.login(meta["socket"], meta["base_url"], token, timeout_s=0.5) if token else None
+            token, sock = self._token(key, rd), self._lab_socket(meta, rd)
+            cookie = jupyter.login(sock, meta["base_url"], token, timeout_s=0.5) if token and sock else None
             if cookie is not None:
                 self._lab_logins[key] = cookie
         return cookie
+
+    @staticmethod
+    def _lab_socket(meta: dict[str, Any], rd: RunDir) -> str | None:
+        if os.path.lexists(rd.lab_socket):
+            return str(rd.lab_socket)
+        return jupyter.pin_socket(meta["socket"], rd.lab_socket)
 
     def _token(self, key: _Key, rd: RunDir) -> str | None:
         tok = self._tokens.get(key)
@@ -648,10 +654,10 @@ class LocalRuntime:
             return []
         key = (handle.job_id, handle.attempt)
         rd = RunDir(meta["run_dir"])
-        cookie, token = self._lab_login(key, meta, rd), self._token(key, rd)
-        if not cookie or not token:
+        cookie, token, sock = self._lab_login(key, meta, rd), self._token(key, rd), self._lab_socket(meta, rd)
+        if not cookie or not token or not sock:
             return []
-        return [jupyter.lab_endpoint(meta["base_url"], meta["socket"], cookie, token)]
+        return [jupyter.lab_endpoint(meta["base_url"], sock, cookie, token)]
 
 
 def _notice(scratch: Path) -> Path:
