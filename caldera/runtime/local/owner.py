@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 
 from caldera.runtime.base import RunAs
+from caldera.runtime.local import view
 
 
 def platform_dir(path: Path, mode: int) -> None:
@@ -76,18 +77,13 @@ def write_owned(path: Path, text: str, run_as: RunAs | None, mode: int = 0o600) 
 def remove_owned(top: Path, relpath: Path) -> None:
     """Remove the file ``top/relpath`` (``top`` the platform made, what is below it the job's) without following
     a symlink the job put on the way: it would make root delete a file of that name anywhere."""
-    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(top, flags)
-    except OSError:
+        fd = view.walk_nofollow(str(top), str(relpath.parent))
+    except OSError:  # gone, or not what the platform made: nothing of the platform's to remove
         return
     try:
-        for part in relpath.parent.parts:
-            nxt = os.open(part, flags, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
         os.unlink(relpath.name, dir_fd=fd)
-    except OSError:  # gone, or not what the platform made: nothing of the platform's to remove
+    except OSError:
         pass
     finally:
         os.close(fd)

@@ -207,7 +207,6 @@ class LocalRuntime:
         }
         base_env = self._base_env(req, scratch)
         base_env.update(owner.authorized_keys(scratch, req.authorized_keys, req.run_as))
-        tmp = scratch / "tmp" if private else None
 
         if spec.kind is JobKind.JUPYTER:
             base_url = jupyter.normalise_base_url(req.base_url or "/")
@@ -216,13 +215,13 @@ class LocalRuntime:
             owner.write_owned(scratch / "lab-token", token, req.run_as)  # deleted once Lab read it
             # connection files (kernel HMAC keys), jpserver-*.json, the cookie secret: the job's alone. In its own
             # /tmp, its kernels talk over Unix sockets there (a short path: a socket's holds at most 107 bytes)
-            seen_as = Path("/tmp", _LAB_RUNTIME) if tmp is not None else scratch / lab_runtime
+            seen_as = Path("/tmp", _LAB_RUNTIME) if private else scratch / lab_runtime
             base_env.pop("JUPYTER_TOKEN", None)  # would take precedence over our token file
             base_env.update(JUPYTER_TOKEN_FILE=str(scratch / "lab-token"), JUPYTER_RUNTIME_DIR=str(seen_as))
             sock = scratch / "lab.sock"
             as_root = req.run_as is None and os.geteuid() == 0
             # spec.command is never used: it could listen elsewhere
-            argv = jupyter.lab_argv(sock, base_url, workdir, as_root, ipc_kernels=tmp is not None)
+            argv = jupyter.lab_argv(sock, base_url, workdir, as_root, ipc_kernels=private)
             data.update(socket=str(sock), base_url=base_url, lab_runtime=str(lab_runtime))
         else:
             argv = list(spec.command or [])
@@ -263,8 +262,8 @@ class LocalRuntime:
                     gang_grace_s=self.settings.cancel_grace_s,
                     uid=req.run_as.uid if req.run_as else None,
                     gid=req.run_as.gid if req.run_as else None,
-                    # absolute without resolving a symlink: the job's namespace is made from another directory
-                    private_tmp=os.path.abspath(tmp) if tmp is not None else None,
+                    # the platform's part resolved (the shim follows no symlink on the way), the job's part as is
+                    private_tmp=str(self.settings.scratch_dir.resolve() / scratch.name / "tmp") if private else None,
                     keep=tuple(os.path.abspath(p) for p in (req.home or workdir, scratch)),
                 )
                 prefix = holder.enter_prefix() if holder else []

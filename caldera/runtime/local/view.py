@@ -43,32 +43,19 @@ def new_pid_namespace() -> None:
     _check(_libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
 
 
-def open_dir_nofollow(path: str) -> int:
-    """An O_PATH descriptor of the directory ``path``, reached without following any symlink on the way."""
-    if not os.path.isabs(path):
-        raise ValueError(f"{path} is not absolute")
-    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open("/", flags)
-    for part in [p for p in path.split("/") if p]:
-        try:
-            nxt = os.open(part, flags, dir_fd=fd)
-        finally:
-            os.close(fd)
-        fd = nxt
-    return fd
-
-
-def _mountpoint(top: str, path: str) -> int:
-    """An O_PATH descriptor of ``path`` (below ``top``) in the job's fresh /tmp, made by root one directory at a
-    time; something the job put on the way (a symlink, a file) fails the launch instead of being followed."""
+def walk_nofollow(top: str, relpath: str, make_mode: int | None = None) -> int:
+    """An O_PATH descriptor of the directory ``top/relpath``, reached one component at a time without following a
+    symlink below ``top`` (a symlink, or a file, on the way fails with OSError). With ``make_mode``, missing
+    directories are made, root's, with that mode."""
     flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(top, flags)
-    for part in [p for p in os.path.relpath(path, top).split("/") if p]:
+    for part in [p for p in relpath.split("/") if p and p != "."]:
         try:
-            try:
-                os.mkdir(part, 0o711, dir_fd=fd)  # root's, passable, not listable: like the data directory
-            except FileExistsError:
-                pass
+            if make_mode is not None:
+                try:
+                    os.mkdir(part, make_mode, dir_fd=fd)
+                except FileExistsError:
+                    pass
             nxt = os.open(part, flags, dir_fd=fd)
         finally:
             os.close(fd)
@@ -88,7 +75,9 @@ def enter(private_tmp: str, uid: int, keep: list[str]) -> None:
     _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, _MS_REC | _MS_SLAVE)  # the host's mounts reach us, ours never reach the host
     # opened in the new namespace (a bind takes its source from its own), before /tmp is covered
-    tmp = open_dir_nofollow(private_tmp)
+    if not os.path.isabs(private_tmp):
+        raise ValueError(f"{private_tmp} is not absolute")
+    tmp = walk_nofollow("/", private_tmp)
     kept = {path: os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for path in keep}
     try:
         st = os.fstat(tmp)
@@ -104,7 +93,8 @@ def enter(private_tmp: str, uid: int, keep: list[str]) -> None:
                 os.close(top_fd)
             for path, fd in kept.items():
                 if os.path.commonpath([path, top]) == top:
-                    target = _mountpoint(top, path)
+                    # made by root in the job's fresh /tmp; passable, not listable, like the data directory
+                    target = walk_nofollow(top, os.path.relpath(path, top), make_mode=0o711)
                     try:
                         _bind(fd, target)
                     finally:
