@@ -9,9 +9,12 @@ was SIGKILLed and restarted -- re-attaches to running jobs by reading their run 
     ranks        [{"rank": r, "pid": shim pid (= its process group), "start": /proc start time}]
     netns        true when the ranks share a private network namespace
     scratch      the attempt's job-owned directory (see ``owner``): preemption notice, the lab's socket, the
-                 owner's SSH public keys (authorized_keys, named by CALDERA_SSH_AUTHORIZED_KEYS)
+                 owner's SSH public keys (authorized_keys, named by CALDERA_SSH_AUTHORIZED_KEYS), and under a root
+                 server ``tmp``, the job's own /tmp (see ``view``)
     run_as       [uid, gid] the commands run as, or null (the server's own user)
-    socket, base_url   (jupyter) where Lab listens; the platform's copy of its token is <run_dir>/jupyter.token
+    socket, base_url   (jupyter) where Lab listens; the platform's copy of its token is <run_dir>/jupyter.token, and
+                 it connects through <run_dir>/lab.sock (see ``jupyter.pin_socket``)
+    lab_runtime  (jupyter) Jupyter's runtime directory (kernel connection files and sockets), relative to scratch
 
 A handle with empty ``data`` works too: it is read back from <run_dir>/meta.json.
 """
