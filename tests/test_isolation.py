@@ -197,7 +197,13 @@ def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path, runti
     attempts = {k: v for k, v in seen.items() if k not in JUDGED_APART}
     assert len(attempts) == 14, attempts
     if runtime_name == "local":
-        assert attempts == dict.fromkeys(attempts, "denied"), attempts
+        # another user's process is not even there (each job has a PID namespace of its own), and neither is what
+        # lies below /tmp on the host (here: the whole data directory; each job has a /tmp of its own): the rest
+        # is refused. Writing into the data directory meets the root-made path to the job's own directories
+        assert os.path.exists(f"/proc/{other_pid}/environ")
+        hidden = {k for k, t in ATTEMPT_TARGET.items() if t == "other_pid" or (t and _below_tmp(targets[t]))}
+        hidden.discard("write data dir")
+        assert attempts == {k: "absent" if k in hidden else "denied" for k in attempts}, attempts
         assert seen["data dir listing"] == "denied"
     else:
         for path in (v for k, v in targets.items() if k not in ("other_pid", "data_dir", "api_port")):
@@ -222,6 +228,29 @@ def test_a_job_cannot_reach_the_platform_or_another_user(server, tmp_path, runti
     assert not (server.data_dir / "planted").exists()
     for jid in (sleeper, lab):
         httpx.post(f"{server.url}/api/v1/jobs/{jid}/cancel", headers=alice)
+
+
+# which of the targets each attempt of ATTACK tries (None: not the platform's)
+ATTEMPT_TARGET = {
+    "database": "database",
+    "keys": "keys",
+    "write data dir": "data_dir",
+    "runs dir": "runs",
+    "profile records": "profiles",
+    "other's log": "other_log",
+    "other's workspace": "other_home",
+    "other's file": "other_file",
+    "other's environ": "other_pid",
+    "signal other": "other_pid",
+    "admin's CLI credentials": "credentials",
+    "shadow": None,
+    "other's lab scratch": "other_scratch",
+    "other's lab socket": "lab_socket",
+}
+
+
+def _below_tmp(path: str) -> bool:
+    return any(os.path.commonpath([os.path.realpath(path), top]) == top for top in ("/tmp", "/var/tmp"))
 
 
 def _os_uid(server, username: str) -> int:

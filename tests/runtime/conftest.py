@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -37,6 +39,29 @@ def wait_terminal(rt: LocalRuntime, handle: Handle, timeout: float = 30.0) -> Ob
         return obs if obs.phase in TERMINAL else None
 
     return wait_for(done, timeout, what=f"{handle.job_id} to end")
+
+
+def namespace_pids(h: Handle, rank: int = 0) -> dict[int, int]:
+    """Every process of the job's rank, {pid as the rank sees it: pid on the host} (a rank has a PID namespace of
+    its own; without one, both are the same)."""
+    init = json.loads((Path(h.data["run_dir"]) / f"rank-{rank}.pid").read_text())["init_pid"]
+    ns = os.readlink(f"/proc/{init}/ns/pid")
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "ns" / "pid") == ns:
+                nspid = next(line for line in (entry / "status").read_text().splitlines() if line.startswith("NSpid:"))
+                found[int(nspid.split()[-1])] = int(entry.name)
+        except OSError:
+            continue
+    return found
+
+
+def host_pid(h: Handle, pid: int, rank: int = 0) -> int:
+    """The host's pid of the process the job's rank knows as ``pid``."""
+    found = namespace_pids(h, rank)
+    assert pid in found, f"no process {pid} in the namespace of rank {rank} of {h.job_id}"
+    return found[pid]
 
 
 @pytest.fixture

@@ -6,7 +6,9 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import stat
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +20,7 @@ from caldera.runtime.base import Phase
 from caldera.runtime.local import jupyter, procs
 from caldera.runtime.local.runtime import LocalRuntime
 
-from .conftest import wait_for, wait_terminal
+from .conftest import host_pid, namespace_pids, wait_for, wait_terminal
 
 pytestmark = [
     pytest.mark.jupyter,
@@ -114,7 +116,8 @@ def test_lab_listens_only_on_a_private_socket(launch, runtime, settings, monkeyp
     assert len(token) >= 32
     assert stat.S_IMODE((Path(h.data["run_dir"]) / "jupyter.token").stat().st_mode) == 0o600
     # once Lab read them, the token and the cookie secret are gone from what the job can read
-    assert not (scratch / "lab-token").exists() and not (scratch / "runtime" / "jupyter_cookie_secret").exists()
+    runtime_dir = scratch / h.data["lab_runtime"]
+    assert not (scratch / "lab-token").exists() and not (runtime_dir / "jupyter_cookie_secret").exists()
     for leak in (
         json.dumps(h.data),
         (Path(h.data["run_dir"]) / "meta.json").read_text(),
@@ -124,6 +127,22 @@ def test_lab_listens_only_on_a_private_socket(launch, runtime, settings, monkeyp
     ):
         assert token not in leak
     assert LocalRuntime(settings).endpoints(h)[0].socket == ep.socket  # a restarted server finds it, logs in again
+    # the platform reaches Lab through its own link in the root-only run directory: the job replacing its socket
+    # with a symlink to another socket of the host (a decoy here) redirects nothing, a restarted server included
+    assert Path(ep.socket).parent == Path(h.data["run_dir"]) and Path(ep.socket).samefile(h.data["socket"])
+    decoy = socket.socket(socket.AF_UNIX)
+    decoy.bind(str(scratch / "decoy.sock"))
+    decoy.listen()
+    decoy.setblocking(False)
+    os.rename(h.data["socket"], scratch / "moved.sock")
+    os.symlink(scratch / "decoy.sock", h.data["socket"])
+    with _http(LocalRuntime(settings).endpoints(h)[0]) as http:
+        assert http.get(BASE + "api/status", headers=ep.headers).status_code == 200
+    with pytest.raises(BlockingIOError):
+        decoy.accept()
+    os.unlink(h.data["socket"])
+    os.rename(scratch / "moved.sock", h.data["socket"])
+    decoy.close()
 
     with _http(ep) as http:
         assert http.get(BASE + "api/status").status_code in (401, 403)  # no login, no entry
@@ -136,9 +155,20 @@ def test_lab_listens_only_on_a_private_socket(launch, runtime, settings, monkeyp
 
     path = f"{BASE}api/kernels/{kernel}/channels?session_id={uuid.uuid4().hex}"
     assert _execute(ep, path, "print(6*7)") == "42\n"
-    kernel_pid = int(_execute(ep, path, "import os; print(os.getpid())"))
+    kernel_pid = host_pid(h, int(_execute(ep, path, "import os; print(os.getpid())")))
     kernel_start = procs.start_time(kernel_pid)
-
+    # finding 4: the kernel's channels are Unix sockets in the job's own runtime directory (0700 chain), so
+    # another user's job can neither find them in /proc/net/tcp nor subscribe to iopub
+    conn = json.loads((runtime_dir / f"kernel-{kernel}.json").read_text())
+    assert conn["transport"] == "ipc" and conn["ip"].startswith("/tmp/")  # the job's own /tmp is runtime_dir's tmp
+    prefix = Path(conn["ip"]).name
+    for channel in ("shell", "iopub", "stdin", "control", "hb"):
+        assert stat.S_ISSOCK((runtime_dir / f"{prefix}-{conn[channel + '_port']}").stat().st_mode), channel
+    job = namespace_pids(h)
+    assert kernel_pid in job.values() and lab_pid in job.values() and listening_tcp(lab_pid) == []
+    # what is left on TCP is ipykernel's pipe for output of forked subprocesses (PULL; it drops messages without
+    # the kernel's random key): tried as an attacker would, subscribing to every TCP port of the job gives nothing
+    _subscribe_to_everything(job.values(), lambda: _execute(ep, path, "print('private output')"))
     runtime.stop(h, grace_s=10)
     obs = wait_terminal(runtime, h, timeout=30)
     assert obs.phase in (Phase.SUCCEEDED, Phase.FAILED)
@@ -146,6 +176,29 @@ def test_lab_listens_only_on_a_private_socket(launch, runtime, settings, monkeyp
     wait_for(lambda: not procs.is_alive(kernel_pid, kernel_start), timeout=15, what="the kernel to go")
     log = b"".join(runtime.logs(h)).decode()
     assert "Jupyter Server" in log and token not in log
+
+
+def _subscribe_to_everything(pids, act) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    try:
+        ports = {int(addr.split(":")[1], 16) for pid in pids for addr in listening_tcp(pid)}
+        subs = []
+        for port in ports:
+            sub = ctx.socket(zmq.SUB)
+            sub.linger = 0
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            sub.connect(f"tcp://127.0.0.1:{port}")
+            subs.append(sub)
+        time.sleep(1)  # a subscription takes a moment to reach a publisher
+        assert act() == "private output\n"
+        poller = zmq.Poller()
+        for sub in subs:
+            poller.register(sub, zmq.POLLIN)
+        assert poller.poll(2000) == [], ports
+    finally:
+        ctx.destroy(linger=0)
 
 
 def listening_tcp(pid: int) -> list[str]:
@@ -175,7 +228,8 @@ def test_kernels_die_with_a_killed_lab(launch, runtime) -> None:
     assert ep.base_url == "/jobs/lab2/lab/"
     with _http(ep) as http:
         kernel = _new_kernel(http, ep)
-    kernel_pid = int(_execute(ep, f"{ep.base_url}api/kernels/{kernel}/channels", "import os; print(os.getpid())"))
+    code = "import os; print(os.getpid())"
+    kernel_pid = host_pid(h, int(_execute(ep, f"{ep.base_url}api/kernels/{kernel}/channels", code)))
     kernel_start = procs.start_time(kernel_pid)
     assert procs.stat(kernel_pid).pgrp != h.data["ranks"][0]["pid"]  # outside the shim's process group
     lab = json.loads((Path(h.data["run_dir"]) / "rank-0.pid").read_text())

@@ -17,7 +17,7 @@ from caldera.runtime.base import Handle, LaunchRequest, Phase
 from caldera.runtime.local import procs
 from caldera.runtime.local.runtime import LocalRuntime
 
-from .conftest import wait_for, wait_terminal
+from .conftest import host_pid, wait_for, wait_terminal
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,7 +76,7 @@ def test_a_killed_supervisor_means_lost(launch, runtime, settings, tmp_path) -> 
     work = tmp_path / "work" / "victim"
     h = launch(job_id="victim", command=["sh", "-c", "sleep 100 & echo $! > gc.pid; touch up; wait"])
     wait_for(lambda: (work / "up").exists())
-    gc = int((work / "gc.pid").read_text())
+    gc = host_pid(h, int((work / "gc.pid").read_text()))
     gc_start = procs.start_time(gc)
     os.killpg(h.data["ranks"][0]["pid"], signal.SIGKILL)  # shim, command and grandchild: no exit record
     b = LocalRuntime(settings)

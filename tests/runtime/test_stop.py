@@ -9,7 +9,7 @@ from caldera.runtime.base import Phase
 from caldera.runtime.local import procs
 from caldera.runtime.local import runtime as runtime_mod
 
-from .conftest import wait_for, wait_terminal
+from .conftest import host_pid, wait_for, wait_terminal
 
 # sh runs a trap only once the foreground command ends, hence the short sleeps in the loops
 LOOP = "while :; do sleep 0.1; done"
@@ -69,7 +69,7 @@ def test_grandchildren_die_with_the_job(launch, runtime, tmp_path) -> None:
     )
     files = [work / "gc1.pid", work / "gc2.pid"]
     wait_for(lambda: all(f.exists() and f.read_text().strip() for f in files), what="grandchildren")
-    pids = [int(f.read_text()) for f in files]
+    pids = [host_pid(h, int(f.read_text())) for f in files]
     ident = [(p, procs.start_time(p)) for p in pids]
     assert all(procs.is_alive(p, st) for p, st in ident)
     runtime.stop(h, grace_s=30)
@@ -79,10 +79,17 @@ def test_grandchildren_die_with_the_job(launch, runtime, tmp_path) -> None:
 
 def test_background_leftovers_are_killed_when_the_command_exits(launch, runtime, tmp_path) -> None:
     work = tmp_path / "work" / "leftover"
-    h = launch(job_id="leftover", command=["sh", "-c", "sleep 100 & echo $! > gc.pid; exit 0"])
+    h = launch(
+        job_id="leftover",
+        command=["sh", "-c", "sleep 100 & echo $! > gc.pid; until [ -e go ]; do sleep 0.05; done; exit 0"],
+    )
+    wait_for(lambda: (work / "gc.pid").exists() and (work / "gc.pid").read_text().strip(), what="the leftover")
+    pid = host_pid(h, int((work / "gc.pid").read_text()))
+    start = procs.start_time(pid)
+    assert procs.is_alive(pid, start)
+    (work / "go").touch()
     assert wait_terminal(runtime, h).phase is Phase.SUCCEEDED
-    pid = int((work / "gc.pid").read_text())
-    wait_for(lambda: not procs.is_alive(pid, procs.start_time(pid)), timeout=10, what="the leftover to die")
+    wait_for(lambda: not procs.is_alive(pid, start), timeout=10, what="the leftover to die")
 
 
 def test_preemption_notice_is_written_before_sigterm(launch, runtime, settings, tmp_path) -> None:

@@ -2,7 +2,10 @@
 
 Security model:
 * Lab listens on a Unix socket (no TCP port at all) in the job's scratch directory, 0700 and owned by the job's
-  uid, so no other user's job can even open it; the platform (root) can.
+  uid, so no other user's job can even open it. The platform (root) reaches it through a hard link in the root-only
+  run directory, made from the socket itself, so a symlink (or another socket) the job later puts in its place
+  redirects nothing. Under the process runtime its kernels' ZMQ sockets are Unix sockets in the job's own /tmp too
+  (``ipc`` transport); a container has a loopback of its own for them.
 * Lab still requires its random token. The token reaches Lab through JUPYTER_TOKEN_FILE, a 0600 file the job owns,
   never through the environment or the command line; once Lab answered, that file and Lab's cookie secret are
   deleted, so nothing on disk lets even another job of the same user in. The platform keeps its own copy in the
@@ -19,7 +22,9 @@ caldera/server/lab_proxy.py).
 from __future__ import annotations
 
 import http.client
+import os
 import socket
+import stat
 import sys
 from http.cookies import SimpleCookie
 from pathlib import Path
@@ -34,7 +39,10 @@ def normalise_base_url(base_url: str) -> str:
     return base if base == "/" else base + "/"
 
 
-def lab_argv(sock: Path, base_url: str, root_dir: Path, as_root: bool) -> list[str]:
+def lab_argv(sock: Path, base_url: str, root_dir: Path, as_root: bool, ipc_kernels: bool = False) -> list[str]:
+    """Lab's command line. With ``ipc_kernels`` its kernels talk ZMQ over Unix sockets next to their connection
+    files in Jupyter's runtime directory (the job's alone) instead of TCP ports on loopback, where any process of
+    the host could subscribe to them."""
     argv = [
         sys.executable,
         "-m",
@@ -48,6 +56,8 @@ def lab_argv(sock: Path, base_url: str, root_dir: Path, as_root: bool) -> list[s
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.news_url=None",
     ]
+    if ipc_kernels:
+        argv.append("--KernelManager.transport=ipc")
     if as_root:
         argv.append("--allow-root")
     return argv
@@ -59,9 +69,55 @@ class _UnixConnection(http.client.HTTPConnection):
         self._path = path
 
     def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self._path)
+        self.sock = connect_unix(self._path, self.timeout)
+
+
+def pin_socket(sock: str, pinned: Path) -> str | None:
+    """The path the platform reaches Lab through: a hard link at ``pinned`` (in a directory only root may write) to
+    the socket Lab made at ``sock`` in the job's scratch, taken without following a symlink, so that nothing the job
+    later puts at ``sock`` redirects the platform. ``sock`` itself where no link can be made (another file system);
+    None while there is no socket at ``sock``."""
+    try:
+        fd = os.open(sock, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return None
+        tmp = pinned.with_name(f".{pinned.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        run_dir = os.open(pinned.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            # linkat(AT_SYMLINK_FOLLOW) of the descriptor: the very inode opened above (a dir_fd makes it linkat)
+            os.link(f"/proc/self/fd/{fd}", tmp.name, dst_dir_fd=run_dir, follow_symlinks=True)
+        except OSError:  # another file system: connect_unix still refuses a symlink there, the proxy may not
+            return sock
+        finally:
+            os.close(run_dir)
+        os.replace(tmp, pinned)
+        return str(pinned)
+    finally:
+        os.close(fd)
+
+
+def connect_unix(path: str, timeout: float) -> socket.socket:
+    """A connection to the Unix socket at ``path`` itself: the job owns the directory and may have put a symlink (to
+    another socket of the host) there, which a root client must not follow. The socket's inode is opened without
+    following anything and connected to through that descriptor."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise ConnectionRefusedError(f"{path} is not a socket")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(f"/proc/self/fd/{fd}")
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    finally:
+        os.close(fd)
 
 
 def login(sock: str, base_url: str, token: str, timeout_s: float = 1.0) -> str | None:

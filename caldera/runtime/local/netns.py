@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from caldera.runtime.local import procs
+from caldera.runtime.local.launchfile import root_env
 
 
 def available() -> bool:
@@ -54,7 +55,7 @@ def start_holder(timeout_s: float = 15.0) -> Holder:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+        env=root_env(),
     )
     holder = Holder(proc, procs.start_time(proc.pid))
     deadline = time.monotonic() + timeout_s

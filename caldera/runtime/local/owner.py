@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 
 from caldera.runtime.base import RunAs
+from caldera.runtime.local import view
 
 
 def platform_dir(path: Path, mode: int) -> None:
@@ -29,9 +30,10 @@ def platform_dir(path: Path, mode: int) -> None:
     os.chmod(path, mode)
 
 
-def owned_dir(path: Path, run_as: RunAs | None, *, fresh: bool = False) -> Path:
+def owned_dir(path: Path, run_as: RunAs | None, *, fresh: bool = False, inside: tuple[str, ...] = ()) -> Path:
     """``path`` as a 0700 directory of ``run_as``; its parent must be the platform's. With ``fresh``, whatever was
-    there before is removed first (a stale attempt's scratch)."""
+    there before is removed first (a stale attempt's scratch), and the directories ``inside`` it (relative paths,
+    parents first) are made too -- while ``path`` is still root's, so nothing the job does can redirect them."""
     if fresh and os.path.lexists(path):
         if os.path.islink(path) or not os.path.isdir(path):
             os.unlink(path)
@@ -43,7 +45,13 @@ def owned_dir(path: Path, run_as: RunAs | None, *, fresh: bool = False) -> Path:
         st = os.lstat(path)
         if not stat.S_ISDIR(st.st_mode):
             raise RuntimeError(f"{path} is not a directory") from None
+        if inside:
+            raise RuntimeError(f"{path} is not fresh") from None
+    for sub in inside:
+        os.mkdir(path / sub, 0o700)
     if run_as is not None:
+        for sub in reversed(inside):
+            os.lchown(path / sub, run_as.uid, run_as.gid)
         os.lchown(path, run_as.uid, run_as.gid)
     os.chmod(path, 0o700)
     return path
@@ -64,6 +72,21 @@ def write_owned(path: Path, text: str, run_as: RunAs | None, mode: int = 0o600) 
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def remove_owned(top: Path, relpath: Path) -> None:
+    """Remove the file ``top/relpath`` (``top`` the platform made, what is below it the job's) without following
+    a symlink the job put on the way: it would make root delete a file of that name anywhere."""
+    try:
+        fd = view.walk_nofollow(str(top), str(relpath.parent))
+    except OSError:  # gone, or not what the platform made: nothing of the platform's to remove
+        return
+    try:
+        os.unlink(relpath.name, dir_fd=fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def authorized_keys(scratch: Path, keys: str, run_as: RunAs | None) -> dict[str, str]:

@@ -18,6 +18,7 @@ TAG_VAR = "CALDERA_RUN_TAG"  # "<job_id>/<attempt>/<rank>", set on every process
 @dataclass(frozen=True, slots=True)
 class ProcStat:
     state: str
+    ppid: int
     pgrp: int
     start: int
     cpu_ticks: int = 0  # user + system time, clock ticks
@@ -34,6 +35,7 @@ def stat(pid: int) -> ProcStat | None:
     fields = data[data.rindex(b")") + 2 :].split()
     return ProcStat(
         state=fields[0].decode(),
+        ppid=int(fields[1]),
         pgrp=int(fields[2]),
         start=int(fields[19]),
         cpu_ticks=int(fields[11]) + int(fields[12]),
@@ -104,6 +106,11 @@ def job_processes(pgrps: set[int], tag: str | None = None, tag_prefix: str | Non
         if t is not None and (t == tag or (tag_prefix is not None and t.startswith(tag_prefix))):
             found.append(pid)
     return found
+
+
+def children(pid: int) -> list[int]:
+    """The live children of ``pid``."""
+    return [c for c in _pids() if (st := stat(c)) is not None and st.ppid == pid and st.state not in ("Z", "X")]
 
 
 def kill_all(pids: list[int], sig: int = signal.SIGKILL) -> None:

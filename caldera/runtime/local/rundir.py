@@ -4,12 +4,14 @@ Everything needed to find a job again after the server restarts is a file here, 
 (temporary file + rename) so a reader never sees half a record:
 
     meta.json           what the runtime launched (kind, ranks with shim pid + start time, jupyter port)
+    rank-<r>.launch.json  0600, what rank r runs (command, environment, uid): read and removed by its shim
     rank-<r>.log        stdout+stderr of rank r (the shim's too: it only writes there if it cannot start the command)
     rank-<r>.pid        written by rank r's shim: its pid and start time, then the command's
     rank-<r>.exit       written by rank r's shim when the command ended: exit code, signal, time
     stop.json           a stop was requested: when, and when SIGKILL follows (the shims read it on SIGTERM)
     gang-failure.json   first failing rank of a distributed job (created exclusively: first writer wins)
     jupyter.token       0600, the platform's copy of the Jupyter token (never in meta.json or a log)
+    lab.sock            a hard link to Lab's socket, the one path the platform connects to it by
 
 The job itself never sees this directory (it is root's, 0700): what it may read lives in its scratch directory.
 
@@ -67,6 +69,9 @@ class RunDir:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
 
+    def launch(self, rank: int) -> Path:
+        return self.path / f"rank-{rank}.launch.json"
+
     def log(self, rank: int) -> Path:
         return self.path / f"rank-{rank}.log"
 
@@ -87,6 +92,10 @@ class RunDir:
     @property
     def gang_failure(self) -> Path:
         return self.path / "gang-failure.json"
+
+    @property
+    def lab_socket(self) -> Path:
+        return self.path / "lab.sock"
 
     @property
     def token(self) -> Path:

@@ -9,18 +9,21 @@ was SIGKILLed and restarted -- re-attaches to running jobs by reading their run 
     ranks        [{"rank": r, "pid": shim pid (= its process group), "start": /proc start time}]
     netns        true when the ranks share a private network namespace
     scratch      the attempt's job-owned directory (see ``owner``): preemption notice, the lab's socket, the
-                 owner's SSH public keys (authorized_keys, named by CALDERA_SSH_AUTHORIZED_KEYS)
+                 owner's SSH public keys (authorized_keys, named by CALDERA_SSH_AUTHORIZED_KEYS), and under a root
+                 server ``tmp``, the job's own /tmp (see ``view``)
     run_as       [uid, gid] the commands run as, or null (the server's own user)
-    socket, base_url   (jupyter) where Lab listens; the platform's copy of its token is <run_dir>/jupyter.token
+    socket, base_url   (jupyter) where Lab listens; the platform's copy of its token is <run_dir>/jupyter.token, and
+                 it connects through <run_dir>/lab.sock (see ``jupyter.pin_socket``)
+    lab_runtime  (jupyter) Jupyter's runtime directory (kernel connection files and sockets), relative to scratch
 
 A handle with empty ``data`` works too: it is read back from <run_dir>/meta.json.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -45,15 +48,20 @@ from caldera.runtime.base import (
     ProcessUsage,
     RunAs,
 )
-from caldera.runtime.local import jupyter, netns, owner, procs
+from caldera.runtime.local import jupyter, launchfile, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
+from caldera.runtime.local.launchfile import Launch
 from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
 from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 
-# the shim runs as ``python -m caldera.runtime.local.shim`` from here, so it imports this very checkout of caldera
-# (``-m`` puts the working directory first on sys.path) without adding PYTHONPATH to the job's environment
+# the shim's Python runs isolated (-I: no environment variable, user site or working directory alters it) and
+# imports this very checkout of caldera, named here by the platform
 _PKG_ROOT = Path(caldera.__file__).resolve().parents[1]
+_SHIM_MAIN = (
+    f"import sys; sys.path.insert(0, {str(_PKG_ROOT)!r}); from caldera.runtime.local.shim import main; sys.exit(main())"
+)
+_LAB_RUNTIME = "jupyter-runtime"
 _START_TIMEOUT_S = 60.0  # generous: on a loaded host, python + nsenter start-up can take seconds per rank
 _KILL_MARGIN_S = 1.0  # the shims SIGKILL at the deadline themselves; the runtime's backstop comes this late
 _MAX_FINAL = 10_000
@@ -185,7 +193,13 @@ class LocalRuntime:
         """Start every rank, appending to ``started`` as it goes (so a failure can kill exactly those)."""
         spec = req.spec
         workdir = self._workdir(req)
-        scratch = self._prepare_scratch(req)
+        private = os.geteuid() == 0  # a root server gives every rank its own view of the host (see ``view``)
+        # the job's own /tmp in its scratch; a lab's runtime directory there (or, without one, in its scratch)
+        lab_runtime = Path("tmp", _LAB_RUNTIME) if private else Path("runtime")
+        inside = ("tmp",) if private else ()
+        if spec.kind is JobKind.JUPYTER:
+            inside += (str(lab_runtime),)
+        scratch = self._prepare_scratch(req, inside)
         world = spec.world_size if spec.kind is JobKind.DISTRIBUTED else 1
         data: dict[str, Any] = {
             "run_dir": str(rd.path),
@@ -202,17 +216,20 @@ class LocalRuntime:
             token = secrets.token_hex(24)
             write_text_atomic(rd.token, token, mode=0o600)
             owner.write_owned(scratch / "lab-token", token, req.run_as)  # deleted once Lab read it
-            # connection files (kernel HMAC keys), jpserver-*.json, the cookie secret: the job's alone
-            runtime_dir = owner.owned_dir(scratch / "runtime", req.run_as)
+            # connection files (kernel HMAC keys), jpserver-*.json, the cookie secret: the job's alone. In its own
+            # /tmp, its kernels talk over Unix sockets there (a short path: a socket's holds at most 107 bytes)
+            seen_as = Path("/tmp", _LAB_RUNTIME) if private else scratch / lab_runtime
             base_env.pop("JUPYTER_TOKEN", None)  # would take precedence over our token file
-            base_env.update(JUPYTER_TOKEN_FILE=str(scratch / "lab-token"), JUPYTER_RUNTIME_DIR=str(runtime_dir))
+            base_env.update(JUPYTER_TOKEN_FILE=str(scratch / "lab-token"), JUPYTER_RUNTIME_DIR=str(seen_as))
             sock = scratch / "lab.sock"
             as_root = req.run_as is None and os.geteuid() == 0
-            argv = jupyter.lab_argv(sock, base_url, workdir, as_root)  # spec.command is never used: it could
-            data.update(socket=str(sock), base_url=base_url)  # listen elsewhere
+            # spec.command is never used: it could listen elsewhere
+            argv = jupyter.lab_argv(sock, base_url, workdir, as_root, ipc_kernels=private)
+            data.update(socket=str(sock), base_url=base_url, lab_runtime=str(lab_runtime))
         else:
             argv = list(spec.command or [])
-        self._check_command(argv, base_env.get("PATH", ""), workdir)
+        if not argv:
+            raise LaunchError("NoCommand", "no command")
 
         holder = None
         if spec.kind is JobKind.DISTRIBUTED and self.settings.isolate_distributed_network and netns.available():
@@ -239,8 +256,21 @@ class LocalRuntime:
                     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
                         if var not in spec.env:
                             env[var] = "lo"
+                launch = Launch(
+                    argv=argv,
+                    env=env,
+                    workdir=str(workdir),
+                    tag=env[procs.TAG_VAR],
+                    world_size=world,
+                    gang_grace_s=self.settings.cancel_grace_s,
+                    uid=req.run_as.uid if req.run_as else None,
+                    gid=req.run_as.gid if req.run_as else None,
+                    # the platform's part resolved (the shim follows no symlink on the way), the job's part as is
+                    private_tmp=str(self.settings.scratch_dir.resolve() / scratch.name / "tmp") if private else None,
+                    keep=tuple(os.path.abspath(p) for p in (req.home or workdir, scratch)),
+                )
                 prefix = holder.enter_prefix() if holder else []
-                proc = self._spawn(rd, r, world, prefix, argv, workdir, env, req.run_as)
+                proc = self._spawn(rd, r, prefix, launch)
                 started.append((r, proc, procs.start_time(proc.pid)))
             self._await_started(rd, started, argv[0])
         finally:
@@ -283,10 +313,11 @@ class LocalRuntime:
             workdir.mkdir(parents=True, exist_ok=True)
         return workdir
 
-    def _prepare_scratch(self, req: LaunchRequest) -> Path:
+    def _prepare_scratch(self, req: LaunchRequest, inside: tuple[str, ...]) -> Path:
         owner.platform_dir(self.settings.data_dir, 0o711)
         owner.platform_dir(self.settings.scratch_dir, 0o711)
-        return owner.owned_dir(self.settings.scratch_dir / f"{req.job_id}.{req.attempt}", req.run_as, fresh=True)
+        scratch = self.settings.scratch_dir / f"{req.job_id}.{req.attempt}"
+        return owner.owned_dir(scratch, req.run_as, fresh=True, inside=inside)
 
     def _base_env(self, req: LaunchRequest, scratch: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in _PASS_ENV or k.startswith(_PASS_PREFIXES)}
@@ -314,58 +345,16 @@ class LocalRuntime:
         }
 
     @staticmethod
-    def _check_command(argv: list[str], path: str, workdir: Path) -> None:
-        # caught here, a typo fails the launch with a clear reason instead of a job that dies with 127
-        if not argv:
-            raise LaunchError("NoCommand", "no command")
-        exe = argv[0]
-        if "/" in exe:
-            p = Path(exe) if os.path.isabs(exe) else workdir / exe
-            # a working directory the job makes itself cannot hold the program yet: the job reports that one
-            ok = (p.is_file() and os.access(p, os.X_OK)) or not workdir.is_dir()
-        else:
-            ok = shutil.which(exe, path=path) is not None
-        if not ok:
-            raise LaunchError("CommandNotFound", f"command not found: {exe}")
-
-    def _spawn(
-        self,
-        rd: RunDir,
-        rank: int,
-        world: int,
-        prefix: list[str],
-        argv: list[str],
-        workdir: Path,
-        env: dict[str, str],
-        run_as: RunAs | None,
-    ) -> subprocess.Popen[bytes]:
-        who = ["--uid", str(run_as.uid), "--gid", str(run_as.gid)] if run_as else []
-        cmd = [
-            *prefix,
-            sys.executable,
-            "-m",
-            "caldera.runtime.local.shim",
-            "--run-dir",
-            str(rd.path),
-            "--rank",
-            str(rank),
-            "--workdir",
-            str(workdir),
-            "--world-size",
-            str(world),
-            "--gang-grace",
-            str(self.settings.cancel_grace_s),
-            *who,
-            "--",
-            *argv,
-        ]
+    def _spawn(rd: RunDir, rank: int, prefix: list[str], launch: Launch) -> subprocess.Popen[bytes]:
+        """Start rank ``rank``'s supervisor: root, so nothing of the user's reaches it but the launch file (data)."""
+        launchfile.write(rd, rank, launch)
         with open(rd.log(rank), "ab") as log:
             # own session: the shim leads a process group with everything the command starts, and a signal to
             # the server (or its death) does not reach it
             return subprocess.Popen(
-                cmd,
-                cwd=_PKG_ROOT,
-                env=env,
+                [*prefix, sys.executable, "-I", "-c", _SHIM_MAIN, "--run-dir", str(rd.path), "--rank", str(rank)],
+                cwd="/",
+                env=launchfile.root_env(launch.tag),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -385,6 +374,8 @@ class LocalRuntime:
                 exited = p.poll() is not None
                 ex = read_json(rd.exitfile(r))
                 if ex is not None:
+                    if ex.get("exec_errno") == errno.ENOENT:  # looked up by the job itself, as its owner
+                        raise LaunchError("CommandNotFound", f"command not found: {exe}")
                     if "spawn_error" in ex:
                         raise LaunchError("SpawnFailed", f"rank {r}: cannot start {exe}: {ex['spawn_error']}")
                     del pending[r]
@@ -546,18 +537,24 @@ class LocalRuntime:
         self._ready.add(key)
         # Lab has read them: from now on nothing on disk lets anyone else in, another job of the same user too
         scratch = Path(meta["scratch"])
-        for secret in (scratch / "lab-token", scratch / "runtime" / "jupyter_cookie_secret"):
-            secret.unlink(missing_ok=True)
+        for secret in (Path("lab-token"), Path(meta.get("lab_runtime", "runtime"), "jupyter_cookie_secret")):
+            owner.remove_owned(scratch, secret)
         return True
 
     def _lab_login(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> str | None:
         cookie = self._lab_logins.get(key)
         if cookie is None:
-            token = self._token(key, rd)
-            cookie = jupyter.login(meta["socket"], meta["base_url"], token, timeout_s=0.5) if token else None
+            token, sock = self._token(key, rd), self._lab_socket(meta, rd)
+            cookie = jupyter.login(sock, meta["base_url"], token, timeout_s=0.5) if token and sock else None
             if cookie is not None:
                 self._lab_logins[key] = cookie
         return cookie
+
+    @staticmethod
+    def _lab_socket(meta: dict[str, Any], rd: RunDir) -> str | None:
+        if os.path.lexists(rd.lab_socket):
+            return str(rd.lab_socket)
+        return jupyter.pin_socket(meta["socket"], rd.lab_socket)
 
     def _token(self, key: _Key, rd: RunDir) -> str | None:
         tok = self._tokens.get(key)
@@ -671,10 +668,10 @@ class LocalRuntime:
             return []
         key = (handle.job_id, handle.attempt)
         rd = RunDir(meta["run_dir"])
-        cookie, token = self._lab_login(key, meta, rd), self._token(key, rd)
-        if not cookie or not token:
+        cookie, token, sock = self._lab_login(key, meta, rd), self._token(key, rd), self._lab_socket(meta, rd)
+        if not cookie or not token or not sock:
             return []
-        return [jupyter.lab_endpoint(meta["base_url"], meta["socket"], cookie, token)]
+        return [jupyter.lab_endpoint(meta["base_url"], sock, cookie, token)]
 
 
 def _notice(scratch: Path) -> Path:

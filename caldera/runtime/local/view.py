@@ -1,0 +1,107 @@
+"""A rank's own view of the host: its own PID namespace (it sees only its own processes; another job's command line
+and environment are not in its /proc), its own /tmp and /var/tmp (a directory of its scratch) and its own /dev/shm.
+
+The supervisor (root, in the host's namespaces) calls ``new_pid_namespace`` before it forks: the fork becomes PID 1
+of the new namespace, the rank's init. That init calls ``enter`` while still root, then drops privileges. Its mounts
+live in a mount namespace of its own (propagation from the host only, never back), so nothing is left to undo: the
+namespaces go when the rank's last process does.
+
+The only path the job influences is its scratch's ``tmp``: it is opened one component at a time without following
+a symlink, must be a directory the job's uid owns, and is mounted through that open descriptor, so a symlink the job
+planted there binds nothing else of the host.
+
+Standard library only (the shim imports it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWPID = 0x20000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
+_MS_BIND, _MS_REC, _MS_SLAVE = 0x1000, 0x4000, 0x80000
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = [None if v is None else v.encode() for v in (source, target, fstype, data)]
+    _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+
+
+def new_pid_namespace() -> None:
+    """The caller's next child is PID 1 of a new PID namespace (the caller itself stays where it is)."""
+    _check(_libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+
+
+def walk_nofollow(top: str, relpath: str, make_mode: int | None = None) -> int:
+    """An O_PATH descriptor of the directory ``top/relpath``, reached one component at a time without following a
+    symlink below ``top`` (a symlink, or a file, on the way fails with OSError). With ``make_mode``, missing
+    directories are made, root's, with that mode."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(top, flags)
+    for part in [p for p in relpath.split("/") if p and p != "."]:
+        try:
+            if make_mode is not None:
+                try:
+                    os.mkdir(part, make_mode, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            nxt = os.open(part, flags, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = nxt
+    return fd
+
+
+def _bind(source_fd: int, target_fd: int) -> None:
+    _mount(f"/proc/self/fd/{source_fd}", f"/proc/self/fd/{target_fd}", None, _MS_BIND | _MS_REC)
+
+
+def enter(private_tmp: str, uid: int, keep: list[str]) -> None:
+    """In PID 1 of the rank's new PID namespace, as root: a mount namespace of its own with ``private_tmp`` (a
+    directory ``uid`` owns) on /tmp and /var/tmp, a fresh /dev/shm, and a /proc of the new PID namespace. The job's
+    own directories in ``keep`` (its workspace and scratch: the platform's, so their last component is not the
+    job's to replace) stay where they are when they lie below /tmp or /var/tmp."""
+    _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, _MS_REC | _MS_SLAVE)  # the host's mounts reach us, ours never reach the host
+    # opened in the new namespace (a bind takes its source from its own), before /tmp is covered
+    if not os.path.isabs(private_tmp):
+        raise ValueError(f"{private_tmp} is not absolute")
+    tmp = walk_nofollow("/", private_tmp)
+    kept = {path: os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for path in keep}
+    try:
+        st = os.fstat(tmp)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+            raise PermissionError(f"{private_tmp} is not a directory of uid {uid}")
+        for top in ("/tmp", "/var/tmp"):
+            if not os.path.isdir(top) or os.path.islink(top):
+                continue
+            top_fd = os.open(top, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                _bind(tmp, top_fd)
+            finally:
+                os.close(top_fd)
+            for path, fd in kept.items():
+                if os.path.commonpath([path, top]) == top:
+                    # made by root in the job's fresh /tmp; passable, not listable, like the data directory
+                    target = walk_nofollow(top, os.path.relpath(path, top), make_mode=0o711)
+                    try:
+                        _bind(fd, target)
+                    finally:
+                        os.close(target)
+    finally:
+        for fd in (tmp, *kept.values()):
+            os.close(fd)
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
