@@ -104,7 +104,7 @@ def up(
         nodes = platform.nodes()
     console.print(
         f"[bold green]Caldera[/bold green] at [link]{settings.url}[/link]  (data in {settings.data_dir}); "
-        f"labs at {settings.lab_url}"
+        f"labs at {settings.lab_url_template}"
     )
     for n in nodes:
         models = ", ".join(sorted({d.model for d in n.gpus})) or "no GPUs"
