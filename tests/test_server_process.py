@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -129,7 +130,7 @@ def _registry_of(tmp_path) -> list[tuple[int, int | None]]:
 def lab_xsrf(client: httpx.Client, base: str, h: dict) -> dict:
     """What Lab's page does before any POST: load a page (Jupyter sets its _xsrf cookie), send it back as a header."""
     client.get(f"{base}/lab", headers=h)
-    return {**h, "X-XSRFToken": client.cookies["_xsrf"]}
+    return {**h, "X-XSRFToken": client.cookies.get("_xsrf", domain=urlsplit(base).hostname)}
 
 
 @pytest.mark.jupyter

@@ -145,10 +145,8 @@ def _fetch_ok(request: Request, caller: Caller) -> bool:
     site = request.headers.get("sec-fetch-site")
     if not caller.by_cookie or site in (None, "same-origin", "none"):
         return True
-    navigation = request.headers.get("sec-fetch-mode") == "navigate" and request.headers.get("sec-fetch-dest") == (
-        "document"
-    )
-    return navigation and request.method in ("GET", "HEAD")
+    mode, dest = request.headers.get("sec-fetch-mode"), request.headers.get("sec-fetch-dest")
+    return mode == "navigate" and dest == "document" and request.method in ("GET", "HEAD")
 
 
 def _scrub(body: bytes, ep: Endpoint) -> bytes:
