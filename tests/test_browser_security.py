@@ -84,7 +84,7 @@ def test_notebook_javascript_cannot_act_as_the_admin(server_beside_labs, browser
     server, platform = server_beside_labs, server_beside_labs.env["CALDERA_PUBLIC_URL"]
     admin = token(server)
     [jid] = _lab_jobs(server, _user(server, admin, "alice"))
-    page = browser.new_page()
+    page = browser.new_context().new_page()
     _login(page, platform, "admin", "admin-password", f"/jobs/{jid}/lab/lab")  # the admin opens alice's lab
     page.wait_for_selector(".jp-Launcher", timeout=90_000)
     assert page.url.startswith(server.lab_url(jid))  # served from the lab's own origin, not the platform's
