@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -38,6 +40,22 @@ def _default_traces_dir() -> Path:
 def _default_shared_data_dir() -> Path:
     """../shared/data (beside the repository checkout)"""
     return Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def lab_job_of(template: str, host: str) -> str | None:
+    """The job whose lab ``host`` (a Host header: name and port) names under ``template`` (``lab_url_template``),
+    or None where it names no lab."""
+    pattern = re.escape(urlsplit(template).netloc.lower()).replace(re.escape("{job}"), "([0-9a-z]{1,63})")
+    match = re.fullmatch(pattern, host.lower())
+    return match.group(1) if match else None
 
 
 class Settings(BaseSettings):
@@ -94,11 +112,12 @@ class Settings(BaseSettings):
     job_uid_max: int = Field(299_999, ge=1000, description="the last uid of that range")
     os_user_prefix: str = Field("cal-", description="OS accounts created for platform users: <prefix><username>")
     workspaces_dir: Path | None = Field(None, description="users' own files; <data_dir>/workspaces when empty")
-    # interactive services live on an origin of their own, so a notebook's JavaScript never runs where the
-    # platform's cookie is valid. The default host differs from the platform's (127.0.0.1 vs localhost): cookies
-    # are per host, not per port
-    lab_port: int | None = Field(None, description="port of the lab origin; port + 1 when empty")
-    lab_public_url: str | None = Field(None, description="e.g. https://labs.example.edu; derived when empty")
+    # every lab lives on an origin of its own (README "Security model"), so a notebook's JavaScript runs neither
+    # where the platform's cookie is valid nor where another lab's is: one host per job, under a wildcard name
+    lab_port: int | None = Field(None, description="port the labs' server listens on; port + 1 when empty")
+    lab_public_url: str | None = Field(
+        None, description="each lab's URL, {job} its host's first label, e.g. https://{job}.lab.example.edu"
+    )
     lab_cookie_ttl_s: int = Field(2 * 3600, description="lifetime of a lab's cookie in the browser")
     # API hardening (README "API security")
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="larger request bodies get 413")
@@ -129,6 +148,15 @@ class Settings(BaseSettings):
         """Each an address or a network; a wildcard is refused: trusting everyone is trusting no limit."""
         items = value.replace(",", " ").split() if isinstance(value, str) else value
         return [str(ipaddress.ip_network(item, strict=False)) for item in items]  # type: ignore[union-attr]
+
+    @model_validator(mode="after")
+    def _lab_url_names_the_job(self) -> Settings:
+        parts = urlsplit(self.lab_url_template)
+        if parts.scheme not in ("http", "https") or parts.path.strip("/") or parts.query or parts.fragment:
+            raise ValueError("CALDERA_LAB_PUBLIC_URL must be an http(s) URL without a path")
+        if not parts.netloc.startswith("{job}.") or self.lab_url_template.count("{job}") != 1:
+            raise ValueError("CALDERA_LAB_PUBLIC_URL must name each lab's host as {job}.<domain>")
+        return self
 
     @model_validator(mode="after")
     def _pairing_needs_drain(self) -> Settings:
@@ -172,14 +200,14 @@ class Settings(BaseSettings):
         return self.lab_port or self.port + 1
 
     @property
-    def lab_url(self) -> str:
+    def lab_url_template(self) -> str:
+        """Each lab's origin, ``{job}`` standing for its job's id; on this host's loopback ``*.localhost``, which
+        browsers resolve themselves."""
         if self.lab_public_url:
             return self.lab_public_url.rstrip("/")
-        host = (
-            "localhost"
-            if self.host in ("127.0.0.1", "0.0.0.0")
-            else "127.0.0.1"
-            if self.host == "localhost"
-            else f"labs.{self.host}"
-        )
-        return f"http://{host}:{self.lab_bind_port}"
+        domain = "lab.localhost" if self.host == "localhost" or _is_address(self.host) else f"lab.{self.host}"
+        return f"http://{{job}}.{domain}:{self.lab_bind_port}"
+
+    def lab_url(self, job_id: str) -> str:
+        """The origin of this job's lab."""
+        return self.lab_url_template.replace("{job}", job_id)

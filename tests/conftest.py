@@ -158,9 +158,12 @@ class ServerProcess:
         self.gpus, self.gpu_model = gpus, gpu_model
         self.lab_port = int(env.setdefault("CALDERA_LAB_PORT", str(free_port())))
         self.url = f"http://127.0.0.1:{port}"
-        self.lab_url = f"http://localhost:{self.lab_port}"  # another host than the platform's: no shared cookies
         self.proc: subprocess.Popen | None = None
         self.output = ""
+
+    def lab_url(self, job_id: str) -> str:
+        """The origin of a job's lab: a host of its own under lab.localhost, another site than the platform's."""
+        return f"http://{job_id}.lab.localhost:{self.lab_port}"
 
     def start(self) -> ServerProcess:
         self.proc = subprocess.Popen(
@@ -188,7 +191,7 @@ class ServerProcess:
             try:
                 if (
                     httpx.get(self.url + "/api/v1/health", timeout=1).status_code == 200
-                    and httpx.get(self.lab_url + "/_caldera/lab-login", timeout=1).status_code < 500
+                    and httpx.get(f"http://127.0.0.1:{self.lab_port}/", timeout=1).status_code == 404  # no lab
                 ):
                     return self
             except httpx.HTTPError:
@@ -210,6 +213,25 @@ class ServerProcess:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+class LoopbackTransport(httpx.HTTPTransport):
+    """``*.localhost`` on loopback, as browsers resolve it (this host's resolver does not): the request keeps its
+    URL and Host header, so cookies and the lab's routing see the name."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        named = request.url
+        if named.host.endswith(".localhost"):
+            request.url = named.copy_with(host="127.0.0.1")
+        try:
+            return super().handle_request(request)
+        finally:
+            request.url = named
+
+
+def lab_client(**kw) -> httpx.Client:
+    """An HTTP client that reaches labs at their own hosts (``<job>.lab.localhost``)."""
+    return httpx.Client(transport=LoopbackTransport(), **kw)
 
 
 def server_env(tmp_path: Path, db_url: str) -> dict[str, str]:

@@ -61,7 +61,7 @@ def test_login_page_and_lab_in_a_browser(server, browser, tmp_path):
     lab = opened.value
     # the launcher renders only once Lab's assets, REST API and kernel specs came through the proxy
     lab.wait_for_selector(".jp-Launcher", timeout=90_000)
-    assert lab.url.startswith(server.lab_url) and "JupyterLab" in lab.title()
+    assert lab.url.startswith(server.lab_url(jid)) and "JupyterLab" in lab.title()  # the lab's own origin
     lab.screenshot(path=str(tmp_path / "lab.png"))
 
     from playwright.sync_api import TimeoutError as PlaywrightTimeout

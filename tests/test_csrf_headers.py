@@ -26,7 +26,7 @@ def test_cookie_requests_from_another_origin_are_refused(session, api):
     for headers in (
         {},  # no Origin, no Referer, no token
         {"Origin": "http://evil.example"},
-        {"Origin": "http://localhost:8643"},  # the lab origin, where notebooks' JavaScript runs
+        {"Origin": "http://0123456789.lab.localhost:8643"},  # a lab's origin, where notebooks' JavaScript runs
         {"Origin": "null"},
         {"Referer": "http://evil.example/page"},
         {"Origin": "http://evil.example", CSRF_HEADER: session.cookies[CSRF_COOKIE]},  # a named origin decides
@@ -126,7 +126,7 @@ def test_real_server_limits_chunked_bodies_and_checks_origin(server):
             "/login", data={"username": "admin", "password": "admin-password"}, headers={"Origin": server.url}
         )
         assert r.status_code == 303 and "caldera_session" in r.cookies
-        r = browser.post("/api/v1/jobs", json=JOB, headers={"Origin": server.lab_url})
+        r = browser.post("/api/v1/jobs", json=JOB, headers={"Origin": server.lab_url("0123456789")})
         assert r.status_code == 403
         r = browser.post("/api/v1/jobs", json=JOB, headers={"Origin": server.url})
         assert r.status_code == 201, r.text

@@ -8,13 +8,14 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 import websockets
 
 from caldera.runtime.local import procs
-from tests.conftest import wait_for
+from tests.conftest import lab_client, wait_for
 
 
 def cli(server, *args, check=True, timeout=60):
@@ -155,7 +156,7 @@ def _registry_of(tmp_path) -> list[tuple[int, int | None]]:
 def lab_xsrf(client: httpx.Client, base: str, h: dict) -> dict:
     """What Lab's page does before any POST: load a page (Jupyter sets its _xsrf cookie), send it back as a header."""
     client.get(f"{base}/lab", headers=h)
-    return {**h, "X-XSRFToken": client.cookies["_xsrf"]}
+    return {**h, "X-XSRFToken": client.cookies.get("_xsrf", domain=urlsplit(base).hostname)}
 
 
 @pytest.mark.jupyter
@@ -164,22 +165,24 @@ def test_jupyter_through_the_proxy(server):
     h = token(server)
     jid = httpx.post(server.url + "/api/v1/jobs", json={"name": "lab", "kind": "jupyter"}, headers=h).json()["id"]
     until(server, h, jid, {"Running"}, timeout=120)
-    base = f"{server.lab_url}/jobs/{jid}/lab"
+    lab = server.lab_url(jid)  # this lab's own origin
+    base = f"{lab}/jobs/{jid}/lab"
+    anonymous = lab_client()
 
     # no login: no way in; a browser is sent to the platform, which sends it to its login page
-    assert httpx.get(f"{base}/api/status").status_code == 401
-    r = httpx.get(f"{base}/", headers={"Accept": "text/html"})
+    assert anonymous.get(f"{base}/api/status").status_code == 401
+    r = anonymous.get(f"{base}/", headers={"Accept": "text/html"})
     assert r.status_code == 303 and r.headers["location"] == f"{server.url}/jobs/{jid}/lab/"
     r = httpx.get(r.headers["location"])
     assert r.status_code == 303 and r.headers["location"].startswith("/login")
-    # the platform's origin serves no lab content, not even to its owner: it hands out a ticket for the lab origin
+    # the platform's origin serves no lab content, not even to its owner: it hands out a ticket for this lab's origin
     r = httpx.get(f"{server.url}/jobs/{jid}/lab/api/status", headers=h)
-    assert r.status_code == 303 and r.headers["location"].startswith(f"{server.lab_url}/_caldera/lab-login?ticket=")
+    assert r.status_code == 303 and r.headers["location"].startswith(f"{lab}/_caldera/lab-login?ticket=")
     # another user: the job does not exist for them
     httpx.post(server.url + "/api/v1/users", json={"username": "mallory", "password": "password-123"}, headers=h)
-    assert httpx.get(f"{base}/api/status", headers=token(server, "mallory", "password-123")).status_code == 404
+    assert anonymous.get(f"{base}/api/status", headers=token(server, "mallory", "password-123")).status_code == 404
 
-    with httpx.Client() as client:
+    with lab_client() as client:
         assert client.post(f"{base}/api/kernels", json={"name": "python3"}, headers=h).status_code == 403  # XSRF
         r = client.post(f"{base}/api/kernels", json={"name": "python3"}, headers=lab_xsrf(client, base, h), timeout=60)
         assert r.status_code == 201, r.text
@@ -190,13 +193,13 @@ def test_jupyter_through_the_proxy(server):
     seen = [
         httpx.get(f"{server.url}/api/v1/jobs/{jid}", headers=h).text,
         httpx.get(f"{server.url}/api/v1/jobs/{jid}/logs", headers=h).text,
-        httpx.get(f"{base}/lab", headers=h).text,
+        anonymous.get(f"{base}/lab", headers=h).text,
     ]
     assert all(lab_token not in text for text in seen)
 
     async def run_code() -> str:
-        url = f"ws://localhost:{server.lab_port}/jobs/{jid}/lab/api/kernels/{kernel}/channels"
-        async with websockets.connect(url, additional_headers=h) as ws:
+        url = f"ws://{jid}.lab.localhost:{server.lab_port}/jobs/{jid}/lab/api/kernels/{kernel}/channels"
+        async with websockets.connect(url, additional_headers=h, host="127.0.0.1") as ws:
             msg_id = uuid.uuid4().hex
             await ws.send(
                 json.dumps(
@@ -229,7 +232,7 @@ def test_jupyter_through_the_proxy(server):
     assert asyncio.run(run_code()).strip() == "42"
 
     # a browser: platform login, then the ticket trip to the lab origin, which sets a cookie for this job only
-    with httpx.Client() as browser:
+    with lab_client() as browser:
         browser.get(server.url + "/login")  # sets the CSRF cookie the form sends back
         r = browser.post(
             server.url + "/login",
@@ -243,14 +246,17 @@ def test_jupyter_through_the_proxy(server):
         )
         assert r.status_code == 200 and "kernels" in r.json()
         # with the lab cookie, a request from any other origin, or from none, is refused
-        for origin in ({"Origin": "http://localhost:1"}, {"Origin": server.url}, {}):
+        others = (f"http://{jid}.lab.localhost:1", server.lab_url("0123456789"), server.url)
+        for origin in (*({"Origin": other} for other in others), {}):
             r = browser.post(f"{base}/api/kernels", json={"name": "python3"}, headers=origin)
             assert r.status_code == 403 and r.json()["detail"] == "cross-origin request refused", origin
         # from the lab origin itself, Jupyter's own XSRF check still applies
-        r = browser.post(f"{base}/api/kernels", json={"name": "python3"}, headers={"Origin": server.lab_url})
+        r = browser.post(f"{base}/api/kernels", json={"name": "python3"}, headers={"Origin": lab})
         assert r.status_code == 403 and "cross-origin" not in r.text
-        lab_cookies = [c for c in browser.cookies.jar if c.name == "caldera_lab"]
-        assert [(c.domain, c.path) for c in lab_cookies] == [("localhost.local", f"/jobs/{jid}/lab/")]
-        assert all(c.name != "caldera_session" for c in browser.cookies.jar if c.domain.startswith("localhost"))
+        lab_cookies = [c for c in browser.cookies.jar if c.name == "caldera_lab"]  # host-only: no Domain attribute
+        assert [(c.domain, c.path, c.domain_specified) for c in lab_cookies] == [
+            (f"{jid}.lab.localhost", f"/jobs/{jid}/lab/", False)
+        ]
+        assert all(c.name != "caldera_session" for c in browser.cookies.jar if c.domain.endswith("localhost"))
     httpx.post(f"{server.url}/api/v1/jobs/{jid}/cancel", headers=h)
     until(server, h, jid, {"Cancelled"})

@@ -113,7 +113,7 @@ def up(
         nodes = platform.nodes()
     console.print(
         f"[bold green]Caldera[/bold green] at [link]{settings.url}[/link]  (data in {settings.data_dir}); "
-        f"labs at {settings.lab_url}"
+        f"labs at {settings.lab_url_template}"
     )
     console.print(f"  runtime: {settings.runtime} ({_runtime_why(runtime)})")
     for n in nodes:

@@ -63,11 +63,13 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         s.login_max_failures_per_user, s.login_max_failures_per_address, s.login_window_s
     )
     # outermost last: headers on every answer (a 413 or a CSRF refusal too), the size limit before anything reads
-    app.add_middleware(CSRFMiddleware, public_url=s.url, lab_url=s.lab_url, secure=s.url.startswith("https"))
+    app.add_middleware(
+        CSRFMiddleware, public_url=s.url, lab_url_template=s.lab_url_template, secure=s.url.startswith("https")
+    )
     app.add_middleware(BodyLimitMiddleware, max_bytes=s.max_body_bytes)
     app.add_middleware(
         SecurityHeadersMiddleware,
-        headers=platform_headers(s.lab_url),
+        headers=platform_headers(s.lab_url("*")),
         by_path={"/api/v1/docs": {"Content-Security-Policy": DOCS_CSP}},
     )
 

@@ -7,7 +7,7 @@ Contract (README "API security"; pages and their forms rely on it):
   ``/login`` included: a forged login is an attack too). Bearer-token requests are exempt: a page of another
   site cannot add that header without a CORS preflight, which this server never answers.
 * It passes when the request's ``Origin`` is the platform's own (``CALDERA_PUBLIC_URL``, or the scheme and
-  ``Host`` the request came to; never the lab origin). A request naming another origin is refused, whatever else
+  ``Host`` the request came to; never a lab's origin). A request naming another origin is refused, whatever else
   it carries.
 * Without an ``Origin`` (some privacy tools strip it) it passes on a same-origin ``Referer``, or on a double-submit
   token: the value of the ``caldera_csrf`` cookie repeated in the ``X-CSRF-Token`` header or, for
@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from caldera.config import lab_job_of
 from caldera.server.deps import SESSION_COOKIE
 
 CSRF_COOKIE = "caldera_csrf"
@@ -59,10 +60,10 @@ def _cookies(headers: dict[str, str]) -> dict[str, str]:
 
 
 class CSRFMiddleware:
-    def __init__(self, app: ASGIApp, public_url: str, lab_url: str, secure: bool = False):
+    def __init__(self, app: ASGIApp, public_url: str, lab_url_template: str, secure: bool = False):
         self.app = app
         self.public_origin = _origin(public_url)
-        self.lab_origin = _origin(lab_url)
+        self.lab_url_template = lab_url_template
         self.secure = secure
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -98,7 +99,7 @@ class CSRFMiddleware:
         return SESSION_COOKIE in cookies or not scope["path"].startswith("/api/")
 
     def _own(self, origin: str, headers: dict[str, str], scheme: str) -> bool:
-        if not origin or origin == self.lab_origin:
+        if not origin or lab_job_of(self.lab_url_template, urlsplit(origin).netloc):
             return False
         return origin in (self.public_origin, f"{scheme}://{headers.get('host', '')}".lower())
 

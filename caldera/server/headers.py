@@ -15,15 +15,15 @@ DOCS_CSP = (
 )
 
 
-def platform_headers(lab_url: str) -> dict[str, str]:
+def platform_headers(labs: str) -> dict[str, str]:
     """The platform's pages are never framed, run only their own scripts, and post forms only to themselves (or,
-    through the login's redirect, to the lab origin's ticket exchange)."""
+    through the login's redirect, to a lab origin's ticket exchange: ``labs`` is their wildcard source)."""
     return {
         **COMMON,
         "X-Frame-Options": "DENY",
         "Content-Security-Policy": (
             "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-            f"frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self' {lab_url}"
+            f"frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self' {labs}"
         ),
     }
 

@@ -1,18 +1,22 @@
-"""The lab origin: a second web application, on its own host and port, that serves nothing but interactive jobs.
+"""The labs' server: a second web application, on its own port, that serves nothing but interactive jobs, each
+on an origin of its own (``<job>.lab.localhost``, or the host ``CALDERA_LAB_PUBLIC_URL`` makes of the job's id).
 
 A notebook's JavaScript runs here, so nothing here is worth stealing: the platform's pages, API and session cookie
-live on the other origin. A browser arrives with a one-use ticket that the platform's origin issued after its own
-login (``lab_entry``), and leaves with a cookie good for one job, one user and a few hours.
+live on another origin, and every other lab on one of its own. A browser arrives at a lab's host with a one-use
+ticket for that job that the platform's origin issued after its own login (``lab_entry``), and leaves with a
+host-only cookie good for that job, one user and a few hours.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from caldera.db.models import User
 from caldera.server import headers, jobs, lab_proxy
@@ -39,6 +43,30 @@ class SpentTickets:
             return True
 
 
+class LabHostMiddleware:
+    """Routes by Host: a request is for the lab its Host names (``request.state.lab_job``), or it is refused here,
+    before any route sees it."""
+
+    def __init__(self, app: ASGIApp, platform: Platform):
+        self.app, self.platform = app, platform
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+        try:
+            job_id = await asyncio.to_thread(lab_proxy.host_job, self.platform, host)
+        except HTTPException as exc:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            else:
+                await JSONResponse({"detail": exc.detail}, status_code=exc.status_code)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["lab_job"] = job_id
+        await self.app(scope, receive, send)
+
+
 def create_lab_app(platform: Platform) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -58,13 +86,16 @@ def create_lab_app(platform: Platform) -> FastAPI:
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
 
     @app.get("/_caldera/lab-login", include_in_schema=False)
-    def lab_login(ticket: str = Query(..., max_length=2048), next: str = Query(..., max_length=4096)):
+    def lab_login(request: Request, ticket: str = Query(..., max_length=2048), next: str = Query(..., max_length=4096)):
         p = platform
+        job_id = request.state.lab_job
         try:
             claims = decode_lab(p.keys, ticket, LAB_TICKET)
         except TokenError as exc:
             raise HTTPException(401, f"lab ticket refused: {exc}") from None
-        home = lab_proxy.lab_path(claims.job_id)
+        if claims.job_id != job_id:
+            raise HTTPException(401, "lab ticket refused: it is for another lab")
+        home = lab_proxy.lab_path(job_id)
         if not next.startswith(home):
             raise HTTPException(400, "the ticket is for another job")
         if not app.state.spent_tickets.spend(claims.jti, claims.issued_at + 300):
@@ -83,10 +114,11 @@ def create_lab_app(platform: Platform) -> FastAPI:
             path=home,
             httponly=True,
             samesite="lax",
-            secure=p.settings.lab_url.startswith("https"),
-        )
+            secure=p.settings.lab_url_template.startswith("https"),
+        )  # no Domain: this lab's host alone
         return resp
 
+    app.add_middleware(LabHostMiddleware, platform=platform)
     app.add_middleware(SecurityHeadersMiddleware, headers=headers.COMMON)  # Lab frames itself: no frame ban here
     app.include_router(lab_proxy.router)
     return app

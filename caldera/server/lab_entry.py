@@ -1,5 +1,5 @@
-"""The way into a lab from the platform's origin: check the platform login, then hand the browser to the lab
-origin with a one-use ticket. No lab content is ever served on this origin."""
+"""The way into a lab from the platform's origin: check the platform login, then hand the browser to that lab's
+own origin with a one-use ticket for that job. No lab content is ever served on this origin."""
 
 from __future__ import annotations
 
@@ -31,6 +31,5 @@ def enter_lab(
     jobs.visible(db, user, job_id)
     ticket = issue_lab(p.keys, LAB_TICKET, user.id, job_id, _TICKET_TTL_S)
     target = lab_path(job_id) + quote(path) + (f"?{request.url.query}" if request.url.query else "")
-    return RedirectResponse(
-        f"{p.settings.lab_url}/_caldera/lab-login?{urlencode({'ticket': ticket, 'next': target})}", status_code=303
-    )
+    entry = f"{p.settings.lab_url(job_id)}/_caldera/lab-login?{urlencode({'ticket': ticket, 'next': target})}"
+    return RedirectResponse(entry, status_code=303)

@@ -1,13 +1,20 @@
-"""The reverse proxy to interactive jobs (Jupyter Lab), served on the lab origin only.
+"""The reverse proxy to interactive jobs (Jupyter Lab), served on the labs' origins only: each lab on its own,
+``CALDERA_LAB_PUBLIC_URL`` with the job's id for ``{job}`` (``http://<job>.lab.localhost:8643`` by default).
+
+Which lab: the one the request's Host names. A Host that names no existing lab is refused, and so is a path of
+another job under it, so one lab's page never reaches another lab through its own origin.
 
 Who may pass: the holder of this job's lab cookie (minted by ``lab_app`` from a one-use ticket that the platform's
-origin issued after its own login), or an API client presenting a platform bearer token. The platform's session
-cookie is never accepted here -- and a browser never sends it, the lab origin being another host.
+origin issued after its own login; host-only, so the browser keeps it for this lab's host alone), or an API client
+presenting a platform bearer token. The platform's session cookie is never accepted here.
 
-What a lab page can do is limited by the origin, not by trust in the notebook: cookie-authenticated websockets and
-state-changing requests must come from the lab origin itself (a page of another port or site cannot drive a lab),
-and Jupyter's own XSRF check stays on, because the proxy logs in to Lab with Lab's login cookie instead of its token
-(see runtime/local/jupyter.py). Lab's token and login never reach the browser.
+What another page can do is limited by the origin, not by trust in the notebook: another lab of the same site (a
+page its owner serves by replacing Lab with a server of their own) may still make the browser send this lab's
+cookie, so cookie-authenticated websockets and state-changing requests must come from this lab's own origin, and a
+cookie-authenticated request from another origin is answered only when it is the browser's own navigation to a page
+here (Fetch Metadata), never when a page embeds or fetches it. Jupyter's own XSRF check stays on, because the proxy
+logs in to Lab with Lab's login cookie instead of its token (see runtime/local/jupyter.py); it is no defence
+between labs (a sibling host can set this host's ``_xsrf`` cookie). Lab's token and login never reach the browser.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.websockets import WebSocketDisconnect
 
+from caldera.config import lab_job_of
+from caldera.core.spec import JobKind
 from caldera.core.states import JobState
-from caldera.db.models import User
+from caldera.db.models import Job, User
 from caldera.runtime.base import Endpoint, Handle
 from caldera.server import jobs
 from caldera.server.deps import user_for_token
@@ -70,17 +79,41 @@ def lab_path(job_id: str) -> str:
     return f"/jobs/{job_id}/lab/"
 
 
-def _caller(p: Platform, job_id: str, authorization: str, cookie: str | None) -> Caller | None:
+def host_job(p: Platform, host: str) -> str:
+    """The job whose lab this Host names; 404 unless it names an existing lab."""
+    job_id = lab_job_of(p.settings.lab_url_template, host)
+    with p.session() as db:
+        job = db.get(Job, job_id) if job_id else None
+        if job is None or job.kind != JobKind.JUPYTER.value:
+            raise HTTPException(404, "no lab at this address")
+        return job.id
+
+
+def _this_lab(connection: Request | WebSocket, path_job: str) -> None:
+    """A path of another job under this lab's host is no path here (``lab_app`` put the Host's job in the state)."""
+    if connection.state.lab_job != path_job:
+        raise HTTPException(404, "no such path in this lab")
+
+
+def _lab_cookies(header: str) -> list[str]:
+    """Every lab cookie the browser sent: a sibling host may have added one of its own (Domain=<parent>), which
+    must not hide this host's."""
+    pairs = (part.strip().partition("=") for part in header.split(";"))
+    return [value.strip('"') for name, _, value in pairs if name == LAB_COOKIE]
+
+
+def _caller(p: Platform, job_id: str, authorization: str, cookies: list[str]) -> Caller | None:
     if authorization.lower().startswith("bearer "):
         with p.session() as db:
             return Caller(user_for_token(p, db, authorization[7:].strip()).id)
-    if not cookie:
-        return None
-    try:
-        claims = decode_lab(p.keys, cookie, LAB_SESSION)
-    except TokenError:
-        return None
-    return Caller(claims.user_id, claims.issued_at) if claims.job_id == job_id else None
+    for cookie in cookies:
+        try:
+            claims = decode_lab(p.keys, cookie, LAB_SESSION)
+        except TokenError:
+            continue
+        if claims.job_id == job_id:
+            return Caller(claims.user_id, claims.issued_at)
+    return None
 
 
 def _endpoint(p: Platform, job_id: str, caller: Caller) -> Endpoint:
@@ -98,12 +131,22 @@ def _endpoint(p: Platform, job_id: str, caller: Caller) -> Endpoint:
     return eps[0]
 
 
-def _origin_ok(p: Platform, origin: str | None, caller: Caller) -> bool:
-    """A request that names an origin must come from the lab origin; one that names none only from a script (a
+def _origin_ok(p: Platform, job_id: str, origin: str | None, caller: Caller) -> bool:
+    """A request that names an origin must come from this lab's own; one that names none only from a script (a
     bearer token: no ambient credentials to abuse)."""
     if origin is None:
         return not caller.by_cookie
-    return origin.rstrip("/") == p.settings.lab_url
+    return origin.rstrip("/").lower() == p.settings.lab_url(job_id).lower()
+
+
+def _fetch_ok(request: Request, caller: Caller) -> bool:
+    """A cookie-authenticated request from another origin (Fetch Metadata: browsers send it to https and localhost
+    origins) is answered only as the browser's own top-level navigation, never to a page that embeds or fetches."""
+    site = request.headers.get("sec-fetch-site")
+    if not caller.by_cookie or site in (None, "same-origin", "none"):
+        return True
+    mode, dest = request.headers.get("sec-fetch-mode"), request.headers.get("sec-fetch-dest")
+    return mode == "navigate" and dest == "document" and request.method in ("GET", "HEAD")
 
 
 def _scrub(body: bytes, ep: Endpoint) -> bytes:
@@ -165,14 +208,16 @@ def _to_platform(p: Platform, request: Request) -> RedirectResponse:
 )
 async def http_proxy(job_id: str, path: str, request: Request) -> Response:
     p: Platform = request.app.state.platform
-    caller = await asyncio.to_thread(
-        _caller, p, job_id, request.headers.get("authorization", ""), request.cookies.get(LAB_COOKIE)
-    )
+    _this_lab(request, job_id)
+    cookies = _lab_cookies(request.headers.get("cookie", ""))
+    caller = await asyncio.to_thread(_caller, p, job_id, request.headers.get("authorization", ""), cookies)
     if caller is None:
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
             return _to_platform(p, request)
         raise HTTPException(401, "not authenticated for this lab")
-    if request.method not in _SAFE_METHODS and not _origin_ok(p, request.headers.get("origin"), caller):
+    if not _fetch_ok(request, caller) or (
+        request.method not in _SAFE_METHODS and not _origin_ok(p, job_id, request.headers.get("origin"), caller)
+    ):
         raise HTTPException(403, "cross-origin request refused")
     ep = await asyncio.to_thread(_endpoint, p, job_id, caller)
     client = _client(request, ep)
@@ -204,10 +249,10 @@ async def http_proxy(job_id: str, path: str, request: Request) -> Response:
 async def ws_proxy(websocket: WebSocket, job_id: str, path: str) -> None:
     p: Platform = websocket.app.state.platform
     try:
-        caller = await asyncio.to_thread(
-            _caller, p, job_id, websocket.headers.get("authorization", ""), websocket.cookies.get(LAB_COOKIE)
-        )
-        if caller is None or not _origin_ok(p, websocket.headers.get("origin"), caller):
+        _this_lab(websocket, job_id)
+        cookies = _lab_cookies(websocket.headers.get("cookie", ""))
+        caller = await asyncio.to_thread(_caller, p, job_id, websocket.headers.get("authorization", ""), cookies)
+        if caller is None or not _origin_ok(p, job_id, websocket.headers.get("origin"), caller):
             raise HTTPException(403, "refused")
         ep = await asyncio.to_thread(_endpoint, p, job_id, caller)
     except Exception:  # noqa: BLE001 - any refusal closes with policy violation, telling nothing more

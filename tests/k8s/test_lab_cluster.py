@@ -67,7 +67,7 @@ def test_jupyter_is_reached_at_its_pod_through_the_lab_origin_and_another_user_i
     threading.Thread(target=lab.serve_forever, daemon=True).start()
     platform = k.api.client.app.state.platform
     try:
-        with TestClient(create_lab_app(platform), base_url=platform.settings.lab_url) as origin:
+        with TestClient(create_lab_app(platform), base_url=platform.settings.lab_url(jid)) as origin:
             base = f"/jobs/{jid}/lab"
             # no credentials: nothing reaches the pod
             assert origin.get(f"{base}/api/status").status_code == 401
@@ -76,7 +76,8 @@ def test_jupyter_is_reached_at_its_pod_through_the_lab_origin_and_another_user_i
             assert r.status_code == 200 and r.text == f"<html>lab page {base}/api/status token=</html>"  # scrubbed
             # a browser: the platform's origin hands out a one-use ticket, the lab origin turns it into a cookie
             r = k.api.client.get(f"{base}/lab", headers=alice, follow_redirects=False)
-            assert r.status_code == 303 and r.headers["location"].startswith(f"{platform.settings.lab_url}/_caldera/")
+            assert r.status_code == 303
+            assert r.headers["location"].startswith(f"{platform.settings.lab_url(jid)}/_caldera/")
             entry = urlsplit(r.headers["location"])
             r = origin.get(f"{entry.path}?{entry.query}", follow_redirects=False)
             assert r.status_code == 303 and r.headers["location"] == f"{base}/lab"

@@ -39,8 +39,8 @@ env.filters["clock"] = clock
 
 
 def _csp(request: Request) -> str:
-    # forms may lead to the lab origin: logging in with next=/jobs/<id>/lab/ ends there through redirects
-    lab = request.app.state.platform.settings.lab_url
+    # forms may lead to a lab's origin: logging in with next=/jobs/<id>/lab/ ends there through redirects
+    lab = request.app.state.platform.settings.lab_url("*")
     return (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
         f"frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self' {lab}"
