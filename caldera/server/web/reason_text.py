@@ -101,7 +101,7 @@ PENDING: dict[str, Message] = {
         )
     ),
     "NeverFits": Message(
-        _("can never be placed: %(replicas)s × %(gpus_per_replica)s GPUs (%(gpu_model)s) fit no node of this cluster")
+        _("cannot be placed: %(replicas)s × %(gpus_per_replica)s GPUs (%(gpu_model)s) fit no schedulable node")
     ),
     "SharingDeclined": Message(
         _("not shared: no occupied GPU where its predicted slowdown stays within its tolerance (%(tolerance)s)")
