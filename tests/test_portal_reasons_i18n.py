@@ -56,7 +56,8 @@ def test_an_unknown_code_or_missing_details_show_the_english_message():
     assert ZH.pending(no_values) == "position 3 in the queue"
     old = JobEventRow(reason="Submitted", message="submitted by ann", details=None)  # stored before details
     assert ZH.event(old) == "submitted by ann"
-    assert ZH.event(JobEventRow(reason="Submitted", message="submitted by ann", details={"user": "ann"})) == "由 ann 提交"
+    new = JobEventRow(reason="Submitted", message="submitted by ann", details={"user": "ann"})
+    assert ZH.event(new) == "由 ann 提交" and EN.event(new) == "submitted by ann"
     assert ZH.reason({"field": "x", "reason": "something new"}) == "something new"
 
 

@@ -180,7 +180,7 @@ def import_yaml(
     try:
         spec = job_yaml.load(yaml_text)
     except SpecError as exc:
-        errors = {"yaml": [f"{e['field']}: {e['reason']}" for e in exc.errors]}
+        errors = {"yaml": [{**e, "at": e["field"]} for e in exc.errors]}  # shown as "<field in the file>: reason"
         return form_page(request, p, db, user, kind, job_forms.JobForm(), errors, 400, yaml_text)
     form = job_forms.form_of(spec.model_dump(mode="json"))
     return form_page(request, p, db, user, spec.kind.value, form, {})

@@ -69,11 +69,11 @@ PENDING: dict[str, Message] = {
         ("estimated_start", _(", estimated start at %(estimated_start)s")),
     ),
     "QueueCapability": Message(
-        _("queue %(queue)s at its capability for %(resource)s (%(used)s of %(limit)s used)"),
+        _("queue at its capability for %(resource)s (%(used)s of %(limit)s used)"),
         ("requested", _(", this job needs %(requested)s")),
     ),
     "UserCap": Message(
-        _("user cap of %(limit)s %(cap)s reached in queue %(queue)s"),
+        _("user cap of %(limit)s %(cap)s reached"),
         ("requested", _(" (%(used)s in use, this job needs %(requested)s)")),
     ),
     "GangNoFit": Message(
@@ -372,6 +372,6 @@ class Say:
         return errors
 
     def _row(self, r: Any) -> Any:
-        if isinstance(r, dict):
-            return self.reason(r)
+        if isinstance(r, dict):  # "at": where in a file the field is (an imported job YAML)
+            return f"{r['at']}: {self.reason(r)}" if r.get("at") else self.reason(r)
         return self.english_reason(r) if isinstance(r, str) else r
