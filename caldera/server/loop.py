@@ -416,7 +416,8 @@ class SchedulerLoop:
         job.started_at = now
         where = ", ".join(f"{a.node}[gpus {','.join(map(str, a.gpus)) or '-'}]" for a in allocations) or "the cluster"
         msg = "; ".join(x for x in (f"attempt {job.attempt} on {where}", why, held) if x)
-        placed = None if why or held else {"attempt": job.attempt, "where": where}  # sharing notes: English only
+        # parameters only for the plain case: sharing notes and a placement left to the cluster stay English
+        placed = {"attempt": job.attempt, "where": where} if allocations and not (why or held) else None
         record(db, job, JobState.STARTING, "Scheduled", msg, now, placed)
         db.commit()  # durable before any process exists
         req = LaunchRequest(
