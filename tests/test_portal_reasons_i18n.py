@@ -194,3 +194,39 @@ def test_new_job_form_errors_in_chinese_and_in_english(api, admin):
     assert r.json()["errors"] == [
         {"field": "queue", "reason": "unknown queue 'nope'", "code": "UnknownQueue", "params": {"queue": "nope"}}
     ]
+
+
+def test_restart_events_in_chinese(tmp_path, monkeypatch):
+    """Re-attached after a restart, then a record the runtime cannot read: unobservable while its processes may
+    live, lost once they were found and ended; each event in Chinese with its values (servers as in
+    tests/test_restart_runtimes.py, each life a new runtime on the same data directory)."""
+    from caldera.runtime.local.runtime import LocalRuntime
+    from tests.conftest import make_settings
+    from tests.test_restart_runtimes import _server
+
+    settings = make_settings(tmp_path, gpus=1)
+    with _server(settings, LocalRuntime(settings)) as (api, admin):
+        job_id = _submit(api, admin, name="sleeps", command=["sleep", "120"], resources={"gpu": 1})
+        _until(api, admin, job_id, {"Running"})
+    with _server(settings, LocalRuntime(settings)) as (api, admin):  # re-attached
+        assert api.client.get(f"/api/v1/jobs/{job_id}", headers=admin).json()["state"] == "Running"
+        with api.client.app.state.platform.session() as db:  # a record the runtime cannot parse
+            job = db.get(Job, job_id)
+            job.handle = {**job.handle, "ranks": "not a list"}
+            db.commit()
+    monkeypatch.setattr(LocalRuntime, "end_attempt", lambda self, job_id, attempt: False)
+    with _server(settings, LocalRuntime(settings)):  # unobservable: its processes could not be ended
+        pass
+    monkeypatch.undo()
+    with _server(settings, LocalRuntime(settings)) as (api, admin):  # found and ended: lost
+        platform = api.client.app.state.platform
+        jobs, events = _said(platform, [job_id])
+        assert jobs[job_id].state == "Lost"
+        reasons = [e.reason for e in events[job_id]]
+        for code in ("Reattached", "Unobservable", "ReattachFailed"):
+            assert code in reasons, reasons
+        zh, en = browser_for(api.client, "admin", "admin-password"), browser_for(api.client, "admin", "admin-password")
+        zh.cookies.set(i18n.LANG_COOKIE, "zh")
+        html = zh.get(f"/jobs/{job_id}").text
+        _check_job_page(html, en.get(f"/jobs/{job_id}").text, jobs[job_id], events[job_id])
+        assert "服务器已重启；进程仍在运行（local 运行时）" in html and "第 1 次尝试的所有进程均已找到并结束" in html
