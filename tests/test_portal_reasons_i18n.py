@@ -174,6 +174,7 @@ def test_new_job_form_errors_in_chinese_and_in_english(api, admin):
         ({"gpu": "99"}, "gpu", "每个副本需要 99 块同型号 GPU，但最大的节点只有 4 块", None),
         ({"name": "bad name!"}, "name", "须符合格式 ", "must match the pattern "),
         ({"cpu": "-1"}, "cpu", "不能小于 0", "must be at least 0"),
+        ({"priority": "high"}, "", "优先级 high 需要队列 default 的授权", "priority high needs a grant in queue"),
     ]
     for changed, field, chinese, english in cases:
         r = post_form(zh, "/new/batch", {**form, **changed})
