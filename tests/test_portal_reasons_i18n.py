@@ -231,3 +231,25 @@ def test_restart_events_in_chinese(tmp_path, monkeypatch):
         html = zh.get(f"/jobs/{job_id}").text
         _check_job_page(html, en.get(f"/jobs/{job_id}").text, jobs[job_id], events[job_id])
         assert "服务器已重启；进程仍在运行（local 运行时）" in html and "第 1 次尝试的所有进程均已找到并结束" in html
+
+
+@SQLITE
+def test_a_preemption_by_the_scheduler_in_chinese(api, admin, platform):
+    """The scheduler's own preemption (best-effort gives way): the request, the preemption and the re-queue."""
+    be = _submit(api, admin, name="be", command=["sleep", "120"], priority="best-effort", resources={"gpu": 4})
+    _until(api, admin, be, {"Running"})
+    urgent = _submit(api, admin, name="urgent", command=["sleep", "60"], resources={"gpu": 2})
+    _until(api, admin, be, {"Queued"})
+    _until(api, admin, urgent, {"Running"})
+    api.client.app.state.loop.tick()
+    zh, en = browser_for(api.client, "admin", "admin-password"), browser_for(api.client, "admin", "admin-password")
+    zh.cookies.set(i18n.LANG_COOKIE, "zh")
+    jobs, events = _said(platform, [be, urgent])
+    for j in (be, urgent):
+        _check_job_page(zh.get(f"/jobs/{j}").text, en.get(f"/jobs/{j}").text, jobs[j], events[j])
+    html = zh.get(f"/jobs/{be}").text
+    assert f"为作业 {urgent} 被抢占：尽力而为作业为其他所有作业让路；现在发送 SIGTERM" in html
+    assert "抢占后重新排队；工作目录不变" in html and "尽力而为" in html
+    for j in (be, urgent):
+        api.client.post(f"/api/v1/jobs/{j}/cancel", headers=admin)
+        _until(api, admin, j, {"Cancelled"})
