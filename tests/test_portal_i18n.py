@@ -50,18 +50,18 @@ def test_catalogue_placeholders_match():
 
 
 def test_every_api_error_shape_is_translated_with_its_values():
-    """The API's English reasons the portal knows (error_text.SHAPES) each have a Chinese message with the same
-    placeholders, and a real reason comes out in Chinese with its values kept."""
-    from caldera.server.web import error_text
+    """The API's English reasons the portal knows by shape (reason_text.SHAPES) each have a Chinese message with the
+    same placeholders, and a real reason comes out in Chinese with its values kept."""
+    from caldera.server.web.reason_text import SHAPES, Say
 
     zh = i18n.translations("zh")
-    for _, msgid in error_text.SHAPES:
+    for _, msgid in SHAPES:
         assert zh.gettext(msgid) != msgid, msgid
         assert set(re.findall(r"%\(\w+\)s", zh.gettext(msgid))) == set(re.findall(r"%\(\w+\)s", msgid)), msgid
-    got = error_text.reason("String should match pattern '^[a-z]+$'", zh.gettext)
+    got = Say(zh.gettext).english_reason("String should match pattern '^[a-z]+$'")
     assert got == "须符合格式 ^[a-z]+$"
-    assert error_text.reason("String should match pattern '^[a-z]+$'", lambda s: s) == "must match the pattern ^[a-z]+$"
-    assert error_text.reason("something new", zh.gettext) == "something new"  # unknown: as the API said it
+    assert Say(str).english_reason("String should match pattern '^[a-z]+$'") == "must match the pattern ^[a-z]+$"
+    assert Say(zh.gettext).english_reason("something new") == "something new"  # unknown: as the API said it
 
 
 def test_a_form_error_reads_in_chinese(api, admin):

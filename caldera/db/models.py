@@ -119,6 +119,8 @@ class JobEventRow(Base):
     to_state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(String(64))
     message: Mapped[str] = mapped_column(Text, default="")
+    # the values the message was made from, so a page renders it in its reader's language; None: only the message
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class Usage(Base):

@@ -67,7 +67,7 @@ def drain(p: Platform, db: Session, admin: User, name: str, reason: str) -> list
     with p.state_lock:  # the loop and the API change job state under this lock
         for job in db.scalars(select(Job).where(Job.state.in_(RUNNING))):
             if job.stop_requested is None and name in _job_nodes(p, job):
-                request_preemption(p, db, job, None, "NodeDrained", why, now)
+                request_preemption(p, db, job, None, "NodeDrained", why, now, {"node": name, "note": reason})
                 victims.append(job.id)
     return victims
 

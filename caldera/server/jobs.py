@@ -22,8 +22,17 @@ from caldera.server.errors import Forbidden, Invalid, NotFound
 from caldera.server.platform import Platform
 
 
-def record(db: Session, job: Job, to: JobState, reason: str, message: str = "", now: float | None = None) -> None:
-    """The one way a job changes state: checked against the state machine, and always leaves an event."""
+def record(
+    db: Session,
+    job: Job,
+    to: JobState,
+    reason: str,
+    message: str = "",
+    now: float | None = None,
+    params: dict[str, Any] | None = None,
+) -> None:
+    """The one way a job changes state: checked against the state machine, and always leaves an event. ``params``:
+    the values ``message`` was made from, for the portal to say it in its reader's language (reason_text.py)."""
     now = time.time() if now is None else now
     src = JobState(job.state) if job.state else None
     if src is not None:
@@ -39,15 +48,22 @@ def record(db: Session, job: Job, to: JobState, reason: str, message: str = "", 
             to_state=to.value,
             reason=reason,
             message=message,
+            details=params,
         )
     )
 
 
-def note(db: Session, job: Job, reason: str, message: str) -> None:
+def note(db: Session, job: Job, reason: str, message: str, params: dict[str, Any] | None = None) -> None:
     """An event that is not a transition (e.g. a preemption was requested)."""
     db.add(
         JobEventRow(
-            job_id=job.id, at=time.time(), from_state=job.state, to_state=job.state, reason=reason, message=message
+            job_id=job.id,
+            at=time.time(),
+            from_state=job.state,
+            to_state=job.state,
+            reason=reason,
+            message=message,
+            details=params,
         )
     )
 
@@ -55,22 +71,27 @@ def note(db: Session, job: Job, reason: str, message: str) -> None:
 def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
     account = spec.account or user.default_account
     if not account:
-        raise Invalid("account", "you belong to no account; ask an admin to add you to one")
+        raise Invalid("account", "you belong to no account; ask an admin to add you to one", "NoAccount")
     try:
         tenancy.get_account(db, account)
     except NotFound:
-        raise Invalid("account", f"unknown account {account!r}") from None
+        raise Invalid("account", f"unknown account {account!r}", "UnknownAccount", {"account": account}) from None
     if user.role != Role.ADMIN.value and not tenancy.is_member(db, user, account):
-        raise Invalid("account", f"you are not a member of account {account!r}")
+        raise Invalid("account", f"you are not a member of account {account!r}", "NotAMember", {"account": account})
     if spec.image:  # the runtime gets the catalogue's reference, never the user's string
         spec = spec.model_copy(update={"image": catalogue.resolve_job_image(db, p.settings, user, spec.image)})
     if spec.queue:
         try:
             _, owner = tenancy.get_queue(db, spec.queue)
         except NotFound:
-            raise Invalid("queue", f"unknown queue {spec.queue!r}") from None
+            raise Invalid("queue", f"unknown queue {spec.queue!r}", "UnknownQueue", {"queue": spec.queue}) from None
         if owner != account:
-            raise Invalid("queue", f"queue {spec.queue!r} belongs to account {owner!r}, not {account!r}")
+            raise Invalid(
+                "queue",
+                f"queue {spec.queue!r} belongs to account {owner!r}, not {account!r}",
+                "QueueOfAnotherAccount",
+                {"queue": spec.queue, "owner": owner, "account": account},
+            )
         queue = spec.queue
     else:
         queue = tenancy.default_queue(db, account)
@@ -80,9 +101,9 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
     q, _ = tenancy.get_queue(db, queue)
     cfg = tenancy.queue_config(q, account)
     _check_priority(cfg, user, spec)
-    why = over_caps(cfg, spec)
-    if why:
-        raise Invalid("resources", why)
+    over = over_caps(cfg, spec)
+    if over:
+        raise Invalid("resources", *over)
 
     now = time.time()
     job = Job(
@@ -101,8 +122,8 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
         pending_reasons=[],
     )
     db.add(job)
-    record(db, job, JobState.PENDING, "Submitted", f"submitted by {user.username}", now)
-    record(db, job, JobState.QUEUED, "Admitted", f"queued in {queue}", now)
+    record(db, job, JobState.PENDING, "Submitted", f"submitted by {user.username}", now, {"user": user.username})
+    record(db, job, JobState.QUEUED, "Admitted", f"queued in {queue}", now, {"queue": queue})
     job.queued_at = now
     db.flush()
     return job
@@ -117,27 +138,35 @@ def _check_priority(cfg: QueueConfig, user: User, spec: JobSpec) -> None:
         raise Forbidden(
             f"priority {spec.priority.value} needs a grant in queue {cfg.name}: you may submit up to "
             f"{granted.value} there; an admin grants more with `caldera queue grant {cfg.name} "
-            f"{user.username} {spec.priority.value}`"
+            f"{user.username} {spec.priority.value}`",
+            "PriorityNeedsGrant",
+            {"priority": spec.priority.value, "queue": cfg.name, "granted": granted.value, "user": user.username},
         )
 
 
-def over_caps(cfg: QueueConfig, spec: JobSpec) -> str | None:
-    """Why a job can never start under its queue's per-user caps or capabilities, however idle the cluster."""
+def over_caps(cfg: QueueConfig, spec: JobSpec) -> tuple[str, str, dict[str, Any]] | None:
+    """Why a job can never start under its queue's per-user caps or capabilities, however idle the cluster: the
+    English reason, its code and its parameters."""
     caps = cfg.user_caps
     gpus = spec.total_gpus()
+    q = {"queue": cfg.name}
     if caps.max_gpus is not None and gpus > caps.max_gpus:
-        return f"the job needs {gpus} GPUs but queue {cfg.name} caps each user at {caps.max_gpus} (user_caps.max_gpus)"
+        why = f"the job needs {gpus} GPUs but queue {cfg.name} caps each user at {caps.max_gpus} (user_caps.max_gpus)"
+        return why, "OverUserGpuCap", {**q, "gpus": gpus, "limit": caps.max_gpus}
     if caps.max_running_jobs == 0:
-        return f"queue {cfg.name} lets no user run jobs (user_caps.max_running_jobs is 0)"
+        return f"queue {cfg.name} lets no user run jobs (user_caps.max_running_jobs is 0)", "NoRunningJobs", q
     if spec.interactive and caps.max_interactive_jobs == 0:
-        return f"queue {cfg.name} allows no interactive jobs (user_caps.max_interactive_jobs is 0)"
+        why = f"queue {cfg.name} allows no interactive jobs (user_caps.max_interactive_jobs is 0)"
+        return why, "NoInteractiveJobs", q
     for key, amount in spec.resources.vector(spec.replicas).items():
         quota = cfg.quotas.get(key)
         if quota is not None and quota.capability is not None and amount > quota.capability:
-            return (
+            why = (
                 f"the job needs {amount:g} {key} but queue {cfg.name} can never use more than "
                 f"{quota.capability:g} (its capability for {key})"
             )
+            params = {**q, "amount": f"{amount:g}", "resource": key, "capability": f"{quota.capability:g}"}
+            return why, "OverCapability", params
     return None
 
 
@@ -175,6 +204,20 @@ def events(db: Session, job: Job) -> list[JobEventRow]:
     return list(db.scalars(select(JobEventRow).where(JobEventRow.job_id == job.id).order_by(JobEventRow.id)))
 
 
+def current_events(db: Session, listed: list[Job]) -> dict[str, JobEventRow]:
+    """Per job, the newest event that set its current reason and message: what the portal renders that message
+    from in its reader's language (the event has the parameters, the job only the English)."""
+    if not listed:
+        return {}
+    q = (
+        select(JobEventRow)
+        .join(Job, Job.id == JobEventRow.job_id)
+        .where(Job.id.in_([j.id for j in listed]), JobEventRow.reason == Job.reason, JobEventRow.message == Job.message)
+        .order_by(JobEventRow.id)
+    )
+    return {e.job_id: e for e in db.scalars(q)}
+
+
 def cancel(p: Platform, db: Session, job: Job, actor: User) -> Job:
     """Queued jobs are cancelled at once; running ones get SIGTERM, then SIGKILL after the grace period, and
     become Cancelled when their processes are gone."""
@@ -184,7 +227,8 @@ def cancel(p: Platform, db: Session, job: Job, actor: User) -> Job:
     if state.terminal:
         return job
     if state in (JobState.PENDING, JobState.QUEUED, JobState.PREEMPTED):
-        record(db, job, JobState.CANCELLED, "CancelledByUser", f"cancelled by {actor.username}")
+        by = {"by": actor.username}
+        record(db, job, JobState.CANCELLED, "CancelledByUser", f"cancelled by {actor.username}", params=by)
         job.finished_at = time.time()
         return job
     if job.stop_requested != "cancel":
@@ -195,6 +239,7 @@ def cancel(p: Platform, db: Session, job: Job, actor: User) -> Job:
             job,
             "CancelRequested",
             f"cancelled by {actor.username}; SIGTERM, SIGKILL after {p.settings.cancel_grace_s:g}s",
+            {"by": actor.username, "grace_s": f"{p.settings.cancel_grace_s:g}"},
         )
         if job.handle:
             p.runtime_of(job.runtime, job.handle).stop(
@@ -207,13 +252,30 @@ def preemption_deadline(now: float, grace_s: float) -> str:
     return datetime.fromtimestamp(now + grace_s, UTC).isoformat()
 
 
-def request_preemption(p: Platform, db: Session, job: Job, by: str | None, reason: str, message: str, now: float):
+def request_preemption(
+    p: Platform,
+    db: Session,
+    job: Job,
+    by: str | None,
+    reason: str,
+    message: str,
+    now: float,
+    params: dict[str, Any] | None = None,
+):
     """Ask a running job to stop for someone else (``by``, a job id) or for its node (``by`` None): SIGTERM with the
-    notice now, SIGKILL after the grace; the loop re-queues it when it ends."""
+    notice now, SIGKILL after the grace; the loop re-queues it when it ends. ``params``: what ``message`` says
+    beyond ``by`` (e.g. the drained node), for the event's rendering."""
     deadline = preemption_deadline(now, p.settings.preempt_grace_s)
+    params = {"by": by, **(params or {})}
     job.stop_requested = "preempt"
-    job.stop_detail = {"by": by, "reason": reason, "message": message, "deadline": deadline}
-    note(db, job, "PreemptionRequested", f"{message}; SIGTERM now, SIGKILL at {deadline}")
+    job.stop_detail = {"by": by, "reason": reason, "message": message, "deadline": deadline, "params": params}
+    note(
+        db,
+        job,
+        "PreemptionRequested",
+        f"{message}; SIGTERM now, SIGKILL at {deadline}",
+        {**params, "cause": reason, "deadline": deadline},
+    )
     if job.handle:
         p.runtime_of(job.runtime, job.handle).stop(
             Handle(job.id, job.attempt, job.handle), p.settings.preempt_grace_s, notice=preemption_notice(job)

@@ -134,7 +134,8 @@ class SchedulerLoop:
                     self._unobservable(db, job, exc, now)
                     continue
                 if obs.phase in (Phase.STARTING, Phase.RUNNING):
-                    note(db, job, "Reattached", f"server restarted; processes still running ({runtime.name} runtime)")
+                    message = f"server restarted; processes still running ({runtime.name} runtime)"
+                    note(db, job, "Reattached", message, {"runtime": runtime.name})
                 else:
                     self._finish(db, job, obs.phase, obs.exit_code, obs.reason, obs.message, now)
             db.commit()
@@ -158,6 +159,7 @@ class SchedulerLoop:
                 "ReattachFailed",
                 f"could not re-attach: {exc}; every process of attempt {job.attempt} was found and ended",
                 now,
+                {"error": str(exc), "attempt": job.attempt},
             )
             job.finished_at = now
             job.stop_requested, job.stop_detail = None, None
@@ -171,6 +173,7 @@ class SchedulerLoop:
                 "Unobservable",
                 f"cannot observe attempt {job.attempt}: {exc}; its devices stay held until its processes are found "
                 "ended",
+                {"error": str(exc), "attempt": job.attempt},
             )
 
     def _ended_everything(self, job: Job) -> bool:
@@ -250,7 +253,8 @@ class SchedulerLoop:
             if why is not None and reasons_changed(job.pending_reasons or [], why):
                 job.pending_reasons = why
             if obs.phase is Phase.RUNNING and job.state == JobState.STARTING.value:
-                record(db, job, JobState.RUNNING, "Running", obs.message or "all processes running", now)
+                said = None if obs.message else {}  # the runtime's own words have no parameters to render
+                record(db, job, JobState.RUNNING, "Running", obs.message or "all processes running", now, said)
             elif obs.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST):
                 if obs.reason in ("Preempted", "Evicted") and job.stop_requested is None:
                     # the runtime's own admission ended it (Kueue reclaiming quota): requeued like our preemption
@@ -272,19 +276,23 @@ class SchedulerLoop:
                 "CancelledByUser",
                 f"cancelled by {(job.stop_detail or {}).get('by', 'a user')}",
                 now,
+                {"by": (job.stop_detail or {}).get("by", "?")},
             )
         elif job.stop_requested == "preempt":
             d = job.stop_detail or {}
-            record(db, job, JobState.PREEMPTED, d.get("reason", "Preempted"), d.get("message", ""), now)
-            record(db, job, JobState.QUEUED, "Requeued", "re-queued after preemption; same working directory", now)
+            record(
+                db, job, JobState.PREEMPTED, d.get("reason", "Preempted"), d.get("message", ""), now, d.get("params")
+            )
+            record(db, job, JobState.QUEUED, "Requeued", "re-queued after preemption; same working directory", now, {})
             job.queued_at, job.finished_at, job.started_at, job.exit_code = now, None, None, None
             job.allocations, job.handle = [], None
         elif phase is Phase.SUCCEEDED:
-            record(db, job, JobState.SUCCEEDED, "Completed", message or "exit code 0", now)
+            record(db, job, JobState.SUCCEEDED, "Completed", message or "exit code 0", now, {"exit_code": 0})
         elif phase is Phase.FAILED:
-            record(db, job, JobState.FAILED, reason or "ExitCode", message or f"exit code {exit_code}", now)
+            exited = {"exit_code": exit_code} if exit_code is not None else None
+            record(db, job, JobState.FAILED, reason or "ExitCode", message or f"exit code {exit_code}", now, exited)
         else:
-            record(db, job, JobState.LOST, reason or "ProcessGone", message or "processes vanished", now)
+            record(db, job, JobState.LOST, reason or "ProcessGone", message or "processes vanished", now, {})
         job.stop_requested, job.stop_detail = None, None
 
     def _profile(self, db: Session, running: list[Job], now: float) -> None:
@@ -408,7 +416,9 @@ class SchedulerLoop:
         job.started_at = now
         where = ", ".join(f"{a.node}[gpus {','.join(map(str, a.gpus)) or '-'}]" for a in allocations) or "the cluster"
         msg = "; ".join(x for x in (f"attempt {job.attempt} on {where}", why, held) if x)
-        record(db, job, JobState.STARTING, "Scheduled", msg, now)
+        # parameters only for the plain case: sharing notes and a placement left to the cluster stay English
+        placed = {"attempt": job.attempt, "where": where} if allocations and not (why or held) else None
+        record(db, job, JobState.STARTING, "Scheduled", msg, now, placed)
         db.commit()  # durable before any process exists
         req = LaunchRequest(
             job_id=job.id,

@@ -27,7 +27,8 @@ from caldera.config import Settings
 from caldera.core.spec import MAX_ENV_ENTRIES, MAX_ENV_VALUE_CHARS, JobSpec
 from caldera.runtime.base import Handle, LaunchError, LaunchRequest, Phase, RunAs, Runtime
 from caldera.runtime.local import owner
-from caldera.server.web import error_text, i18n
+from caldera.server.web import i18n
+from caldera.server.web.reason_text import Say
 from tests import needs
 from tests.conftest import traversable
 
@@ -386,6 +387,6 @@ def test_env_names_and_values_are_checked_with_reasons() -> None:
     with pytest.raises(ValidationError) as err:  # the portal shows the API's reason in the reader's language
         JobSpec(name="x", command=["true"], env={"1A": "1"})
     zh = i18n.translations("zh").gettext
-    assert error_text.reason(err.value.errors()[0]["msg"], zh).startswith("环境变量名 '1A' 无效")
+    assert Say(zh).english_reason(err.value.errors()[0]["msg"]).startswith("环境变量名 '1A' 无效")
     good = {"_": "", "a_1": "one\ntwo", "Q": 'it\'s "q" = =', "LD_PRELOAD": "x"}
     assert JobSpec(name="x", command=["true"], env=good).env == good

@@ -10,14 +10,14 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from caldera.core.spec import SpecError, spec_errors
-from caldera.server.errors import CalderaError
+from caldera.server.errors import CalderaError, field_error
 
 T = TypeVar("T")
-Errors = list[dict[str, str]]
+Errors = list[dict[str, Any]]
 
 
 def errors_of(exc: CalderaError) -> Errors:
-    return getattr(exc, "errors", None) or [{"field": "", "reason": exc.message}]
+    return getattr(exc, "errors", None) or [field_error("", exc.message, exc.code, exc.params)]
 
 
 def call(db: Session, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> tuple[T | None, Errors]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from caldera.core.spec import JobKind
 from caldera.core.tenancy import PriorityClass
+from caldera.server.errors import field_error
 from caldera.server.web.form_values import number
 from caldera.server.web.overview import QueueChoice
 
@@ -62,19 +64,21 @@ def form_of(spec: dict) -> JobForm:
     )
 
 
-def _env(text: str) -> dict[str, str] | str:
+def _env(text: str) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """The variables, and the error row of the first line that is not KEY=VALUE."""
     out = {}
     for line in text.splitlines():
         if not line.strip():
             continue
         key, eq, value = line.partition("=")
         if not eq:
-            return f"{line.strip()[:40]!r}: expected KEY=VALUE"
+            shown = repr(line.strip()[:40])
+            return out, field_error("env", f"{shown}: expected KEY=VALUE", "NotKeyValue", {"line": shown})
         out[key.strip()] = value
-    return out
+    return out, None
 
 
-def body_of(kind: str, form: JobForm, choices: list[QueueChoice]) -> tuple[dict, list[dict[str, str]]]:
+def body_of(kind: str, form: JobForm, choices: list[QueueChoice]) -> tuple[dict, list[dict[str, Any]]]:
     """The API body, and the errors the API could not report itself (a line of env that is not KEY=VALUE)."""
     account = next((c.account for c in choices if c.name == form.queue), None)
     resources = {"cpu": number(form.cpu), "memory_mib": number(form.memory_mib), "gpu": number(form.gpu)}
@@ -96,20 +100,21 @@ def body_of(kind: str, form: JobForm, choices: list[QueueChoice]) -> tuple[dict,
     if kind == JobKind.DISTRIBUTED.value:
         body["replicas"] = number(form.replicas.strip())
         body["procs_per_replica"] = number(form.procs_per_replica.strip())
-    env = _env(form.env)
-    if isinstance(env, str):
-        return body, [{"field": "env", "reason": env}]
+    env, error = _env(form.env)
+    if error is not None:
+        return body, [error]
     body["env"] = env
     return body, []
 
 
-def by_field(errors: list[dict[str, str]]) -> dict[str, list[str]]:
-    """API errors keyed by the form field they belong to ("resources.gpu" -> gpu); the rest under "" (the form)."""
-    out: dict[str, list[str]] = {}
+def by_field(errors: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """API errors keyed by the form field they belong to ("resources.gpu" -> gpu); the rest under "" (the form).
+    Whole rows: the page renders each reason from its code in the reader's language."""
+    out: dict[str, list[dict[str, Any]]] = {}
     for e in errors:
         parts = e["field"].split(".")
         name = next((x for x in reversed(parts) if x in FIELDS), None)
         if name is None:
             name = {"resources": "gpu", "account": "queue"}.get(parts[0], "")
-        out.setdefault(name, []).append(e["reason"])
+        out.setdefault(name, []).append(e)
     return out

@@ -25,21 +25,23 @@ router = APIRouter(include_in_schema=False)
 HOME_JOBS = 100
 
 
-def _my_jobs(db: Session, user: User) -> list:
-    return jobs.list_jobs(db, user, limit=HOME_JOBS)
+def _my_jobs(db: Session, user: User) -> dict:
+    """The home page's jobs, and the events their messages are rendered from."""
+    mine = jobs.list_jobs(db, user, limit=HOME_JOBS)
+    return {"jobs": mine, "latest": jobs.current_events(db, mine)}
 
 
 @router.get("/")
 def home(request: Request, user: User = Depends(page_user), p: Platform = Depends(platform), db=Depends(db_session)):
     nodes = overview.nodes_now(p, db, user)
     queues = [{**q, "largest_now": overview.largest_now(nodes, q)} for q in overview.my_queues(db, user)]
-    return page(request, "home.html", user=user, jobs=_my_jobs(db, user), queues=queues, gpus=overview.free_gpus(nodes))
+    return page(request, "home.html", user=user, queues=queues, gpus=overview.free_gpus(nodes), **_my_jobs(db, user))
 
 
 @router.get("/partials/my-jobs")
 def my_jobs_rows(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
     """The home page's table body, refreshed in place by HTMX."""
-    return page(request, "_job_rows.html", jobs=_my_jobs(db, user))
+    return page(request, "_job_rows.html", **_my_jobs(db, user))
 
 
 @router.get("/queue")
@@ -179,7 +181,7 @@ def import_yaml(
     try:
         spec = job_yaml.load(yaml_text)
     except SpecError as exc:
-        errors = {"yaml": [f"{e['field']}: {e['reason']}" for e in exc.errors]}
+        errors = {"yaml": [{**e, "at": e["field"]} for e in exc.errors]}  # shown as "<field in the file>: reason"
         return form_page(request, p, db, user, kind, job_forms.JobForm(), errors, 400, yaml_text)
     form = job_forms.form_of(spec.model_dump(mode="json"))
     return form_page(request, p, db, user, spec.kind.value, form, {})
@@ -196,6 +198,7 @@ def _status(db: Session, user: User, job) -> dict:
     return {
         "job": job,
         "events": jobs.events(db, job),
+        "current": jobs.current_events(db, [job]).get(job.id),
         "terminal": JobState(job.state).terminal,
         "mine": job.user_id == user.id,
     }

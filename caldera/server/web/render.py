@@ -11,7 +11,8 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from caldera.server import csrf
-from caldera.server.web import error_text, i18n
+from caldera.server.web import i18n
+from caldera.server.web.reason_text import Say
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -50,11 +51,13 @@ def _csp(request: Request) -> str:
 def page(request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
     lang = i18n.choose(request)
     tr = i18n.translations(lang)
+    say = Say(tr.gettext)
     if "errors" in ctx:  # the API's reasons in the page's language
-        ctx["errors"] = error_text.translate(ctx["errors"], tr.gettext)
+        ctx["errors"] = say.errors(ctx["errors"])
     html = env.get_template(template).render(
         request=request,
         _=tr.gettext,
+        say=say,
         lang=lang,
         languages=i18n.LANGUAGES,
         csrf_token=csrf.csrf_token(request),
