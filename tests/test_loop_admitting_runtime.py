@@ -7,8 +7,9 @@ import dataclasses
 
 from caldera.core.cluster import Node
 from caldera.runtime.base import Handle, Observation, Phase
-from tests.conftest import api_on, make_settings
+from tests.conftest import api_on, make_settings, wait_for
 from tests.fake_runtime import FakeRuntime
+from tests.portal import browser_for
 from tests.test_runs import _state, _submit, _until
 
 CLUSTER_REASON = {
@@ -57,7 +58,15 @@ def test_queued_jobs_go_to_the_runtime_at_once_and_show_its_reasons(tmp_path):
             client.app.state.loop.tick()
             return client.get(f"/api/v1/jobs/{jid}/why", headers=admin).json()
 
-        assert why()["pending"] == [CLUSTER_REASON]
+        # the first cycles may find the launch still in flight (observed only once it returned)
+        assert wait_for(lambda: why()["pending"], what="the cluster's reasons") == [CLUSTER_REASON]
+        # every view shows the reasons of a job that waits in Starting: the job page, the home page's list
+        page = browser_for(client, "admin", "admin-password")
+        assert (
+            'id="pending"' in page.get(f"/jobs/{jid}").text
+            and "0/2 nodes are available" in page.get(f"/jobs/{jid}").text
+        )
+        assert "0/2 nodes are available" in page.get("/partials/my-jobs").text
         rt.admitted.add(jid)
         assert _until(api, admin, jid, {"Succeeded"})["exit_code"] == 0
 
