@@ -11,7 +11,9 @@ from itertools import count
 import numpy as np
 
 from caldera.core.resources import GPU
+from caldera.core.tenancy import PriorityClass
 from caldera.scheduler.caldera_admission import _EPS, _GKEY, patience_s
+from caldera.scheduler.caldera_aging import find_promotions
 from caldera.scheduler.caldera_reservations import Reservations
 from caldera.scheduler.engine import rank_of
 from caldera.scheduler.fairshare import FairShare
@@ -28,6 +30,16 @@ class Ordering(Reservations):
         # group = (priority, queue, user)
         gi = np.fromiter(map(gmap.__getitem__, map(_GKEY, queued)), dtype=np.intp, count=n)
         groups = list(gmap)
+        unset: list[int] = []  # jobs without queued_since
+        qs = queued_since(queued, unset)
+        per_replica = gpus_per_replica(queued)
+        levels = len(self.pol.las_thresholds_gpu_s or ()) + 1
+        starved_on = self.pol.las_starvation_factor is not None and self.pol.las_thresholds_gpu_s is not None
+        att = _batch_attained(queued) if (levels > 1 or starved_on) and n else None
+        if n and (self.pol.aging_threshold_s is not None or starved_on):
+            gi, groups, att = self._promote(gi, groups, qs, unset, att, per_replica)
+        if levels == 1:
+            att = None
         G = len(groups)
         grank = [rank_of(pv) for pv, _, _ in groups]
         self.grank = grank
@@ -62,15 +74,12 @@ class Ordering(Reservations):
         t_of = np.array([tdense[k] for k in tier], dtype=np.int64)
         r_ns = np.array([rdense[k] for k in rest_ns], dtype=np.int64)
         r_st = np.array([rdense[k] for k in rest_st], dtype=np.int64)
-        levels = len(self.pol.las_thresholds_gpu_s or ()) + 1
-        att = _batch_attained(queued) if levels > 1 and n else None
         if att is None:
             lev = np.zeros(n, dtype=np.int64)
         else:
             th = np.asarray(self.pol.las_thresholds_gpu_s, dtype=np.float64)
             lev = np.searchsorted(th, att, side="right").astype(np.int64)
         nr = len(rdense)
-        qs = queued_since(queued)
         maj = (t_of[gi] * levels + lev) * nr + r_ns[gi] if n else np.zeros(0, dtype=np.int64)
         starving = None
         if self.thr is not None and n and self.pol.max_reservations > 0:
@@ -91,7 +100,7 @@ class Ordering(Reservations):
         if starving is not None:
             self.must_see = starving[oia]  # starving jobs are looked at until the reservations run out
         self.k_sorted = gi[oia]
-        self.g_sorted = gpus_per_replica(queued)[oia]
+        self.g_sorted = per_replica[oia]
         self.ugroups: dict[tuple[str, str], list[int]] = {}
         for k, (_, qn, u) in enumerate(groups):
             self.gq[k].groups.append(k)
@@ -121,6 +130,44 @@ class Ordering(Reservations):
                     elif q.max_gpus is not None and us[0] >= q.max_gpus:
                         self.block(k, self._user_reason("max_gpus", q.max_gpus, us[0], q, u), True)
         self._refresh_pre()
+
+    def _promote(
+        self,
+        gi: np.ndarray,
+        groups: list[tuple],
+        since: np.ndarray,
+        unset: list[int],
+        att: np.ndarray | None,
+        per_replica: np.ndarray,
+    ) -> tuple[np.ndarray, list[tuple], np.ndarray | None]:
+        """The queued jobs' promotions (:mod:`caldera_aging`): groups ``gi`` / ``groups`` and attained service
+        ``att`` as the promoted jobs would give them, numbered as the promoted queue would be (by first
+        appearance); the loop gets each promoted job as a copy with its promotion (``job_at``)."""
+        pol = self.pol
+        rank = np.array([rank_of(pv) for pv, _, _ in groups], dtype=np.int64)[gi]
+        aging = None if pol.aging_threshold_s is None else (pol.aging_threshold_s, pol.aging_factor)
+        starved = None
+        if pol.las_starvation_factor is not None and pol.las_thresholds_gpu_s is not None and att is not None:
+            starved = (pol.starvation_threshold_s or 0.0, pol.las_starvation_factor, att, per_replica, unset)
+        promo = find_promotions(self.snap.queued, self.now, rank, since, aging, starved)
+        self.next_promotion = min(self.next_promotion, promo.next_at)
+        if len(promo.normal) == 0 and len(promo.lowest) == 0:
+            return gi, groups, att
+        self.job_at = promo.job
+        if len(promo.lowest):
+            att = att.copy()  # type: ignore[union-attr]  # lowest is empty without att
+            att[promo.lowest] = 0.0
+        if len(promo.normal) == 0:
+            return gi, groups, att
+        if pol.las_best_effort:
+            self.queued_be = promo.best_effort
+        return (*_regroup(gi, groups, promo.normal), att)
+
+    def wake_at(self) -> float | None:
+        w = super().wake_at()
+        if w is not None and self.next_promotion < w:
+            return self.next_promotion  # a promotion may let a job start or preempt
+        return w
 
     def _starving_key(self, tier, levels: int, nr: int, r_ns, r_st):
         """With least-attained-service, a starving job is promoted to the lowest level and takes its turn there by
@@ -198,3 +245,24 @@ def _attained_order(queued: list[SchedJob], qs: np.ndarray, maj: np.ndarray, nr:
     fair-share rank``), then first queued, then id."""
     values, att_rank = np.unique(att, return_inverse=True)
     return sort_order(queued, qs, ((maj // nr) * len(values) + att_rank) * nr + maj % nr)
+
+
+def _regroup(gi: np.ndarray, groups: list[tuple], normal: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
+    """Groups (priority, queue, user) with the jobs at ``normal`` raised to the normal class, numbered by first
+    appearance in the queue as the groups of the promoted queue would be."""
+    keys = list(groups)
+    index = {key: k for k, key in enumerate(keys)}
+    to = []
+    for _, qn, u in groups:
+        key = (PriorityClass.NORMAL, qn, u)
+        k = index.get(key)
+        if k is None:
+            k = index[key] = len(keys)
+            keys.append(key)
+        to.append(k)
+    moved = gi.copy()
+    moved[normal] = np.asarray(to, dtype=np.intp)[gi[normal]]
+    order = list(dict.fromkeys(moved.tolist()))  # the groups present, by first appearance
+    renumber = np.empty(len(keys), dtype=np.intp)
+    renumber[order] = np.arange(len(order), dtype=np.intp)
+    return renumber[moved], [keys[k] for k in order]

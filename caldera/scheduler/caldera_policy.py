@@ -73,7 +73,7 @@ from collections.abc import Sequence
 
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.scheduler.caldera_admission import _EPS, _Queue
-from caldera.scheduler.caldera_aging import promote_starved_batch, promote_waiting, promoted_best_effort
+from caldera.scheduler.caldera_aging import promote_starved_batch, promote_waiting
 from caldera.scheduler.caldera_ordering import Ordering
 from caldera.scheduler.engine import _RANK_BY_VALUE, Victim
 from caldera.scheduler.reasons import (
@@ -179,29 +179,21 @@ class CalderaPolicy:
 
     def __call__(self, snapshot: Snapshot) -> Decisions:
         next_promotion = math.inf
-        queued_be: frozenset[str] = frozenset()
         if self.aging_threshold_s is not None:
-            before = snapshot
-            snapshot, next_promotion = promote_waiting(snapshot, self.aging_threshold_s, self.aging_factor)
-            if self.las_best_effort:  # for least-attained-service among best-effort jobs
-                queued_be = promoted_best_effort(before, snapshot)
+            snapshot = promote_waiting(snapshot, self.aging_threshold_s, self.aging_factor)
         if self.las_starvation_factor is not None and self.las_thresholds_gpu_s is not None:
-            snapshot, t = promote_starved_batch(
+            snapshot, next_promotion = promote_starved_batch(
                 snapshot, self.starvation_threshold_s or 0.0, self.las_starvation_factor
             )
-            next_promotion = min(next_promotion, t)
-        decisions = _Cycle.decide(self, snapshot, queued_be)
-        if decisions.wake_at is not None and next_promotion < decisions.wake_at:
-            decisions.wake_at = next_promotion  # a promotion may let a job start or preempt
-        return decisions
+        return _Cycle.decide(self, snapshot, next_promotion)
 
 
 class _Cycle(Ordering):
     """One cycle: the layers (admission, preemption, reservations, ordering) and the per-job decision."""
 
-    def __init__(self, pol: CalderaPolicy, snap: Snapshot, queued_be: frozenset[str] = frozenset()) -> None:
+    def __init__(self, pol: CalderaPolicy, snap: Snapshot, next_promotion: float = math.inf) -> None:
         super().__init__(pol, snap)
-        self.queued_be = queued_be
+        self.next_promotion = next_promotion
         self._setup_running()
         self._setup_order()
 
