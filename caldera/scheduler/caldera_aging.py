@@ -90,7 +90,6 @@ _FIELDS = attrgetter(*_FIELD_NAMES)  # every field, in the constructor's order
 _ID_AT = _FIELD_NAMES.index("id")
 _PRIORITY_AT = _FIELD_NAMES.index("priority")
 _ATTAINED_AT = _FIELD_NAMES.index("attained_gpu_s")
-_REPLICAS = attrgetter("replicas")
 _NONE = np.zeros(0, dtype=np.intp)
 
 
@@ -99,14 +98,17 @@ def find_promotions(
     now: float,
     rank: np.ndarray,
     since: np.ndarray,
+    unset: list[int],
+    per_replica: np.ndarray,
     aging: tuple[float, float] | None,
-    starved: tuple[float, float, np.ndarray, np.ndarray, list[int]] | None,
+    starved: tuple[float, float, np.ndarray, np.ndarray, np.ndarray] | None,
 ) -> QueuedPromotions:
-    """Which queued jobs are promoted now. ``rank``: each job's class rank; ``since``: its ``queued_since``
-    (``submitted_at`` when unset). ``aging``: (threshold, factor) of priority aging; ``starved``: (threshold,
-    factor, each job's attained service in least-attained-service (0 for the others), GPUs per replica, the
-    indices of jobs whose ``queued_since`` is unset) of :func:`promote_starved_batch`; None: the rule is off.
-    Each job's object is read only where the arrays do not tell (a pass over 100,000 jobs costs milliseconds)."""
+    """Which queued jobs are promoted now, from arrays over the queue: ``rank`` (each job's class rank), ``since``
+    (its ``queued_since``, or ``submitted_at`` for the jobs at ``unset``), ``per_replica`` (GPUs per replica).
+    ``aging``: (threshold, factor) of priority aging; ``starved``: (threshold, factor, each job's attained service
+    in least-attained-service (0 for the others), the jobs with some, their replicas) of
+    :func:`promote_starved_batch`; None: the rule is off. A job's object is read only where the arrays do not tell
+    (a pass over the objects of 100,000 jobs costs milliseconds)."""
     next_at = math.inf
     normal = lowest = _NONE
     if aging is not None:
@@ -121,17 +123,13 @@ def find_promotions(
                 patience = max(threshold_s, 0.0)
             normal, next_at = _due_now(cand, since[cand] + patience, now, next_at)
     if starved is not None:
-        threshold_s, factor, attained, per_replica, unset = starved
-        has = attained != 0
-        has &= per_replica != 0
+        threshold_s, factor, attained, served, replicas = starved
+        gpus = per_replica[served] * replicas
+        ok = gpus != 0
         if unset:
-            has[unset] = False
-        cand = np.flatnonzero(has)
+            ok &= ~np.isin(served, unset)
+        cand, gpus = served[ok], gpus[ok]
         if len(cand):
-            replicas = np.fromiter(map(_REPLICAS, map(queued.__getitem__, cand.tolist())), np.int64, len(cand))
-            if not replicas.all():
-                cand, replicas = cand[replicas != 0], replicas[replicas != 0]
-            gpus = per_replica[cand] * replicas
             due = since[cand] + np.maximum(threshold_s, factor * attained[cand] / gpus)
             lowest, next_at = _due_now(cand, due, now, next_at)
     return QueuedPromotions(queued, rank, normal, lowest, next_at)
