@@ -71,14 +71,15 @@ class QueuedPromotions:
             return self.queued[i]
         made = self._made.get(i)
         if made is None:
-            values = list(_FIELDS(self.queued[i]))
+            job = self.queued[i]
+            changes: list[tuple[int, object]] = []
             if f & _TO_NORMAL:
-                values[_PRIORITY_AT] = PriorityClass.NORMAL
+                changes.append((_PRIORITY_AT, PriorityClass.NORMAL))
                 if f & _WAS_BEST_EFFORT:
-                    self.best_effort.add(values[_ID_AT])
+                    self.best_effort.add(job.id)
             if f & _TO_LOWEST:
-                values[_ATTAINED_AT] = 0.0
-            made = self._made[i] = SchedJob(*values)
+                changes.append((_ATTAINED_AT, 0.0))
+            made = self._made[i] = _changed(job, *changes)
         return made
 
 
@@ -87,9 +88,9 @@ _TO_LOWEST = 2
 _WAS_BEST_EFFORT = 4
 _FIELD_NAMES = [f.name for f in fields(SchedJob)]
 _FIELDS = attrgetter(*_FIELD_NAMES)  # every field, in the constructor's order
-_ID_AT = _FIELD_NAMES.index("id")
 _PRIORITY_AT = _FIELD_NAMES.index("priority")
 _ATTAINED_AT = _FIELD_NAMES.index("attained_gpu_s")
+_LAS_AT = _FIELD_NAMES.index("las")
 _NONE = np.zeros(0, dtype=np.intp)
 
 
@@ -135,6 +136,15 @@ def find_promotions(
     return QueuedPromotions(queued, rank, normal, lowest, next_at)
 
 
+def _changed(job: SchedJob, *changes: tuple[int, object]) -> SchedJob:
+    """``dataclasses.replace`` for (field index, value) pairs, several times cheaper (it is called for hundreds of
+    running jobs and many queued ones a cycle)."""
+    values = list(_FIELDS(job))
+    for at, value in changes:
+        values[at] = value
+    return SchedJob(*values)
+
+
 def _due_now(cand: np.ndarray, due: np.ndarray, now: float, next_at: float) -> tuple[np.ndarray, float]:
     """The candidates whose ``due`` time has come, and the earliest of ``next_at`` and the due times to come."""
     later = due > now
@@ -148,7 +158,7 @@ def promote_waiting(snap: Snapshot, threshold_s: float, factor: float) -> Snapsh
     keep the promotion while they run (the queued ones: :func:`find_promotions`)."""
 
     def normal(job: SchedJob) -> SchedJob:
-        return replace(job, priority=PriorityClass.NORMAL)
+        return _changed(job, (_PRIORITY_AT, PriorityClass.NORMAL))
 
     def due(job: SchedJob) -> float:
         return _due(job, threshold_s, factor)
@@ -200,7 +210,7 @@ def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> 
 
     def protect(job: SchedJob) -> SchedJob:  # no least-attained-service victim
         protected.append(job)
-        return replace(job, las=False)
+        return _changed(job, (_LAS_AT, False))
 
     running = _promote_running(snap, due, protect)
     for job in protected:  # until the service it gains takes its start past its patience
