@@ -151,7 +151,6 @@ class CycleBase:
         # the job the loop considers at an index into ``queued``: a subclass may hand a changed copy (caldera's
         # promotions); the fields the engine reads from ``queued`` itself (id, request, runtime) stay the same
         self.job_at: Callable[[int], SchedJob] = snap.queued.__getitem__
-        self._ids: list[str] | None = None
         self.oia: np.ndarray = np.zeros(0, dtype=np.intp)
         self.g_sorted: np.ndarray = np.zeros(0, dtype=np.int64)
         self.k_sorted: np.ndarray = np.zeros(0, dtype=np.intp)
@@ -204,12 +203,6 @@ class CycleBase:
         return self._pre_np, self._gba_np, self._gbg_np
 
     # ----------------------------------------------------------------------------------------------- helpers
-    def ids(self) -> list[str]:
-        """Ids of ``queued``, in its order."""
-        if self._ids is None:
-            self._ids = list(map(_ID, self.queued))
-        return self._ids
-
     def runtime_estimate(self, job: SchedJob) -> float:
         return job.runtime_s or self.default_rt
 
@@ -232,11 +225,10 @@ class CycleBase:
         job that is no longer queued becomes anyone's."""
         if not self.directed:
             return []
-        ids = self.ids()
-        found = np.flatnonzero(
-            np.fromiter(map(set(self.directed).__contains__, ids), dtype=bool, count=len(ids))
-        ).tolist()
-        present = {ids[k] for k in found}
+        queued = self.queued
+        wanted = set(self.directed).__contains__
+        found = np.flatnonzero(np.fromiter(map(wanted, map(_ID, queued)), dtype=bool, count=len(queued))).tolist()
+        present = {queued[k].id for k in found}
         for jid in [j for j in self.directed if j not in present]:
             for v in self.directed.pop(jid):
                 if v.gpus:
