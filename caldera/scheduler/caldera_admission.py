@@ -5,6 +5,8 @@ and the reasons a job is held back by them. The per-cycle state every part of th
 from __future__ import annotations
 
 import bisect
+import math
+from collections.abc import Set as AbstractSet
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -134,7 +136,9 @@ class Admission(CycleBase):
         self.be_victims: list[Victim] = []  # best-effort, youngest first
         self.qvictims: dict[str, list[Victim]] = {}  # per queue, not best-effort: lowest class, youngest first
         self.be_avail = 0
-        self.queued_be: frozenset[str] = frozenset()  # ids of queued best-effort jobs that aging promoted
+        # ids of queued best-effort jobs that aging promoted (those the loop looked at: QueuedPromotions)
+        self.queued_be: AbstractSet[str] = frozenset()
+        self.next_promotion = math.inf  # the earliest time a promotion (caldera_aging) may change anything
         # GPUs of running best-effort batch jobs above the lowest attained-service level, and those jobs (the
         # victims of a best-effort job's least-attained-service), ordered as las_victims
         self.be_las_avail = 0

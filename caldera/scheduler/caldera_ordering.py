@@ -7,16 +7,21 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from itertools import count
+from operator import attrgetter
 
 import numpy as np
 
 from caldera.core.resources import GPU
+from caldera.core.tenancy import PriorityClass
 from caldera.scheduler.caldera_admission import _EPS, _GKEY, patience_s
+from caldera.scheduler.caldera_aging import find_promotions
 from caldera.scheduler.caldera_reservations import Reservations
 from caldera.scheduler.engine import rank_of
 from caldera.scheduler.fairshare import FairShare
 from caldera.scheduler.ordering import gpus_per_replica, queued_since, sort_order
 from caldera.scheduler.snapshot import SchedJob
+
+_ATTAINED = attrgetter("attained_gpu_s")
 
 
 class Ordering(Reservations):
@@ -28,6 +33,18 @@ class Ordering(Reservations):
         # group = (priority, queue, user)
         gi = np.fromiter(map(gmap.__getitem__, map(_GKEY, queued)), dtype=np.intp, count=n)
         groups = list(gmap)
+        unset: list[int] = []  # jobs without queued_since
+        qs = queued_since(queued, unset)
+        per_replica = gpus_per_replica(queued)
+        levels = len(self.pol.las_thresholds_gpu_s or ()) + 1
+        starved_on = self.pol.las_starvation_factor is not None and self.pol.las_thresholds_gpu_s is not None
+        att = served = replicas = None
+        if (levels > 1 or starved_on) and n:
+            att, served, replicas = _batch_attained(queued)
+        if n and (self.pol.aging_threshold_s is not None or starved_on):
+            gi, groups, att, served = self._promote(gi, groups, qs, unset, att, served, replicas, per_replica)
+        if levels == 1:
+            att = served = None
         G = len(groups)
         grank = [rank_of(pv) for pv, _, _ in groups]
         self.grank = grank
@@ -62,15 +79,12 @@ class Ordering(Reservations):
         t_of = np.array([tdense[k] for k in tier], dtype=np.int64)
         r_ns = np.array([rdense[k] for k in rest_ns], dtype=np.int64)
         r_st = np.array([rdense[k] for k in rest_st], dtype=np.int64)
-        levels = len(self.pol.las_thresholds_gpu_s or ()) + 1
-        att = _batch_attained(queued) if levels > 1 and n else None
         if att is None:
             lev = np.zeros(n, dtype=np.int64)
         else:
             th = np.asarray(self.pol.las_thresholds_gpu_s, dtype=np.float64)
             lev = np.searchsorted(th, att, side="right").astype(np.int64)
         nr = len(rdense)
-        qs = queued_since(queued)
         maj = (t_of[gi] * levels + lev) * nr + r_ns[gi] if n else np.zeros(0, dtype=np.int64)
         starving = None
         if self.thr is not None and n and self.pol.max_reservations > 0:
@@ -83,15 +97,15 @@ class Ordering(Reservations):
                 maj = np.where(starving, self._starving_key(t_of[gi], levels, nr, r_ns[gi], r_st[gi]), maj)
             else:
                 starving = None
-        if self.pol.within_level == "attained" and att is not None and att.any():
-            oia = _attained_order(queued, qs, maj, nr, att)
+        if self.pol.within_level == "attained" and att is not None and served is not None and len(served):
+            oia = _attained_order(queued, qs, maj, nr, att, served)
         else:
             oia = sort_order(queued, qs, maj)
         self.oia = oia
         if starving is not None:
             self.must_see = starving[oia]  # starving jobs are looked at until the reservations run out
         self.k_sorted = gi[oia]
-        self.g_sorted = gpus_per_replica(queued)[oia]
+        self.g_sorted = per_replica[oia]
         self.ugroups: dict[tuple[str, str], list[int]] = {}
         for k, (_, qn, u) in enumerate(groups):
             self.gq[k].groups.append(k)
@@ -121,6 +135,50 @@ class Ordering(Reservations):
                     elif q.max_gpus is not None and us[0] >= q.max_gpus:
                         self.block(k, self._user_reason("max_gpus", q.max_gpus, us[0], q, u), True)
         self._refresh_pre()
+
+    def _promote(
+        self,
+        gi: np.ndarray,
+        groups: list[tuple],
+        since: np.ndarray,
+        unset: list[int],
+        att: np.ndarray | None,
+        served: np.ndarray | None,
+        replicas: np.ndarray | None,
+        per_replica: np.ndarray,
+    ) -> tuple[np.ndarray, list[tuple], np.ndarray | None, np.ndarray | None]:
+        """The queued jobs' promotions (:mod:`caldera_aging`): groups ``gi`` / ``groups`` and attained service
+        ``att`` (``served``: the jobs with some) as the promoted jobs would give them, numbered as the promoted
+        queue would be (by first appearance); the loop gets each promoted job as a copy with its promotion
+        (``job_at``)."""
+        pol = self.pol
+        rank = np.array([rank_of(pv) for pv, _, _ in groups], dtype=np.int64)[gi]
+        aging = None if pol.aging_threshold_s is None else (pol.aging_threshold_s, pol.aging_factor)
+        starved = None
+        if pol.las_starvation_factor is not None and pol.las_thresholds_gpu_s is not None and att is not None:
+            assert served is not None and replicas is not None
+            starved = (pol.starvation_threshold_s or 0.0, pol.las_starvation_factor, att, served, replicas)
+        promo = find_promotions(self.snap.queued, self.now, rank, since, unset, per_replica, aging, starved)
+        self.next_promotion = min(self.next_promotion, promo.next_at)
+        if len(promo.normal) == 0 and len(promo.lowest) == 0:
+            return gi, groups, att, served
+        self.job_at = promo.job
+        if len(promo.lowest):
+            assert att is not None and served is not None  # lowest is empty without them
+            att = att.copy()
+            att[promo.lowest] = 0.0
+            served = served[att[served] != 0]
+        if len(promo.normal) == 0:
+            return gi, groups, att, served
+        if pol.las_best_effort:
+            self.queued_be = promo.best_effort
+        return (*_regroup(gi, groups, promo.normal), att, served)
+
+    def wake_at(self) -> float | None:
+        w = super().wake_at()
+        if w is not None and self.next_promotion < w:
+            return self.next_promotion  # a promotion may let a job start or preempt
+        return w
 
     def _starving_key(self, tier, levels: int, nr: int, r_ns, r_st):
         """With least-attained-service, a starving job is promoted to the lowest level and takes its turn there by
@@ -187,14 +245,60 @@ class Ordering(Reservations):
         return math.inf
 
 
-def _batch_attained(queued: list[SchedJob]) -> np.ndarray:
-    """Attained service of each queued job; 0 for jobs that take no part in least-attained-service (interactive,
-    opted out)."""
-    return np.fromiter((j.attained_gpu_s if j.las and not j.interactive else 0.0 for j in queued), np.float64)
+def _batch_attained(queued: list[SchedJob]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Attained service of each queued job, 0 for jobs that take no part in least-attained-service (interactive,
+    opted out); and the jobs with some (indices, ascending) with their replicas, read in the same visit (on a long
+    queue each pass over the jobs' objects costs milliseconds)."""
+    att = np.fromiter(map(_ATTAINED, queued), dtype=np.float64, count=len(queued))
+    served: list[int] = []
+    replicas: list[int] = []
+    for i in np.flatnonzero(att).tolist():
+        job = queued[i]
+        if job.las and not job.interactive:
+            served.append(i)
+            replicas.append(job.replicas)
+        else:
+            att[i] = 0.0
+    return att, np.array(served, dtype=np.intp), np.array(replicas, dtype=np.int64)
 
 
-def _attained_order(queued: list[SchedJob], qs: np.ndarray, maj: np.ndarray, nr: int, att: np.ndarray) -> np.ndarray:
+def _attained_order(
+    queued: list[SchedJob], qs: np.ndarray, maj: np.ndarray, nr: int, att: np.ndarray, served: np.ndarray
+) -> np.ndarray:
     """By tier and level, then least attained service ``att``, then fair share (``maj`` is ``(tier, level) * nr +
-    fair-share rank``), then first queued, then id."""
-    values, att_rank = np.unique(att, return_inverse=True)
-    return sort_order(queued, qs, ((maj // nr) * len(values) + att_rank) * nr + maj % nr)
+    fair-share rank``), then first queued, then id. ``served``: the jobs with some attained service (the others
+    have 0, which comes first unless some job has less)."""
+    values, inverse = np.unique(att[served], return_inverse=True)
+    if len(values) and values[0] < 0:
+        values, att_rank = np.unique(att, return_inverse=True)
+        v = len(values)
+    else:
+        att_rank = np.zeros(len(att), dtype=np.int64)
+        att_rank[served] = inverse + 1
+        v = len(values) + 1
+    return sort_order(queued, qs, ((maj // nr) * v + att_rank) * nr + maj % nr)
+
+
+def _regroup(gi: np.ndarray, groups: list[tuple], normal: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
+    """Groups (priority, queue, user) with the jobs at ``normal`` raised to the normal class, numbered by first
+    appearance in the queue as the groups of the promoted queue would be."""
+    keys = list(groups)
+    index = {key: k for k, key in enumerate(keys)}
+    to = []
+    for _, qn, u in groups:
+        key = (PriorityClass.NORMAL, qn, u)
+        k = index.get(key)
+        if k is None:
+            k = index[key] = len(keys)
+            keys.append(key)
+        to.append(k)
+    moved = gi.copy()
+    moved[normal] = np.asarray(to, dtype=np.intp)[gi[normal]]
+    n = len(moved)
+    first = np.full(len(keys), n, dtype=np.intp)
+    np.minimum.at(first, moved, np.arange(n, dtype=np.intp))
+    present = np.flatnonzero(first < n)
+    order = present[np.argsort(first[present])]  # the groups present, by first appearance
+    renumber = np.empty(len(keys), dtype=np.intp)
+    renumber[order] = np.arange(len(order), dtype=np.intp)
+    return renumber[moved], [keys[k] for k in order.tolist()]

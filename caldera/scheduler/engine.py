@@ -148,7 +148,9 @@ class CycleBase:
         self.started_idx: list[int] = []
         # set by subclasses
         self.queued: list[SchedJob] = snap.queued
-        self._ids: list[str] | None = None
+        # the job the loop considers at an index into ``queued``: a subclass may hand a changed copy (caldera's
+        # promotions); the fields the engine reads from ``queued`` itself (id, request, runtime) stay the same
+        self.job_at: Callable[[int], SchedJob] = snap.queued.__getitem__
         self.oia: np.ndarray = np.zeros(0, dtype=np.intp)
         self.g_sorted: np.ndarray = np.zeros(0, dtype=np.int64)
         self.k_sorted: np.ndarray = np.zeros(0, dtype=np.intp)
@@ -201,12 +203,6 @@ class CycleBase:
         return self._pre_np, self._gba_np, self._gbg_np
 
     # ----------------------------------------------------------------------------------------------- helpers
-    def ids(self) -> list[str]:
-        """Ids of ``queued``, in its order."""
-        if self._ids is None:
-            self._ids = list(map(_ID, self.queued))
-        return self._ids
-
     def runtime_estimate(self, job: SchedJob) -> float:
         return job.runtime_s or self.default_rt
 
@@ -229,11 +225,10 @@ class CycleBase:
         job that is no longer queued becomes anyone's."""
         if not self.directed:
             return []
-        ids = self.ids()
-        found = np.flatnonzero(
-            np.fromiter(map(set(self.directed).__contains__, ids), dtype=bool, count=len(ids))
-        ).tolist()
-        present = {ids[k] for k in found}
+        queued = self.queued
+        wanted = set(self.directed).__contains__
+        found = np.flatnonzero(np.fromiter(map(wanted, map(_ID, queued)), dtype=bool, count=len(queued))).tolist()
+        present = {queued[k].id for k in found}
         for jid in [j for j in self.directed if j not in present]:
             for v in self.directed.pop(jid):
                 if v.gpus:
@@ -658,7 +653,7 @@ class CycleBase:
         blocked gets that group's reason without being looked at."""
         if len(self.oia) <= SMALL_QUEUE:
             return self._loop_small()
-        queued = self.queued
+        job_at = self.job_at
         oia = self.oia
         item = oia.item
         gs = self.g_sorted
@@ -701,9 +696,9 @@ class CycleBase:
                         explicit.append((p, r if r is not None else gbg_l[kk]))
                         continue
                     if s_:
-                        explicit.append((p, self.explain(queued[item(p)], kk)))
+                        explicit.append((p, self.explain(job_at(item(p)), kk)))
                         continue
-                    self._tried(p, consider(queued[item(p)], kk))
+                    self._tried(p, consider(job_at(item(p)), kk))
             if restart >= 0:
                 i = restart
                 chunk = 256
@@ -730,6 +725,7 @@ class CycleBase:
     def _loop_small(self) -> None:
         """The same loop without numpy, cheaper for short queues."""
         queued = self.queued
+        job_at = self.job_at
         order = self.oia.tolist()
         gl = self.g_sorted.tolist()
         kl = self.k_sorted.tolist()
@@ -760,9 +756,9 @@ class CycleBase:
                 )
             ):
                 if p < head:
-                    explicit.append((p, explain(queued[order[p]], k)))
+                    explicit.append((p, explain(job_at(order[p]), k)))
                 continue
-            self._tried(p, consider(queued[order[p]], k))
+            self._tried(p, consider(job_at(order[p]), k))
             bfree = self.bfree
 
     def decisions(self, extra: dict | None = None, extra_text: str = "", extra_from: int = 1) -> Decisions:

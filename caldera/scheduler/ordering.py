@@ -34,8 +34,9 @@ class gc_paused:
             gc.enable()
 
 
-def queued_since(jobs: Sequence[SchedJob]) -> np.ndarray:
-    """``queued_since`` of each job (``submitted_at`` when unset), as float64."""
+def queued_since(jobs: Sequence[SchedJob], unset: list[int] | None = None) -> np.ndarray:
+    """``queued_since`` of each job (``submitted_at`` when unset, and then its index added to ``unset`` when
+    given), as float64."""
     n = len(jobs)
     try:
         return np.fromiter(map(_QS, jobs), dtype=np.float64, count=n)
@@ -43,6 +44,8 @@ def queued_since(jobs: Sequence[SchedJob]) -> np.ndarray:
         qs = np.array(list(map(_QS, jobs)), dtype=np.float64)
         for i in np.flatnonzero(np.isnan(qs)).tolist():
             qs[i] = jobs[i].submitted_at
+            if unset is not None:
+                unset.append(i)
         return qs
 
 

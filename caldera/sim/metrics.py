@@ -164,6 +164,7 @@ def compute_metrics(
         "preemptions": {
             "total": int(a["preemptions"].sum()),
             "jobs_preempted": preempted_jobs,
+            "max_per_job": int(a["preemptions"].max()) if len(a["preemptions"]) else 0,
             "by_reason": dict(result.preemptions_by_reason),
         },
         "preemptions_over_time": _cumulative(result.preempt_t, first, end, series_points),

@@ -671,6 +671,7 @@ class Simulator:
                     seen.add(pre.job_id)
                     job = running[pre.job_id]
                     job.preemptions += 1
+                    job.sj.preemptions = job.preemptions
                     by_reason[pre.reason] = by_reason.get(pre.reason, 0) + 1
                     preempt_t.append(t)
                     acted = True

@@ -194,3 +194,16 @@ def test_the_starvation_factor_must_be_positive():
         with pytest.raises(ValueError, match="las_starvation_factor must be above 0"):
             CalderaPolicy(las_starvation_factor=bad)
     assert CalderaPolicy(las_starvation_factor=None).las_starvation_factor is None
+
+
+def test_a_job_preempted_max_preemptions_per_job_times_is_no_longer_a_victim_of_attained_service():
+    at_bound = full()
+    at_bound[0].preemptions = 3
+    assert preempted(snapshot(nodes(1, 2), [job("new")], at_bound), max_preemptions_per_job=3)[0] == []
+    below = full()
+    below[0].preemptions = 2
+    got = preempted(snapshot(nodes(1, 2), [job("new")], below), max_preemptions_per_job=3)[0]
+    assert got == [("long", "new", "LeastAttainedService")]
+    assert preempted(snapshot(nodes(1, 2), [job("new")], at_bound), max_preemptions_per_job=None)[0] == got
+    with pytest.raises(ValueError):
+        CalderaPolicy(max_preemptions_per_job=-1)

@@ -158,7 +158,7 @@ def test_preemption_requeue_preserves_remaining_work() -> None:
     assert j["a"].sj.attained_gpu_s == pytest.approx(100)  # 30 + 70: nothing lost, nothing counted twice
     assert j["a"].sj.queued_since == 30  # re-queued at the preemption
     m = compute_metrics(res)
-    assert m["preemptions"] == {"total": 1, "jobs_preempted": 1, "by_reason": {"Priority": 1}}
+    assert m["preemptions"] == {"total": 1, "jobs_preempted": 1, "max_per_job": 1, "by_reason": {"Priority": 1}}
     assert m["jct_s"]["mean"] == pytest.approx((120 + 20) / 2)
     assert m["queueing_delay_s"]["mean"] == 0  # first start - submit, both 0
     assert m["gpu_allocation"]["mean"] == 1.0
