@@ -92,3 +92,22 @@ def test_a_restarted_server_reattaches_through_a_new_runtime_instance(fake_setti
         assert _until(api, admin, jid, {"Cancelled"})["state"] == "Cancelled"
     finally:
         client.__exit__(None, None, None)
+
+
+def test_the_snapshot_counts_each_jobs_preemptions_from_its_attempts(fake_api) -> None:
+    """The policy's bound on preemptions of one job (max_preemptions_per_job) sees the live loop's jobs too."""
+    api, _ = fake_api
+    admin = api.login("admin", "admin-password")
+    running = _submit(api, admin, name="r", command=["sleep", "30"], resources={"gpu": 4})
+    _until(api, admin, running, {"Running"})
+    queued = _submit(api, admin, name="q", command=["true"], resources={"gpu": 4})  # waits for the first
+    loop = api.client.app.state.loop
+    from caldera.db.models import Job
+
+    with loop.p.session() as db:
+        db.get(Job, running).attempt = 4  # three earlier attempts, each re-queued
+        db.get(Job, queued).attempt = 2  # re-queued twice, waiting for its third
+        db.commit()
+        snap = loop._snapshot(db, 0.0, {}, {})
+    by_id = {j.id: j for j in (*snap.queued, *snap.running)}
+    assert (by_id[running].preemptions, by_id[queued].preemptions) == (3, 2)

@@ -50,8 +50,9 @@ class SchedJob:
     # how fast it runs on each GPU model, relative to one another (e.g. measured throughputs); a policy may put a
     # job that names no model on the fastest one free. None: the same everywhere
     speeds: Mapping[str, float] | None = None
-    # how many times it was preempted so far, over all attempts (the simulator counts them; the live loop does not
-    # yet, so there it stays 0); a policy may stop preempting a job that paid for many restarts
+    # how many times it was preempted so far, over all attempts (the simulator counts them; the live loop takes
+    # its earlier attempts, each of which ended in a re-queue); a policy may stop preempting a job that paid for
+    # many restarts
     preemptions: int = 0
 
     @property

@@ -350,6 +350,8 @@ class SchedulerLoop:
                 shareable=bool(spec.get("shareable", False)),
                 decay_tolerance=spec.get("decay_tolerance"),
                 expected_runtime_s=learned.get((job.user_id, job.kind)),
+                # every earlier attempt of a live job ended in a re-queue (preempted, evicted, its node drained)
+                preemptions=job.attempt if job.state == JobState.QUEUED.value else max(0, job.attempt - 1),
             )
             workloads[job.id] = spec.get("workload")
             if sj.expected_runtime_s is not None and job.state == JobState.QUEUED.value and sj.attained_gpu_s:
