@@ -83,14 +83,22 @@ def auth(settings: Settings) -> tuple[str, str] | None:
     return ensure_credentials(settings) if path.exists() or not settings.registry_url else None
 
 
-def authfile(settings: Settings) -> Path | None:
-    """A containers-auth.json (0600, beside the credentials) for buildah and podman's ``--authfile``."""
+def auth_json(settings: Settings) -> str | None:
+    """The login as a containers-auth.json document; None for a registry given by URL without one."""
     login = auth(settings)
     if login is None:
         return None
-    path = credentials_path(settings).with_name("auth.json")
     token = base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode()
-    _write_private(path, json.dumps({"auths": {host(settings): {"auth": token}}}))
+    return json.dumps({"auths": {host(settings): {"auth": token}}})
+
+
+def authfile(settings: Settings) -> Path | None:
+    """A containers-auth.json (0600, beside the credentials) for buildah and podman's ``--authfile``."""
+    text = auth_json(settings)
+    if text is None:
+        return None
+    path = credentials_path(settings).with_name("auth.json")
+    _write_private(path, text)
     return path
 
 
