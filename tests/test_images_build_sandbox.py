@@ -81,3 +81,17 @@ def test_a_cache_mount_that_escapes_to_the_host_reaches_it_only_as_the_build_use
     assert "uid=0" not in text
     written = os.stat(shared / "written")
     assert written.st_uid == pwd.getpwnam(BUILD_USER).pw_uid != 0
+
+
+def test_where_builds_cannot_run_rootless_none_runs_as_root(platform, tmp_path, monkeypatch):
+    """Debian's buildah is vulnerable: without the sandbox the platform builds nothing rather than build as root."""
+    from caldera.images import sandbox
+
+    monkeypatch.setattr(sandbox, "PATH", str(tmp_path))  # no newuidmap, no slirp4netns there
+    builder = Builder(platform)
+    builder.prepare()
+    assert "apt-get install uidmap" in builder.unavailable
+    log = tmp_path / "refused.log"
+    with pytest.raises(BuildFailed, match="builds run only rootless"):
+        builder.build_file("FROM scratch\nRUN id\n", builder.base_for("3.11"), "127.0.0.1:1/x/refused:1", log)
+    assert not log.exists() or "buildah bud" not in log.read_text()

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from caldera.config import Settings
+from caldera.images.sandbox import ROOT_ENV
 
 _MANIFESTS = ", ".join(
     (
@@ -206,6 +207,7 @@ def start_local(settings: Settings, binary: str = "docker-registry", wait_s: flo
         stdout=log,
         stderr=log,
         stdin=subprocess.DEVNULL,
+        env=ROOT_ENV,  # docker-registry reads REGISTRY_* overrides of its configuration from its environment
         preexec_fn=_dies_with(os.getpid()),  # prctl only, before exec
     )
     log.close()

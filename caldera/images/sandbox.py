@@ -6,7 +6,8 @@ refuses such lines too (form.py), this is the second wall.
 Layout (``data_dir`` is 0711, so the build user passes it but lists nothing in it):
 
     builder/                 0711 root
-      home/                  0700 build user: HOME, image storage, runtime state, TMPDIR
+      config/                0755 root, empty: the build user's HOME, so no build plants a containers.conf
+      home/                  0700 build user: image storage, TMPDIR
       contexts/<image_id>/   0700 build user: one build's Containerfile, written by root without following links
       bases/                 0750 root, group of the build user: a base image handed over as an archive
       auth.json              0600 build user, only during a push: the platform's registry login
@@ -118,6 +119,7 @@ class Sandbox:
         ensure_tun(user)
         platform_dir(self.root, 0o711)
         platform_dir(self.root / "contexts", 0o711)
+        platform_dir(self.root / "config", 0o755)
         platform_dir(self.root / "bases", 0o750)
         os.chown(self.root / "bases", 0, user.gid)
         owned_dir(self.home, user)
@@ -129,8 +131,15 @@ class Sandbox:
         return user
 
     def env(self) -> dict[str, str]:
-        h = str(self.home)
-        return {"PATH": PATH, "LC_ALL": "C", "HOME": h, "XDG_RUNTIME_DIR": str(self.runtime), "TMPDIR": f"{h}/tmp"}
+        config = str(self.root / "config")
+        return {
+            "PATH": PATH,
+            "LC_ALL": "C",
+            "HOME": config,
+            "XDG_CONFIG_HOME": config,
+            "XDG_RUNTIME_DIR": str(self.runtime),
+            "TMPDIR": str(self.home / "tmp"),
+        }
 
     def argv(self, tool: str) -> list[str]:
         """``tool`` (buildah or podman) as the build user on its own storage."""
