@@ -119,6 +119,7 @@ class Builder:
         """Any Containerfile, as the build user: what the form checks is not what keeps the host safe."""
         s = self.p.settings
         buildah = self._rootless("buildah")
+        self.sandbox.fresh_config()
         self._hand_over(base, log)
         ctx = self.sandbox.context(log.stem, containerfile)
         cgroup = BuildCgroup(log.stem, s.image_build_memory_mib, s.image_build_cpus)
@@ -206,6 +207,7 @@ class Builder:
             self.run([*self.buildah, "push", *creds, tls, ref, f"docker://{ref}"], log, 1800)
             return
         buildah = self._rootless("buildah")
+        self.sandbox.fresh_config()
         with self.sandbox.authfile(registry.auth_json(s)) as authfile:
             creds = [f"--authfile={authfile}"] if authfile else []
             self.run([*buildah, "push", *creds, tls, ref, f"docker://{ref}"], log, 1800, rootless="buildah push")

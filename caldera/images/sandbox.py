@@ -6,7 +6,8 @@ refuses such lines too (form.py), this is the second wall.
 Layout (``data_dir`` is 0711, so the build user passes it but lists nothing in it):
 
     builder/                 0711 root
-      config/                0755 root, empty: the build user's HOME, so no build plants a containers.conf
+      config/                0700 build user: HOME, made afresh for each build and push, so that no build
+                             leaves a containers.conf or registries.conf for the next one
       home/                  0700 build user: image storage, TMPDIR
       contexts/<image_id>/   0700 build user: one build's Containerfile, written by root without following links
       bases/                 0750 root, group of the build user: a base image handed over as an archive
@@ -119,7 +120,6 @@ class Sandbox:
         ensure_tun(user)
         platform_dir(self.root, 0o711)
         platform_dir(self.root / "contexts", 0o711)
-        platform_dir(self.root / "config", 0o755)
         platform_dir(self.root / "bases", 0o750)
         os.chown(self.root / "bases", 0, user.gid)
         owned_dir(self.home, user)
@@ -128,7 +128,11 @@ class Sandbox:
         platform_dir(RUNTIME_ROOT, 0o711)
         owned_dir(self.runtime, user)
         self.user = user
+        self.fresh_config()
         return user
+
+    def fresh_config(self) -> None:
+        owned_dir(self.root / "config", self.user or self.prepare(), fresh=True)
 
     def env(self) -> dict[str, str]:
         config = str(self.root / "config")
