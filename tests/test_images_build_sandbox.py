@@ -11,7 +11,6 @@ import json
 import os
 import pwd
 import secrets
-import shutil
 import subprocess
 
 import pytest
@@ -19,22 +18,24 @@ import pytest
 from caldera.images.builds import Builder, BuildFailed
 from caldera.images.sandbox import BUILD_USER
 from caldera.runtime.container.settings import ContainerSettings
+from tests import needs
 from tests.conftest import make_settings, traversable
+from tests.needs import buildah_usable, root_user  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.skipif(shutil.which("buildah") is None or os.geteuid() != 0, reason="needs buildah, as root")
+pytestmark = pytest.mark.usefixtures("root_user", "buildah_usable")
 
 
 @pytest.fixture
 def settings(tmp_path):
     if subprocess.run(["podman", "image", "exists", ContainerSettings().image]).returncode != 0:
-        pytest.skip("needs the base image: caldera images bootstrap")
+        needs.missing("needs the base image: caldera images bootstrap")
     return make_settings(tmp_path, None, image_build_memory_mib=1024)
 
 
 def test_a_cache_mount_that_escapes_to_the_host_reaches_it_only_as_the_build_user(platform, tmp_path):
     builder = Builder(platform)
     builder.prepare()
-    assert builder.unavailable is None, builder.unavailable
+    needs.require(builder.unavailable is None, f"builds cannot run rootless here: {builder.unavailable}")
     data = platform.settings.data_dir
     keys = json.loads((data / "secrets.json").read_text())
     # a world-writable directory and a world-readable file: what any unprivileged user reaches, the control
