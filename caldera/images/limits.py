@@ -40,7 +40,8 @@ class BuildCgroup:
                     _write(parent / "cgroup.subtree_control", "+memory +cpu")
                 self.dirs[0].mkdir(exist_ok=True)
                 _write(self.dirs[0] / "memory.max", str(self.memory))
-                _write(self.dirs[0] / "memory.swap.max", "0")
+                if (self.dirs[0] / "memory.swap.max").exists():  # absent without swap accounting
+                    _write(self.dirs[0] / "memory.swap.max", "0")
                 _write(self.dirs[0] / "cpu.max", f"{self.quota} {PERIOD_US}")
             else:
                 memory, cpu = self.dirs
