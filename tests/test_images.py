@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from caldera.db.models import Image
 from caldera.images import catalogue
+from caldera.images.form import BuildForm
 from tests.conftest import free_port, make_settings
 from tests.images_fixtures import registry_port  # noqa: F401 - fixture
 
@@ -51,6 +52,54 @@ BAD = [
     ("visibility", "everyone"),
     ("shell", "bash"),
 ]
+
+
+# the CVE-2024-9675 line of issue 21 (a cache mount's id escapes to any host directory) and every other way to reach
+# a builder flag, a second instruction or a heredoc through one expert line: each refused, and with its reason
+REFUSED_LINES = [
+    ("RUN --mount=type=cache,id=../../../../..,target=/x cat /x/var/lib/caldera/secrets.json", "takes no flags"),
+    ("run --mount=type=bind,source=/,target=/host ls /host", "takes no flags"),
+    ("RUN\t--network=host curl 127.0.0.1", "takes no flags"),
+    ("RUN   --security=insecure id", "takes no flags"),
+    ("RUN --device=/dev/sda id", "takes no flags"),
+    ("RUN -v /:/host id", "takes no flags"),
+    ("ENV --from=x A=1", "takes no flags"),
+    ("RUN cat <<EOF", "heredoc"),
+    ("RUN <<-'X' sh", "heredoc"),
+    ("RUN echo a \\", "no continuation"),
+    ("RUN echo a\u2028FROM busybox", "control characters"),
+    ("RUN echo a\rFROM busybox", "control characters"),
+    ("FROM busybox", "RUN/ENV/WORKDIR/LABEL"),
+    ("COPY --from=0 / /x", "RUN/ENV/WORKDIR/LABEL"),
+    ("ADD http://x/y /y", "RUN/ENV/WORKDIR/LABEL"),
+    ("ONBUILD RUN id", "RUN/ENV/WORKDIR/LABEL"),
+    ("# escape=`", "RUN/ENV/WORKDIR/LABEL"),
+    (" RUN id", "RUN/ENV/WORKDIR/LABEL"),
+    ('RUN ["sh", 1]', "JSON list of strings"),
+    ("ENV 1A=2", "not a valid name"),
+    ('ENV A="unclosed', "unclosed quote"),
+    ("LABEL org.caldera.image=127.0.0.1:1/public/x:1", "the platform's"),
+    ("WORKDIR ../../etc", "absolute path"),
+]
+ALLOWED_LINES = [
+    "RUN echo $((1<<3)) && pip list",
+    'RUN ["python3", "-c", "print(1)"]',
+    'ENV A=1 B="two words"',
+    "ENV LEGACY a value with spaces",
+    "WORKDIR /opt/work",
+    "LABEL maintainer=ana",
+]
+
+
+def test_an_expert_line_is_parsed_as_an_instruction_and_any_flag_is_refused_with_the_reason(api, people):
+    for line, reason in REFUSED_LINES:
+        r = api.client.post("/api/v1/images", json={**GOOD, "extra_lines": ["RUN true", line]}, headers=people[0])
+        assert r.status_code == 400, (line, r.text)
+        error = r.json()["errors"][0]
+        assert error["field"].startswith("extra_lines") and reason in error["reason"], (line, error)
+    with api.client.app.state.platform.session() as db:
+        assert db.query(Image).count() == 0
+    BuildForm(name="ok", extra_lines=ALLOWED_LINES)  # the forms an instruction may take still pass
 
 
 def test_a_bad_form_field_is_a_400_naming_it(api, people):

@@ -62,55 +62,69 @@ def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, an
     # a new token each run, so buildah's layer cache cannot replay an earlier build's output; cgroup v2 or v1 files
     limit = (
         f"RUN echo build={secrets.token_hex(4)}"
-        " memory-limit=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)"
+        " memory-limit=$(cat /sys/fs/cgroup/memory.max 2>/dev/null"
+        " || cat /sys/fs/cgroup/memory$(awk -F: '$2==\"memory\"{print $3}' /proc/self/cgroup)/memory.limit_in_bytes)"
         " cpu-limit=$(if [ -e /sys/fs/cgroup/cpu.max ]; then tr ' ' / < /sys/fs/cgroup/cpu.max;"
-        " else echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us)/$(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us); fi)"
+        " else d=/sys/fs/cgroup/cpu$(awk -F: '$2~/(^|,)cpu(,|$)/{print $3}' /proc/self/cgroup);"
+        " echo $(cat $d/cpu.cfs_quota_us)/$(cat $d/cpu.cfs_period_us); fi)"
     )
     form = {"name": "six-env", "tag": "1", "pip": ["six==1.16.0"], "apt": ["less"], "extra_lines": [limit]}
     img = _built(api, ana, form)
-    assert img["state"] == "ready", img
+    assert img["state"] == "ready", img["message"]
     ref = img["reference"]
     assert ref == f"{registry.host(settings)}/user/ana/six-env:1"
     assert registry.tags(settings, "user/ana/six-env") == ["1"]
     assert img["size_bytes"] > 50 << 20 and img["form"]["pip"] == ["six==1.16.0"]
+    log = api.client.get(f"/api/v1/images/{img['id']}/log", headers=ana).text
+    assert "Successfully installed six-1.16.0" in log or "six==1.16.0" in log, log[-2000:]
+    assert f"ready: {ref}" in log
+    assert f"memory-limit={1024 << 20}" in log  # the build ran under its cgroup limits
+    assert f"cpu-limit={int(100_000 * settings.image_build_cpus)}/100000" in log
+    # built as the build user, in its storage: root's storage never held it, so this host pulls it with the
+    # platform's login; without the login the registry refuses
+    assert not _local(ref) and _in_build_storage(api, ref)
+    anonymous = subprocess.run(["podman", "pull", "--tls-verify=false", ref], capture_output=True, text=True)
+    refusal = anonymous.stderr.lower()
+    assert anonymous.returncode != 0 and ("unauthorized" in refusal or "authentication required" in refusal), refusal
+    assert ContainerRuntime(settings)._pull(ref) is not None and _local(ref)
     out = subprocess.run(
         ["podman", "run", "--rm", "--network=none", ref, "sh", "-c", "python3 -c 'import six; print(six.__version__)'"
          " && command -v less"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.stdout.split() == ["1.16.0", "/usr/bin/less"], out
-    log = api.client.get(f"/api/v1/images/{img['id']}/log", headers=ana).text
-    assert "Successfully installed six-1.16.0" in log or "six==1.16.0" in log, log[-2000:]
-    assert f"ready: {ref}" in log
-    assert f"memory-limit={1024 << 20}" in log  # the build ran under its cgroup limits
-    assert f"cpu-limit={int(100_000 * settings.image_build_cpus)}/100000" in log
-    # a host without the image pulls it with the platform's login; without it the registry refuses
-    subprocess.run(["podman", "rmi", ref], check=True, capture_output=True, timeout=120)
-    anonymous = subprocess.run(["podman", "pull", "--tls-verify=false", ref], capture_output=True, text=True)
-    refusal = anonymous.stderr.lower()
-    assert anonymous.returncode != 0 and ("unauthorized" in refusal or "authentication required" in refusal), refusal
-    assert ContainerRuntime(settings)._pull(ref) is not None and _local(ref)
     assert [i["id"] for i in api.client.get("/api/v1/images", headers=ana).json()] == [img["id"]]
     # the same reference again is a conflict, not a second record
     r = api.client.post("/api/v1/images", json={"name": "six-env", "tag": "1"}, headers=ana)
     assert r.status_code == 409, r.text
     # deleting removes it from the registry, this host and the catalogue
     assert api.client.delete(f"/api/v1/images/{img['id']}", headers=ana).status_code == 204
-    assert registry.tags(settings, "user/ana/six-env") == [] and not _local(ref)
+    assert registry.tags(settings, "user/ana/six-env") == [] and not _local(ref) and not _in_build_storage(api, ref)
     assert api.client.get("/api/v1/images", headers=ana).json() == []
     print(f"build+push+checks {time.monotonic() - t0:.1f} s")
 
 
-def _working_containers() -> set[str]:
-    return set(subprocess.run(["buildah", "containers", "-q"], capture_output=True, text=True).stdout.split())
+def _as_builder(api, tool: str, *argv: str) -> subprocess.CompletedProcess:
+    sandbox = api.client.app.state.builds.builder.sandbox
+    return subprocess.run(
+        [*sandbox.argv(tool), *argv], capture_output=True, text=True, env=sandbox.env(), cwd=sandbox.home, timeout=120
+    )
+
+
+def _in_build_storage(api, ref: str) -> bool:
+    return _as_builder(api, "podman", "image", "exists", ref).returncode == 0
+
+
+def _working_containers(api) -> set[str]:
+    return set(_as_builder(api, "buildah", "containers", "-q").stdout.split())
 
 
 def test_a_package_that_does_not_exist_fails_the_build_keeps_its_log_and_leaves_nothing(api, ana, settings):
-    before = _working_containers()
+    before = _working_containers(api)
     img = _built(api, ana, {"name": "broken", "pip": ["caldera-no-such-package-xyz"]})
     assert img["state"] == "failed", img
     assert img["message"] == "pip found no package caldera-no-such-package-xyz", img
-    assert img["size_bytes"] == 0 and not _local(img["reference"])
+    assert img["size_bytes"] == 0 and not _local(img["reference"]) and not _in_build_storage(api, img["reference"])
     assert registry.tags(settings, "user/ana/broken") == []
     log = api.client.get(f"/api/v1/images/{img['id']}/log", headers=ana).text
     assert "No matching distribution found for caldera-no-such-package-xyz" in log
@@ -125,11 +139,11 @@ def test_a_package_that_does_not_exist_fails_the_build_keeps_its_log_and_leaves_
         what="the apt build to fail",
     )
     assert img["state"] == "failed" and img["message"] == "apt found no package no-such-deb-xyz", img
-    assert _working_containers() <= before  # buildah kept no half-built container
+    assert _working_containers(api) <= before  # buildah kept no half-built container
 
 
 def test_a_build_over_the_quota_is_not_pushed_nor_recorded(api, admin, ana, settings):
     assert api.client.put("/api/v1/images/quotas/ana", json={"quota_mib": 1}, headers=admin).status_code == 200
     img = _built(api, ana, {"name": "big", "pip": ["six==1.16.0"]})
     assert img["state"] == "failed" and "image quota exceeded" in img["message"], img
-    assert registry.tags(settings, "user/ana/big") == [] and not _local(img["reference"])
+    assert registry.tags(settings, "user/ana/big") == [] and not _in_build_storage(api, img["reference"])

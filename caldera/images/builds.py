@@ -4,8 +4,10 @@ any failure removes what it made and keeps the log. A server restart marks build
 
 from __future__ import annotations
 
+import os
 import queue
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -18,6 +20,8 @@ from caldera.db.models import Image, User
 from caldera.images import catalogue, registry
 from caldera.images.containerfile import render
 from caldera.images.form import PYTHONS, BuildForm
+from caldera.images.limits import BuildCgroup, LimitsUnavailable
+from caldera.images.sandbox import BUILD_USER, ROOT_ENV, Sandbox, SandboxUnavailable
 from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.local.owner import platform_dir
 from caldera.server.platform import Platform
@@ -49,7 +53,9 @@ def _cause(log: Path, default: str) -> str:
 
 
 class Builder:
-    """The tools: buildah for builds and pushes, podman for sizes and removal (same storage)."""
+    """Builds run rootless: buildah as the build user, on its own storage (sandbox.py), under a cgroup of root's
+    making (limits.py); their images are pushed from there. Root's podman keeps the base images and the snapshots
+    (snapshot.py). Every tool starts with a fixed environment, never the server's or a user's."""
 
     def __init__(self, p: Platform):
         self.p = p
@@ -57,36 +63,73 @@ class Builder:
         self.base = cs.image
         self.podman = cs.global_args()
         self.buildah = ["buildah", *self.podman[1:]]
+        self.env = {**ROOT_ENV, **({"CONTAINERS_CONF": str(cs.conf)} if cs.conf else {})}
+        self.sandbox = Sandbox(p.settings.data_dir)
+        self.unavailable: str | None = None  # why builds cannot run rootless here: then none runs
 
-    def run(self, argv: list[str], log: Path, timeout_s: float) -> None:
+    def prepare(self) -> None:
+        try:
+            self.sandbox.prepare()
+            self.unavailable = None
+        except (SandboxUnavailable, OSError) as exc:
+            self.unavailable = str(exc)
+
+    def run(
+        self,
+        argv: list[str],
+        log: Path,
+        timeout_s: float,
+        *,
+        rootless: str | None = None,
+        cgroup: BuildCgroup | None = None,
+    ) -> None:
+        """``rootless``: what runs as the build user (``buildah bud``); else a root tool with its fixed env."""
+        what = f"{rootless} (as {BUILD_USER})" if rootless else f"{argv[0]} {argv[len(self.podman)]}"
         with log.open("ab") as out:
-            out.write(f"$ {' '.join(argv[:3])} ...\n".encode())
+            out.write(f"$ {what} ...\n".encode())
             out.flush()
             try:
                 rc = subprocess.run(
-                    argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout_s
+                    argv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    timeout=timeout_s,
+                    env=self.sandbox.env() if rootless else self.env,
+                    cwd=self.sandbox.home if rootless else "/",
+                    preexec_fn=cgroup.join if cgroup else None,  # plain writes, before setpriv drops root
                 ).returncode
             except subprocess.TimeoutExpired:
                 raise BuildFailed(f"timed out after {timeout_s:g} s") from None
         if rc != 0:
-            raise BuildFailed(f"{argv[0]} {argv[len(self.podman) if argv[0] == 'buildah' else 1]} exited {rc}")
+            raise BuildFailed(f"{what} exited {rc}")
+
+    def _rootless(self, tool: str) -> list[str]:
+        if self.unavailable is not None or self.sandbox.user is None:
+            self.prepare()
+        if self.unavailable is not None:
+            raise BuildFailed(f"builds run only rootless, and cannot here: {self.unavailable}")
+        return self.sandbox.argv(tool)
 
     def build(self, form: BuildForm, ref: str, log: Path) -> None:
+        base = self.base_for(form.python)
+        self.build_file(render(form, base, ref), base, ref, log)
+
+    def build_file(self, containerfile: str, base: str, ref: str, log: Path) -> None:
+        """Any Containerfile, as the build user: what the form checks is not what keeps the host safe."""
         s = self.p.settings
-        ctx = log.with_suffix(".context")
-        ctx.mkdir(parents=True, exist_ok=True)
-        (ctx / "Containerfile").write_text(render(form, self.base_for(form.python), ref))
-        period = 100_000
+        buildah = self._rootless("buildah")
+        self.sandbox.fresh_config()
+        self._hand_over(base, log)
+        ctx = self.sandbox.context(log.stem, containerfile)
+        cgroup = BuildCgroup(log.stem, s.image_build_memory_mib, s.image_build_cpus)
         argv = [
-            *self.buildah,
+            *buildah,
             "bud",
             "--pull=never",
             "--layers",
             "--force-rm",  # a failed step leaves no working container behind
-            "--isolation=oci",  # runc applies the cgroup limits below; chroot isolation would ignore them
-            f"--memory={s.image_build_memory_mib}m",
-            f"--cpu-period={period}",
-            f"--cpu-quota={int(period * s.image_build_cpus)}",
+            "--isolation=rootless",  # runc in the build user's namespace, its network from slirp4netns
             "-v",
             f"{CA_BUNDLE}:/run/caldera-ca.crt:ro",
             "-f",
@@ -95,7 +138,47 @@ class Builder:
             ref,
             str(ctx),
         ]
-        self.run(argv, log, s.image_build_timeout_s)
+        try:
+            cgroup.create()
+            self.run(argv, log, s.image_build_timeout_s, rootless="buildah bud", cgroup=cgroup)
+        except LimitsUnavailable as exc:
+            raise BuildFailed(str(exc)) from None
+        finally:
+            cgroup.remove()
+            shutil.rmtree(ctx, ignore_errors=True)  # fd-based: a link planted in it is removed, not followed
+
+    def _call(self, argv: list[str], *, rootless: bool) -> subprocess.CompletedProcess:
+        """A short podman command whose output is read, as root or as the build user."""
+        return subprocess.run(
+            [*(self._rootless("podman") if rootless else self.podman), *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=self.sandbox.env() if rootless else self.env,
+            cwd=self.sandbox.home if rootless else "/",
+        )
+
+    def _image_id(self, ref: str, *, rootless: bool) -> str | None:
+        r = self._call(["image", "inspect", "--format", "{{.Id}}", ref], rootless=rootless)
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    def _hand_over(self, base: str, log: Path) -> None:
+        """The base image into the build user's storage, when it is not there or differs from root's."""
+        want = self._image_id(base, rootless=False)
+        if want is None:
+            raise BuildFailed(f"the base image {base} is missing: caldera images bootstrap")
+        if self._image_id(base, rootless=True) == want:
+            return
+        archive = self.sandbox.base_archive(want[:16])
+        archive.unlink(missing_ok=True)
+        try:
+            self.run([*self.podman, "save", "--format", "oci-archive", "-o", str(archive), base], log, 900)
+            os.chown(archive, 0, self.sandbox.user.gid)  # type: ignore[union-attr] - prepared by _rootless
+            os.chmod(archive, 0o640)
+            pull = [*self._rootless("buildah"), "pull", f"oci-archive:{archive}"]
+            self.run(pull, log, 900, rootless="buildah pull")
+        finally:
+            archive.unlink(missing_ok=True)
 
     def base_for(self, python: str) -> str:
         """The base image of a Python version: its Debian release's tag of the default image's name."""
@@ -107,34 +190,42 @@ class Builder:
 
     def has(self, ref: str) -> bool:
         try:
-            argv = [*self.podman, "image", "exists", ref]
-            return subprocess.run(argv, capture_output=True, timeout=60).returncode == 0
+            return self._image_id(ref, rootless=False) is not None
         except (OSError, subprocess.TimeoutExpired):
             return False
 
-    def size(self, ref: str) -> int:
-        out = subprocess.run(
-            [*self.podman, "image", "inspect", ref, "--format", "{{.Size}}"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        return int(out.stdout.strip() or 0)
+    def size(self, ref: str, *, rootless: bool = False) -> int:
+        return int(self._call(["image", "inspect", ref, "--format", "{{.Size}}"], rootless=rootless).stdout or 0)
 
-    def push(self, ref: str, log: Path) -> None:
-        tls = "false" if registry.insecure(self.p.settings) else "true"
-        authfile = registry.authfile(self.p.settings)
-        creds = [f"--authfile={authfile}"] if authfile else []
-        self.run([*self.buildah, "push", *creds, f"--tls-verify={tls}", ref, f"docker://{ref}"], log, 1800)
+    def push(self, ref: str, log: Path, *, rootless: bool = False) -> None:
+        """From root's storage (a snapshot) or the build user's (a build, with a login file only it reads)."""
+        s = self.p.settings
+        tls = f"--tls-verify={'false' if registry.insecure(s) else 'true'}"
+        if not rootless:
+            authfile = registry.authfile(s)
+            creds = [f"--authfile={authfile}"] if authfile else []
+            self.run([*self.buildah, "push", *creds, tls, ref, f"docker://{ref}"], log, 1800)
+            return
+        buildah = self._rootless("buildah")
+        self.sandbox.fresh_config()
+        with self.sandbox.authfile(registry.auth_json(s)) as authfile:
+            creds = [f"--authfile={authfile}"] if authfile else []
+            self.run([*buildah, "push", *creds, tls, ref, f"docker://{ref}"], log, 1800, rootless="buildah push")
 
     def remove(self, ref: str) -> None:
-        subprocess.run([*self.podman, "rmi", "--ignore", ref], capture_output=True, timeout=120)
+        """From both storages: an image is a build's or a snapshot's."""
+        self._call(["rmi", "--ignore", ref], rootless=False)
+        try:
+            self._call(["rmi", "--ignore", ref], rootless=True)
+        except BuildFailed:
+            pass  # no rootless storage here: no build made anything
 
 
 class BuildQueue:
     def __init__(self, p: Platform, builder: Builder | None = None):
         self.p = p
         self.builder = builder or Builder(p)
+        self.builder.prepare()  # the build user and its storage, made once here (idempotent)
         self._q: queue.Queue[tuple[str, Callable[[str], None]] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -188,17 +279,17 @@ class BuildQueue:
             img = db.get(Image, image_id)
             form, ref = BuildForm.model_validate(img.form), catalogue.reference(s, img)
         self.builder.build(form, ref, log)
-        self.finish(image_id, ref, log)
+        self.finish(image_id, ref, log, rootless=True)
 
-    def finish(self, image_id: str, ref: str, log: Path) -> None:
+    def finish(self, image_id: str, ref: str, log: Path, *, rootless: bool = False) -> None:
         """Quota, push, record: the image is ready only when the registry holds it."""
-        size = self.builder.size(ref)
+        size = self.builder.size(ref, rootless=rootless)
         with self.p.session() as db:
             img = db.get(Image, image_id)
             owner = db.get(User, img.owner_id)
             catalogue.check_quota(db, self.p.settings, owner, size)  # Forbidden: its message is the failure
         registry.require_up(self.p.settings)
-        self.builder.push(ref, log)
+        self.builder.push(ref, log, rootless=rootless)
         with self.p.session() as db:
             img = db.get(Image, image_id)
             _last_line(log, f"ready: {ref} ({size / (1 << 20):.1f} MiB)")

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from caldera.images import instructions
+
 # each Python is its Debian release's own python3, so a version is a base image (`caldera images bootstrap --suite`)
 PYTHONS = {"3.11": "bookworm", "3.13": "trixie"}
 # CUDA and cuDNN come as pip wheels, pinned as PyTorch's releases pin them (torch 2.5 for 12.1/12.4, 2.7 for 12.6)
@@ -25,10 +27,8 @@ _OP = r"(?:==|>=|<=|~=|!=|>|<)[A-Za-z0-9.*+!-]{1,64}"
 _EXTRAS = r"(?:\[[A-Za-z0-9._,-]{1,100}\])?"
 PIP = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,99}}{_EXTRAS}(?:{_OP}(?:,{_OP}){{0,3}})?$")
 APT = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,99}(?:=[A-Za-z0-9.+:~-]{1,64})?$")
-EXTRA_INSTRUCTIONS = ("RUN", "ENV", "WORKDIR", "LABEL")
 MAX_PACKAGES = 100
 MAX_EXTRA_LINES = 50
-MAX_EXTRA_LINE = 500
 
 
 class BuildForm(BaseModel):
@@ -60,10 +60,9 @@ class BuildForm(BaseModel):
     @classmethod
     def _extra(cls, v: list[str]) -> list[str]:
         for line in v:
-            if len(line) > MAX_EXTRA_LINE or any(c in line for c in "\r\n\0"):
-                raise ValueError(f"each line is one line of at most {MAX_EXTRA_LINE} characters")
-            if line.split(" ", 1)[0].upper() not in EXTRA_INSTRUCTIONS or line.rstrip().endswith("\\"):
-                raise ValueError(f"each line is one {'/'.join(EXTRA_INSTRUCTIONS)} instruction, without continuation")
+            reason = instructions.problem(line)
+            if reason is not None:
+                raise ValueError(f"{line[:60]!r}: {reason}")
         return v
 
     def wheels(self) -> list[str]:

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from caldera.config import Settings
+from caldera.images.sandbox import ROOT_ENV
 
 _MANIFESTS = ", ".join(
     (
@@ -83,14 +84,22 @@ def auth(settings: Settings) -> tuple[str, str] | None:
     return ensure_credentials(settings) if path.exists() or not settings.registry_url else None
 
 
-def authfile(settings: Settings) -> Path | None:
-    """A containers-auth.json (0600, beside the credentials) for buildah and podman's ``--authfile``."""
+def auth_json(settings: Settings) -> str | None:
+    """The login as a containers-auth.json document; None for a registry given by URL without one."""
     login = auth(settings)
     if login is None:
         return None
-    path = credentials_path(settings).with_name("auth.json")
     token = base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode()
-    _write_private(path, json.dumps({"auths": {host(settings): {"auth": token}}}))
+    return json.dumps({"auths": {host(settings): {"auth": token}}})
+
+
+def authfile(settings: Settings) -> Path | None:
+    """A containers-auth.json (0600, beside the credentials) for buildah and podman's ``--authfile``."""
+    text = auth_json(settings)
+    if text is None:
+        return None
+    path = credentials_path(settings).with_name("auth.json")
+    _write_private(path, text)
     return path
 
 
@@ -198,6 +207,7 @@ def start_local(settings: Settings, binary: str = "docker-registry", wait_s: flo
         stdout=log,
         stderr=log,
         stdin=subprocess.DEVNULL,
+        env=ROOT_ENV,  # docker-registry reads REGISTRY_* overrides of its configuration from its environment
         preexec_fn=_dies_with(os.getpid()),  # prctl only, before exec
     )
     log.close()
