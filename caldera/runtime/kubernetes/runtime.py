@@ -83,6 +83,7 @@ class KubernetesRuntime:
         self._stopped: set[tuple[str, int]] = set()
         self._namespaces: set[str] = set()
         self._lab_tokens: dict[tuple[str, str], str] = {}  # (namespace, Secret): a running lab's token
+        self._warned_gpu_total = False
         self._lock = threading.Lock()
         self.caches = (self.jobs, self.pods, self.workloads, self.events)
         for cache in self.caches:
@@ -216,6 +217,14 @@ class KubernetesRuntime:
         pods get the notice at once (the preStop hook waits for it), the Workload is deactivated so Kueue does not
         start this attempt again, and the Job is marked, which observe() reports once the pods are gone; the
         platform then requeues the job as a new attempt (so a Job the suspension failed does not matter)."""
+        if kueue.counts_gpu_total(workload) is False and not self._warned_gpu_total:
+            self._warned_gpu_total = True
+            log.warning(
+                "Kueue admits GPUs without counting %s: model-less GPU quotas are not totals; add %s to Kueue's "
+                "Configuration (resources.transformations)",
+                kueue.GPU_TOTAL_RESOURCE,
+                kueue.GPU_TOTAL_TRANSFORMATION,
+            )
         evicted = kueue.eviction(workload) if kind != "DELETED" else None
         owner = owner_job_of(workload)
         if evicted is None or owner is None:
