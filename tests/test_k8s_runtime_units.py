@@ -126,3 +126,36 @@ def test_kueues_reasons_replace_awaiting_admission_once_there_is_a_workload():
     (r,) = pending_reasons(_job(suspend=True), [], workload)
     assert r["code"] == "KueueInsufficientQuota" and r["details"]["flavors"] == ["gpu-a100"]
     assert r["details"]["workload"] == "job-x-1"
+
+
+def _offline_runtime(tmp_path: Path) -> KubernetesRuntime:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    rt = KubernetesRuntime(Settings(data_dir=tmp_path), KubernetesSettings(kubeconfig=kubeconfig, request_timeout_s=2))
+    rt.jobs.synced.set()
+    rt.pods.synced.set()
+    return rt
+
+
+def test_an_ended_attempt_stays_ended_once_its_job_is_deleted(tmp_path: Path):
+    from caldera.runtime.base import Handle
+    from caldera.runtime.kubernetes import manifests as m
+
+    rt = _offline_runtime(tmp_path)
+    try:
+        job = _job([("Complete", "Completed")])
+        job["metadata"].update(name="caldera-ab12-1", namespace="caldera-lab", labels={m.LABEL_JOB: "ab12"})
+        job["metadata"]["labels"][m.LABEL_ATTEMPT] = "1"
+        handle = Handle("ab12", 1, {"namespace": "caldera-lab", "name": "caldera-ab12-1"})
+        rt.jobs._apply("ADDED", job)
+        assert rt.observe(handle).phase is Phase.SUCCEEDED
+        rt.jobs._apply("DELETED", job)  # ttlSecondsAfterFinished: the Job and everything it owns are gone
+        assert rt.observe(handle).phase is Phase.SUCCEEDED
+        # an attempt never seen ended whose Job vanished is lost, as before
+        assert rt.observe(Handle("cd34", 1, {})).phase is Phase.LOST
+    finally:
+        rt.close()

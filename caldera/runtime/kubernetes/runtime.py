@@ -34,6 +34,7 @@ from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir
 
 _ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST)
+_ENDED_KEPT = 10_000  # ended attempts remembered (their Jobs are deleted ttlSecondsAfterFinished after the end)
 log = logging.getLogger(__name__)
 
 
@@ -84,6 +85,8 @@ class KubernetesRuntime:
         self._namespaces: set[str] = set()
         self._lab_tokens: dict[tuple[str, str], str] = {}  # (namespace, Secret): a running lab's token
         self._warned_gpu_total = False
+        # attempts seen ended, newest last: observe() still answers once the Job is gone (deleted after it ended)
+        self._ended: dict[tuple[str, str], Observation] = {}
         self._lock = threading.Lock()
         self.caches = (self.jobs, self.pods, self.workloads, self.events)
         for cache in self.caches:
@@ -106,15 +109,51 @@ class KubernetesRuntime:
             "per_replica": req.spec.procs_per_replica if req.spec.kind is JobKind.DISTRIBUTED else 1,
         }
         lab_secret = None
+        objs = []
         if req.spec.kind is JobKind.JUPYTER:
             secret = m.lab_token_secret(req, self.ks, secrets.token_hex(24))
             lab_secret = secret["metadata"]["name"]
-            self._create(secret)
+            objs.append(secret)
             data.update(secret=lab_secret, base_url=req.base_url or "/")
-        for obj in m.build(req, self.ks, lab_secret, grace_s=int(self.settings.preempt_grace_s)):
-            self._create(obj)
+        objs += m.build(req, self.ks, lab_secret, grace_s=int(self.settings.preempt_grace_s))
+        *parts, job = objs
+        try:
+            for obj in parts:
+                self._create(obj)
+            created = self.api.sanitize_for_serialization(self._create(job))
+        except LaunchError:
+            # a Job that exists already (AlreadyRunning) owns these; else nothing would ever delete them
+            for obj in parts if not self._job_exists(job) else []:
+                self._delete(obj)
+            raise
+        owned = {"metadata": {"ownerReferences": [m.owner_reference(created)]}}
+        for obj in parts:  # the garbage collector deletes them with the Job
+            self._call(self._api_of(obj, "patch"), obj["metadata"]["name"], obj["metadata"]["namespace"], owned)
         self._run_dir(req.job_id, req.attempt).mkdir(parents=True, exist_ok=True, mode=0o700)
         return Handle(req.job_id, req.attempt, data)
+
+    def _api_of(self, obj: dict[str, Any], verb: str) -> Any:
+        """The typed client call ``verb`` (create, patch, delete) for the kind of ``obj``."""
+        api, kind = {
+            "Job": (self.batch, "job"),
+            "Service": (self.core, "service"),
+            "Secret": (self.core, "secret"),
+            "NetworkPolicy": (self.net, "network_policy"),
+        }[obj["kind"]]
+        return getattr(api, f"{verb}_namespaced_{kind}")
+
+    def _job_exists(self, job: dict[str, Any]) -> bool:
+        try:
+            self._call(self.batch.read_namespaced_job, job["metadata"]["name"], job["metadata"]["namespace"])
+        except LaunchError:
+            return False
+        return True
+
+    def _delete(self, obj: dict[str, Any]) -> None:
+        try:
+            self._quiet(self._api_of(obj, "delete"), obj["metadata"]["name"], obj["metadata"]["namespace"])
+        except Exception as e:  # noqa: BLE001 - the launch's own error is the one to report
+            log.warning("could not delete %s %s: %s", obj["kind"], obj["metadata"]["name"], e)
 
     def _ensure_namespace(self, ns: str) -> None:
         if ns in self._namespaces:
@@ -123,15 +162,9 @@ class KubernetesRuntime:
         self._call(self.core.create_namespace, body, exists_ok=True)
         self._namespaces.add(ns)
 
-    def _create(self, obj: dict[str, Any]) -> None:
-        ns = obj["metadata"]["namespace"]
-        create = {
-            "Job": self.batch.create_namespaced_job,
-            "Service": self.core.create_namespaced_service,
-            "Secret": self.core.create_namespaced_secret,
-            "NetworkPolicy": self.net.create_namespaced_network_policy,
-        }[obj["kind"]]
-        self._call(create, ns, obj, exists_ok=obj["kind"] != "Job")
+    def _create(self, obj: dict[str, Any]) -> Any:
+        create = self._api_of(obj, "create")
+        return self._call(create, obj["metadata"]["namespace"], obj, exists_ok=obj["kind"] != "Job")
 
     def _call(self, fn: Any, *args: Any, exists_ok: bool = False) -> Any:
         from kubernetes.client.exceptions import ApiException
@@ -153,14 +186,24 @@ class KubernetesRuntime:
         key = (m.label_value(handle.job_id), str(handle.attempt))
         jobs, pods = self.jobs.get(key), self.pods.get(key)
         job = jobs[0] if jobs else None
+        if job is None and (ended := self._ended.get(key)) is not None:
+            return ended  # its Job went after it ended (ttlSecondsAfterFinished, or an eviction's deletion)
         workload = self._workload_of(job)
         eviction = kueue.eviction(workload) if workload is not None else None
         obs = phase_of(job, pods, int(handle.data.get("replicas", 1)), self._was_stopped(handle), eviction)
         self._copy_logs(handle, pods)
+        if job is not None and obs.phase in _ENDED:
+            self._remember_ended(key, obs)
         if obs.reason in ("Preempted", "Evicted"):  # this attempt is over; its Job goes, the platform requeues
             ns, name = jobs[0]["metadata"]["namespace"], jobs[0]["metadata"]["name"]
             self._quiet(self.batch.delete_namespaced_job, name, ns, propagation_policy="Background")
         return obs
+
+    def _remember_ended(self, key: tuple[str, str], obs: Observation) -> None:
+        with self._lock:
+            self._ended[key] = obs
+            while len(self._ended) > _ENDED_KEPT:
+                self._ended.pop(next(iter(self._ended)))
 
     def why_pending(self, handle: Handle) -> list[dict[str, Any]]:
         """The cluster's reasons a started job has no running pods yet, from the watch caches (no API call): Kueue's

@@ -25,6 +25,12 @@ class KubernetesSettings(BaseSettings):
         None, max_length=64, description="addresses the platform's proxy connects from; the lab's only callers"
     )
     platform_namespace: str | None = Field(None, max_length=63, description="or: the namespace the platform runs in")
+    finished_job_ttl_s: int = Field(
+        300,
+        ge=0,
+        description="a finished Job (and with it its pods, Workload and every object of the attempt) is deleted "
+        "this long after it ended; the platform keeps its logs",
+    )
     watch_timeout_s: int = Field(300, ge=10, description="a watch is renewed (resourceVersion kept) after this")
     request_timeout_s: float = Field(30.0, gt=0, description="longest wait for one API request")
     manage_queues: bool = Field(
