@@ -159,3 +159,89 @@ def test_an_ended_attempt_stays_ended_once_its_job_is_deleted(tmp_path: Path):
         assert rt.observe(Handle("cd34", 1, {})).phase is Phase.LOST
     finally:
         rt.close()
+
+
+def test_evictions_for_pods_not_ready_back_off_then_hold_until_the_nodes_change(tmp_path: Path):
+    import json
+
+    from caldera.runtime.base import Handle
+    from caldera.runtime.kubernetes import evictions
+    from caldera.runtime.kubernetes import manifests as m
+    from caldera.runtime.kubernetes.status import EVICTED_ANNOTATION
+
+    rt = _offline_runtime(tmp_path)
+    rt.ks.eviction_backoff_s, rt.ks.evictions_before_hold = 10.0, 2
+    rt.node_objs.synced.set()
+    patches: list[dict] = []
+    rt.batch.patch_namespaced_job = lambda name, ns, body, **kw: patches.append(body)  # type: ignore[method-assign]
+    rt.batch.delete_namespaced_job = lambda name, ns, **kw: None  # type: ignore[method-assign]
+    unschedulable = "0/4 nodes are available: 4 Insufficient cpu."
+
+    def job(attempt: int, annotations: dict, queued: bool = True) -> dict:
+        labels = {m.LABEL_JOB: "ab12", m.LABEL_ATTEMPT: str(attempt), m.LABEL_QUEUE: "main"}
+        if queued:
+            labels[m.KUEUE_QUEUE] = "main"
+        out = _job(suspend=True, annotations=annotations)
+        out["metadata"].update(name=f"caldera-ab12-{attempt}", namespace="caldera-lab", labels=labels)
+        return out
+
+    def evicted(attempt: int, carried: dict) -> dict:
+        mark = {
+            "reason": "PodsReadyTimeout",
+            "message": "Exceeded the PodsReady timeout",
+            "unschedulable": unschedulable,
+        }
+        notes = {EVICTED_ANNOTATION: json.dumps(mark), evictions.EVICTIONS_ANNOTATION: json.dumps(carried)}
+        return job(attempt, notes)
+
+    try:
+        rt.jobs._apply("ADDED", evicted(1, {}))
+        assert rt.observe(Handle("ab12", 1, {})).reason == "Evicted"
+        req = LaunchRequest("ab12", 2, JobSpec(name="j", command=["true"]), (), tmp_path / "w")
+        back = rt._held_back(req)
+        assert back is not None and back["count"] == 1 and not back.get("held")
+        assert back["retry_at"] == pytest.approx(__import__("time").time() + 10, abs=2)
+
+        waiting = job(2, {evictions.EVICTIONS_ANNOTATION: json.dumps(back)}, queued=False)
+        rt.jobs._apply("ADDED", waiting)
+        [why] = rt.why_pending(Handle("ab12", 2, {}))
+        assert why["code"] == evictions.EVICTION_BACKOFF and unschedulable in why["message"]
+        assert rt.observe(Handle("ab12", 2, {})).phase is Phase.STARTING and patches == []  # not yet due
+
+        rt.jobs._apply("ADDED", evicted(3, {"count": 1}))  # the second in a row: the limit
+        rt.observe(Handle("ab12", 3, {}))
+        held = rt._held_back(LaunchRequest("ab12", 4, JobSpec(name="j", command=["true"]), (), tmp_path / "w"))
+        assert held is not None and held["held"] and held["count"] == 2
+        rt.jobs._apply("ADDED", job(4, {evictions.EVICTIONS_ANNOTATION: json.dumps(held)}, queued=False))
+        [why] = rt.why_pending(Handle("ab12", 4, {}))
+        assert why["code"] == evictions.HELD_NO_NODE_FITS and "nodes change" in why["message"]
+        rt.observe(Handle("ab12", 4, {}))
+        assert patches == []  # the nodes are as they were
+        rt.node_objs._apply("ADDED", {"metadata": {"name": "gpu-node-9"}, "status": {"allocatable": {"cpu": "512"}}})
+        rt.observe(Handle("ab12", 4, {}))
+        [patch] = patches  # handed to Kueue again, its count started afresh
+        assert patch["metadata"]["labels"] == {m.KUEUE_QUEUE: "main"}
+        assert json.loads(patch["metadata"]["annotations"][evictions.EVICTIONS_ANNOTATION])["count"] == 0
+    finally:
+        rt.close()
+
+
+def test_a_preemption_is_not_an_eviction_in_a_row(tmp_path: Path):
+    import json
+
+    from caldera.runtime.base import Handle
+    from caldera.runtime.kubernetes import manifests as m
+    from caldera.runtime.kubernetes.status import EVICTED_ANNOTATION
+
+    rt = _offline_runtime(tmp_path)
+    rt.batch.delete_namespaced_job = lambda name, ns, **kw: None  # type: ignore[method-assign]
+    try:
+        mark = json.dumps({"reason": "Preempted", "message": "to accommodate a workload"})
+        job = _job(suspend=True, annotations={EVICTED_ANNOTATION: mark})
+        job["metadata"].update(name="caldera-ab12-1", namespace="caldera-lab")
+        job["metadata"]["labels"] = {m.LABEL_JOB: "ab12", m.LABEL_ATTEMPT: "1", m.KUEUE_QUEUE: "main"}
+        rt.jobs._apply("ADDED", job)
+        assert rt.observe(Handle("ab12", 1, {})).reason == "Preempted"
+        assert rt._held_back(LaunchRequest("ab12", 2, JobSpec(name="j", command=["true"]), (), tmp_path / "w")) is None
+    finally:
+        rt.close()

@@ -24,16 +24,17 @@ from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.spec import JobKind
 from caldera.core.tenancy import QueueConfig
 from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase
-from caldera.runtime.kubernetes import kueue
+from caldera.runtime.kubernetes import evictions, kueue
 from caldera.runtime.kubernetes import manifests as m
 from caldera.runtime.kubernetes.logcopy import LogCopier
 from caldera.runtime.kubernetes.settings import KubernetesSettings
 from caldera.runtime.kubernetes.status import EVICTED_ANNOTATION, STOPPED_ANNOTATION, pending_reasons, phase_of
-from caldera.runtime.kubernetes.watch import WatchCache, owner_job_of, pod_of_event
+from caldera.runtime.kubernetes.watch import WatchCache, node_key, owner_job_of, pod_of_event
 from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir
 
 _ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST)
+PODS_READY_TIMEOUT = "PodsReadyTimeout"  # Kueue's eviction reason: not every pod ready in time (no node fits)
 _ENDED_KEPT = 10_000  # ended attempts remembered (their Jobs are deleted ttlSecondsAfterFinished after the end)
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ class KubernetesRuntime:
             key_fn=pod_of_event,
             selectors={"field_selector": "involvedObject.kind=Pod,reason=FailedScheduling"},
         )
+        # the nodes, for what of them decides where pods fit: a job held because none fit waits for a change
+        self.node_objs = WatchCache(self.api, self.core.list_node, timeout, key_fn=node_key, selectors={})
         self.copier = LogCopier(self.core, exists=lambda ns, pod: self.pods.by_name(ns, pod) is not None)
         self._stopped: set[tuple[str, int]] = set()
         self._namespaces: set[str] = set()
@@ -88,7 +91,10 @@ class KubernetesRuntime:
         # attempts seen ended, newest last: observe() still answers once the Job is gone (deleted after it ended)
         self._ended: dict[tuple[str, str], Observation] = {}
         self._lock = threading.Lock()
-        self.caches = (self.jobs, self.pods, self.workloads, self.events)
+        # job id -> its evictions in a row for pods not ready in time (evictions.py), for its next attempt
+        self._evictions: dict[str, dict[str, Any]] = {}
+        self._unschedulable: dict[tuple[str, str], str] = {}  # (job, attempt): kube-scheduler's last word
+        self.caches = (self.jobs, self.pods, self.workloads, self.events, self.node_objs)
         for cache in self.caches:
             cache.start()
 
@@ -117,6 +123,10 @@ class KubernetesRuntime:
             data.update(secret=lab_secret, base_url=req.base_url or "/")
         objs += m.build(req, self.ks, lab_secret, grace_s=int(self.settings.preempt_grace_s))
         *parts, job = objs
+        held = self._held_back(req)
+        if held is not None:  # Kueue sees it once the backoff is over, or the nodes changed (observe)
+            del job["metadata"]["labels"][m.KUEUE_QUEUE]
+            job["metadata"]["annotations"][evictions.EVICTIONS_ANNOTATION] = json.dumps(held)
         try:
             for obj in parts:
                 self._create(obj)
@@ -131,6 +141,17 @@ class KubernetesRuntime:
             self._call(self._api_of(obj, "patch"), obj["metadata"]["name"], obj["metadata"]["namespace"], owned)
         self._run_dir(req.job_id, req.attempt).mkdir(parents=True, exist_ok=True, mode=0o700)
         return Handle(req.job_id, req.attempt, data)
+
+    def _held_back(self, req: LaunchRequest) -> dict[str, Any] | None:
+        with self._lock:
+            history = self._evictions.get(req.job_id)
+        if history is None or history["attempt"] >= req.attempt:
+            return None
+        self.node_objs.synced.wait(self.ks.request_timeout_s)
+        nodes = evictions.fingerprint(self.node_objs.all())
+        return evictions.hold_back(
+            history, self.ks.eviction_backoff_s, self.ks.evictions_before_hold, nodes, time.time()
+        )
 
     def _api_of(self, obj: dict[str, Any], verb: str) -> Any:
         """The typed client call ``verb`` (create, patch, delete) for the kind of ``obj``."""
@@ -194,10 +215,46 @@ class KubernetesRuntime:
         self._copy_logs(handle, pods)
         if job is not None and obs.phase in _ENDED:
             self._remember_ended(key, obs)
+        if job is not None:
+            self._follow_evictions(handle, job, obs, eviction)
         if obs.reason in ("Preempted", "Evicted"):  # this attempt is over; its Job goes, the platform requeues
             ns, name = jobs[0]["metadata"]["namespace"], jobs[0]["metadata"]["name"]
             self._quiet(self.batch.delete_namespaced_job, name, ns, propagation_policy="Background")
         return obs
+
+    def _follow_evictions(
+        self, handle: Handle, job: dict[str, Any], obs: Observation, eviction: tuple[str, str] | None
+    ) -> None:
+        """Count an eviction for pods not ready in time, forget the count once the job ran, and hand a held-back
+        Job to Kueue when its time came (see evictions.py)."""
+        history = evictions.carried(job)
+        labels = job["metadata"].get("labels") or {}
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        marked = json.loads((job["metadata"].get("annotations") or {}).get(EVICTED_ANNOTATION) or "{}")
+        if obs.reason == "Evicted" and (marked.get("reason") or (eviction or ("",))[0]) == PODS_READY_TIMEOUT:
+            after = evictions.after_eviction(job, marked.get("unschedulable") or obs.message)
+            with self._lock:
+                self._evictions[handle.job_id] = {**after, "attempt": handle.attempt}
+        elif obs.phase is Phase.RUNNING and history.get("count"):
+            with self._lock:
+                self._evictions.pop(handle.job_id, None)
+            note = {"metadata": {"annotations": {evictions.EVICTIONS_ANNOTATION: json.dumps({"count": 0})}}}
+            self._quiet(self.batch.patch_namespaced_job, name, ns, note)
+        elif obs.phase is Phase.STARTING and m.KUEUE_QUEUE not in labels and history:
+            self.node_objs.synced.wait(self.ks.request_timeout_s)
+            if evictions.due(history, evictions.fingerprint(self.node_objs.all())):
+                # a held job starts its count again: the cluster changed
+                count = 0 if history.get("held") else history.get("count", 0)
+                kept = json.dumps({"count": count, "message": history.get("message", "")})
+                patch = {"metadata": {"labels": {m.KUEUE_QUEUE: labels.get(m.LABEL_QUEUE, "default")}}}
+                patch["metadata"]["annotations"] = {evictions.EVICTIONS_ANNOTATION: kept}
+                self._quiet(self.batch.patch_namespaced_job, name, ns, patch)
+                log.info(
+                    "job %s/%s handed to Kueue again after %s",
+                    ns,
+                    name,
+                    "a node change" if count == 0 else "its backoff",
+                )
 
     def _remember_ended(self, key: tuple[str, str], obs: Observation) -> None:
         with self._lock:
@@ -211,6 +268,9 @@ class KubernetesRuntime:
         key = (m.label_value(handle.job_id), str(handle.attempt))
         jobs, pods = self.jobs.get(key), self.pods.get(key)
         job = jobs[0] if jobs else None
+        history = evictions.carried(job)
+        if job is not None and history and m.KUEUE_QUEUE not in (job["metadata"].get("labels") or {}):
+            return [evictions.reason(history)]  # held back from Kueue: nothing of it is there yet
         workload = self._workload_of(job)
         events = {}
         for pod in pods:
@@ -218,7 +278,12 @@ class KubernetesRuntime:
             found = self.events.get((meta["namespace"], meta["name"]))
             if found:
                 events[meta["name"]] = max(found, key=_event_time)
-        return pending_reasons(job, pods, workload, events)
+        reasons = pending_reasons(job, pods, workload, events)
+        unschedulable = [r["message"] for r in reasons if r["code"] == "Unschedulable"]
+        if unschedulable:  # kept for the eviction that may follow (the pods are gone by then)
+            with self._lock:
+                self._unschedulable[key] = unschedulable[0]
+        return reasons
 
     def _workload_of(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
         """Kueue's Workload of the Job (found by its owner reference), the newest if Kueue made several."""
@@ -285,7 +350,14 @@ class KubernetesRuntime:
         wl_name = workload["metadata"]["name"]
         inactive = {"spec": {"active": False}}
         self._quiet(self.custom.patch_namespaced_custom_object, group, version, ns, "workloads", wl_name, inactive)
-        marked = {EVICTED_ANNOTATION: json.dumps({"reason": reason, "message": message})}
+        with self._lock:
+            unschedulable = self._unschedulable.pop(key, "")
+        pods = self.pods.get(key)
+        now_unschedulable = [r["message"] for r in pending_reasons(None, pods) if r["code"] == "Unschedulable"]
+        unschedulable = now_unschedulable[0] if now_unschedulable else unschedulable
+        marked = {
+            EVICTED_ANNOTATION: json.dumps({"reason": reason, "message": message, "unschedulable": unschedulable})
+        }
         self._quiet(self.batch.patch_namespaced_job, name, ns, {"metadata": {"annotations": marked}})
         log.info("job %s/%s evicted by Kueue (%s): %s", ns, name, reason, message)
 
