@@ -94,3 +94,12 @@ def test_an_admitted_workload_tells_whether_kueue_counts_the_gpu_total():
     assert kueue.counts_gpu_total(admitted("cpu", kueue.GPU_RESOURCE)) is False  # the site's Kueue lacks it
     assert kueue.counts_gpu_total(admitted("cpu")) is None
     assert kueue.counts_gpu_total({"status": {}}) is None
+
+
+def test_the_held_back_queue_name_is_reserved():
+    import pytest
+
+    from caldera.runtime.kubernetes.evictions import HELD_QUEUE
+
+    with pytest.raises(ValueError, match="reserved"):
+        kueue.translate([QueueConfig(name=HELD_QUEUE, account="lab")], MODELS)

@@ -179,8 +179,7 @@ def test_evictions_for_pods_not_ready_back_off_then_hold_until_the_nodes_change(
 
     def job(attempt: int, annotations: dict, queued: bool = True) -> dict:
         labels = {m.LABEL_JOB: "ab12", m.LABEL_ATTEMPT: str(attempt), m.LABEL_QUEUE: "main"}
-        if queued:
-            labels[m.KUEUE_QUEUE] = "main"
+        labels[m.KUEUE_QUEUE] = "main" if queued else evictions.HELD_QUEUE
         out = _job(suspend=True, annotations=annotations)
         out["metadata"].update(name=f"caldera-ab12-{attempt}", namespace="caldera-lab", labels=labels)
         return out

@@ -26,7 +26,7 @@ def _until_evicted(rt, handle) -> None:
 
 def _queued_in_kueue(rt, handle) -> bool:
     [job] = rt.jobs.get((handle.job_id, str(handle.attempt)))
-    return m.KUEUE_QUEUE in job["metadata"]["labels"]
+    return job["metadata"]["labels"][m.KUEUE_QUEUE] == "main"
 
 
 def test_evictions_back_off_then_hold_until_the_nodes_change(k8s_cluster, make_rt, account):
@@ -54,14 +54,22 @@ def test_evictions_back_off_then_hold_until_the_nodes_change(k8s_cluster, make_r
     while time.monotonic() < deadline:
         assert rt.observe(third).phase is Phase.STARTING and not _queued_in_kueue(rt, third)
         time.sleep(0.5)
-    assert rt.workloads.get((third.data["namespace"], third.data["name"])) == []
+    # Kueue has it in a queue that does not exist: nothing admitted, no pod
+    assert not any(
+        (w.get("status") or {}).get("admission")
+        for w in rt.workloads.get((third.data["namespace"], third.data["name"]))
+    )
+    assert rt.pods.get((req.job_id, "3")) == []
 
     core = client.CoreV1Api(k8s_cluster.api_client)
     change = {"metadata": {"labels": {"caldera.io/test-change": account}}}
     core.patch_node("gpu-node-0", change)  # the cluster changed: it goes to Kueue again
     try:
         wait_for(lambda: rt.observe(third) and _queued_in_kueue(rt, third), 30, what="the held job to be released")
-        wait_for(lambda: rt._workload_of(rt.jobs.get((req.job_id, "3"))[0]), 30, what="Kueue's Workload")
+        workload = lambda: rt._workload_of(rt.jobs.get((req.job_id, "3"))[0]) or {}  # noqa: E731
+        wait_for(
+            lambda: workload().get("spec", {}).get("queueName") == "main", 30, what="Kueue to move it to its queue"
+        )
     finally:
         core.patch_node("gpu-node-0", {"metadata": {"labels": {"caldera.io/test-change": None}}})
         rt.stop(third, 0)

@@ -3,7 +3,7 @@
 Kueue admits a job on quota alone; when kube-scheduler finds no node for its pods, Kueue's pods-ready timeout
 evicts it and the platform requeues it as a new attempt. Without more, that is a new attempt every timeout,
 forever. Here each eviction in a row (of one job; Kueue's preemptions do not count) holds the next attempt's Job
-back from Kueue (no queue-name label yet) for a delay that doubles with each eviction; after
+back from Kueue for a delay that doubles with each eviction; after
 ``evictions_before_hold`` of them the next attempt is held until the cluster's nodes change (a node added, removed,
 uncordoned, relabelled or resized). The history travels in the Job's annotation, and ``why`` shows it with
 kube-scheduler's last Unschedulable message. A job that ran starts its count again.
@@ -17,6 +17,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+# A held-back Job's queue-name label names this LocalQueue, which Caldera never makes (kueue.translate refuses a
+# queue of this name): Kueue makes a Workload that waits, and moves it to the real queue when the label changes. No
+# label would not do: Kueue's LocalQueueDefaulting (GA since v0.17) puts such a Job in a LocalQueue named "default".
+HELD_QUEUE = "caldera-held-back"
 EVICTIONS_ANNOTATION = "caldera.io/evictions"  # {"count", "message", "retry_at" or "held" and "nodes"}
 MAX_BACKOFF_S = 3600.0
 EVICTION_BACKOFF = "EvictionBackoff"  # reason codes (stable)

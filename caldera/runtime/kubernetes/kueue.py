@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.tenancy import QueueConfig, Quota
+from caldera.runtime.kubernetes.evictions import HELD_QUEUE
 from caldera.scheduler.snapshot import Reason
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -208,6 +209,8 @@ def translate(
     gpu/<model>); what the guarantees leave of it becomes the cohorts' own quota (per cluster only; per account,
     an account's queues borrow only from each other)."""
     queues = list(queues)
+    if any(q.name == HELD_QUEUE for q in queues):
+        raise ValueError(f"the queue name {HELD_QUEUE} is reserved on Kubernetes (held-back jobs wait in it)")
     models = sorted(set(models))
     objs: list[dict[str, Any]] = [namespace(a) for a in sorted({q.account for q in queues})]
     objs += resource_flavors(models)

@@ -124,8 +124,8 @@ class KubernetesRuntime:
         objs += m.build(req, self.ks, lab_secret, grace_s=int(self.settings.preempt_grace_s))
         *parts, job = objs
         held = self._held_back(req)
-        if held is not None:  # Kueue sees it once the backoff is over, or the nodes changed (observe)
-            del job["metadata"]["labels"][m.KUEUE_QUEUE]
+        if held is not None:  # in its real queue once the backoff is over, or the nodes changed (observe)
+            job["metadata"]["labels"][m.KUEUE_QUEUE] = evictions.HELD_QUEUE
             job["metadata"]["annotations"][evictions.EVICTIONS_ANNOTATION] = json.dumps(held)
         try:
             for obj in parts:
@@ -240,7 +240,7 @@ class KubernetesRuntime:
                 self._evictions.pop(handle.job_id, None)
             note = {"metadata": {"annotations": {evictions.EVICTIONS_ANNOTATION: json.dumps({"count": 0})}}}
             self._quiet(self.batch.patch_namespaced_job, name, ns, note)
-        elif obs.phase is Phase.STARTING and m.KUEUE_QUEUE not in labels and history:
+        elif obs.phase is Phase.STARTING and labels.get(m.KUEUE_QUEUE) == evictions.HELD_QUEUE:
             self.node_objs.synced.wait(self.ks.request_timeout_s)
             if evictions.due(history, evictions.fingerprint(self.node_objs.all())):
                 # a held job starts its count again: the cluster changed
@@ -269,8 +269,8 @@ class KubernetesRuntime:
         jobs, pods = self.jobs.get(key), self.pods.get(key)
         job = jobs[0] if jobs else None
         history = evictions.carried(job)
-        if job is not None and history and m.KUEUE_QUEUE not in (job["metadata"].get("labels") or {}):
-            return [evictions.reason(history)]  # held back from Kueue: nothing of it is there yet
+        if job is not None and (job["metadata"].get("labels") or {}).get(m.KUEUE_QUEUE) == evictions.HELD_QUEUE:
+            return [evictions.reason(history)]  # held back: Kueue's word is only that its queue does not exist
         workload = self._workload_of(job)
         events = {}
         for pod in pods:
