@@ -244,3 +244,34 @@ def test_a_preemption_is_not_an_eviction_in_a_row(tmp_path: Path):
         assert rt._held_back(LaunchRequest("ab12", 2, JobSpec(name="j", command=["true"]), (), tmp_path / "w")) is None
     finally:
         rt.close()
+
+
+def test_gpu_holders_name_calderas_jobs_and_other_pods_per_node(tmp_path: Path):
+    from caldera.runtime.base import OTHER_HOLDER
+    from caldera.runtime.kubernetes import manifests as m
+
+    rt = _offline_runtime(tmp_path)
+    rt.node_objs.synced.set()
+    rt.bound_pods.synced.set()
+
+    def pod(name: str, node: str | None, gpus: int, job: str | None, created: str) -> dict:
+        labels = {m.LABEL_JOB: job} if job else {}
+        limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+        return {
+            "metadata": {"name": name, "namespace": "x", "labels": labels, "creationTimestamp": created},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": limits}}]},
+        }
+
+    try:
+        for name, gpus in (("n0", "8"), ("n1", "4"), ("cpu-only", None)):
+            alloc = {"cpu": "64"} | ({"nvidia.com/gpu": gpus} if gpus else {})
+            rt.node_objs._apply("ADDED", {"metadata": {"name": name}, "status": {"allocatable": alloc}})
+        rt.bound_pods._apply("ADDED", pod("a", "n0", 2, "ab12", "2026-01-01T00:00:01Z"))
+        rt.bound_pods._apply("ADDED", pod("b", "n0", 3, None, "2026-01-01T00:00:00Z"))  # someone else's
+        rt.bound_pods._apply("ADDED", pod("c", "n0", 0, None, "2026-01-01T00:00:02Z"))  # holds no GPU
+        rt.bound_pods._apply("ADDED", pod("d", None, 4, "cd34", "2026-01-01T00:00:03Z"))  # not bound: holds nothing
+        holders = rt.gpu_holders()
+        assert holders["n0"] == [OTHER_HOLDER] * 3 + ["ab12"] * 2 + [None] * 3
+        assert holders["n1"] == [None] * 4 and holders["cpu-only"] == []
+    finally:
+        rt.close()

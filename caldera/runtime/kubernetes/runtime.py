@@ -23,13 +23,13 @@ from caldera.core.cluster import Device, Node
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.spec import JobKind
 from caldera.core.tenancy import QueueConfig
-from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase
+from caldera.runtime.base import OTHER_HOLDER, Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase
 from caldera.runtime.kubernetes import evictions, kueue
 from caldera.runtime.kubernetes import manifests as m
 from caldera.runtime.kubernetes.logcopy import LogCopier
 from caldera.runtime.kubernetes.settings import KubernetesSettings
 from caldera.runtime.kubernetes.status import EVICTED_ANNOTATION, STOPPED_ANNOTATION, pending_reasons, phase_of
-from caldera.runtime.kubernetes.watch import WatchCache, node_key, owner_job_of, pod_of_event
+from caldera.runtime.kubernetes.watch import WatchCache, bound_pod_key, node_key, owner_job_of, pod_of_event
 from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir
 
@@ -83,6 +83,14 @@ class KubernetesRuntime:
         )
         # the nodes, for what of them decides where pods fit: a job held because none fit waits for a change
         self.node_objs = WatchCache(self.api, self.core.list_node, timeout, key_fn=node_key, selectors={})
+        # every pod bound to a node that has not ended, Caldera's or not: who holds which node's GPUs (nodes page)
+        self.bound_pods = WatchCache(
+            self.api,
+            self.core.list_pod_for_all_namespaces,
+            timeout,
+            key_fn=bound_pod_key,
+            selectors={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"},
+        )
         self.copier = LogCopier(self.core, exists=lambda ns, pod: self.pods.by_name(ns, pod) is not None)
         self._stopped: set[tuple[str, int]] = set()
         self._namespaces: set[str] = set()
@@ -94,7 +102,7 @@ class KubernetesRuntime:
         # job id -> its evictions in a row for pods not ready in time (evictions.py), for its next attempt
         self._evictions: dict[str, dict[str, Any]] = {}
         self._unschedulable: dict[tuple[str, str], str] = {}  # (job, attempt): kube-scheduler's last word
-        self.caches = (self.jobs, self.pods, self.workloads, self.events, self.node_objs)
+        self.caches = (self.jobs, self.pods, self.workloads, self.events, self.node_objs, self.bound_pods)
         for cache in self.caches:
             cache.start()
 
@@ -487,6 +495,24 @@ class KubernetesRuntime:
         listed = self.core.list_node(_request_timeout=self.ks.request_timeout_s)
         return [self._node(n) for n in listed.items]
 
+    def gpu_holders(self) -> dict[str, list[str | None]]:
+        """Per node, who holds each of its GPUs (from the pod watch, no API request): a Caldera job's id, or
+        OTHER_HOLDER for a pod Caldera did not start; None for a free one. Kubernetes does not say which device a
+        pod got, so a pod's GPUs are listed in the order the pods were created, from device 0 on."""
+        self.bound_pods.synced.wait(self.ks.request_timeout_s)
+        self.node_objs.synced.wait(self.ks.request_timeout_s)
+        out: dict[str, list[str | None]] = {}
+        for node in self.node_objs.all():
+            name = node["metadata"]["name"]
+            total = int(((node.get("status") or {}).get("allocatable") or {}).get(self.ks.gpu_resource, "0") or 0)
+            pods = sorted(self.bound_pods.get((name, "")), key=lambda p: p["metadata"].get("creationTimestamp") or "")
+            held: list[str | None] = []
+            for pod in pods:
+                holder = (pod["metadata"].get("labels") or {}).get(m.LABEL_JOB) or OTHER_HOLDER
+                held += [holder] * sum(_gpus_of(c, self.ks.gpu_resource) for c in pod["spec"].get("containers") or [])
+            out[name] = (held + [None] * total)[: max(total, len(held))]
+        return out
+
     def running_on(self, handle: Handle) -> set[str]:
         """The nodes kube-scheduler bound the attempt's pods to (from the pod watch), but for pods that ended."""
         self.pods.synced.wait(self.ks.request_timeout_s)
@@ -531,6 +557,11 @@ class KubernetesRuntime:
                 data.update(secret=m.lab_secret_name(meta["name"]), base_url=_base_url_of(spec))
             out.append(Handle(job_id, int(attempt), data))
         return out
+
+
+def _gpus_of(container: dict[str, Any], resource: str) -> int:
+    amounts = (container.get("resources") or {}).get("limits") or (container.get("resources") or {}).get("requests")
+    return int((amounts or {}).get(resource, 0) or 0)
 
 
 def _iso(t: float) -> str:

@@ -34,6 +34,12 @@ def owner_job_of(obj: dict[str, Any]) -> Key | None:
     return None
 
 
+def bound_pod_key(obj: dict[str, Any]) -> Key | None:
+    """(node, "") of a pod bound to a node: what holds that node's devices (Caldera's pods or anyone's)."""
+    node = (obj.get("spec") or {}).get("nodeName")
+    return (node, "") if node else None
+
+
 def node_key(obj: dict[str, Any]) -> Key:
     return "node", obj["metadata"]["name"]
 
