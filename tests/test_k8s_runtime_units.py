@@ -62,7 +62,8 @@ def test_quantities():
     assert _mib("64Gi") == 65536 and _mib("1048576Ki") == 1024 and _mib(str(2 * 1024**3)) == 2048
 
 
-def test_launch_against_an_unreachable_api_server_is_a_typed_error(tmp_path: Path):
+def _offline_runtime(tmp_path: Path) -> KubernetesRuntime:
+    """The runtime against an API server that is not there: its watch caches are filled by the test."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -70,6 +71,13 @@ def test_launch_against_an_unreachable_api_server_is_a_typed_error(tmp_path: Pat
         "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
     )
     rt = KubernetesRuntime(Settings(data_dir=tmp_path), KubernetesSettings(kubeconfig=kubeconfig, request_timeout_s=2))
+    rt.jobs.synced.set()
+    rt.pods.synced.set()
+    return rt
+
+
+def test_launch_against_an_unreachable_api_server_is_a_typed_error(tmp_path: Path):
+    rt = _offline_runtime(tmp_path)
     try:
         req = LaunchRequest("ab12", 1, JobSpec(name="j", command=["true"]), (), tmp_path / "w")
         with pytest.raises(LaunchError) as e:
@@ -126,19 +134,6 @@ def test_kueues_reasons_replace_awaiting_admission_once_there_is_a_workload():
     (r,) = pending_reasons(_job(suspend=True), [], workload)
     assert r["code"] == "KueueInsufficientQuota" and r["details"]["flavors"] == ["gpu-a100"]
     assert r["details"]["workload"] == "job-x-1"
-
-
-def _offline_runtime(tmp_path: Path) -> KubernetesRuntime:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:9'}}]\n"
-        "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
-    )
-    rt = KubernetesRuntime(Settings(data_dir=tmp_path), KubernetesSettings(kubeconfig=kubeconfig, request_timeout_s=2))
-    rt.jobs.synced.set()
-    rt.pods.synced.set()
-    return rt
 
 
 def test_an_ended_attempt_stays_ended_once_its_job_is_deleted(tmp_path: Path):
