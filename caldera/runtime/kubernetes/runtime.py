@@ -239,8 +239,12 @@ class KubernetesRuntime:
         labels = job["metadata"].get("labels") or {}
         ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
         marked = json.loads((job["metadata"].get("annotations") or {}).get(EVICTED_ANNOTATION) or "{}")
+        key, unschedulable = (m.label_value(handle.job_id), str(handle.attempt)), ""
+        if obs.phase is not Phase.STARTING:
+            with self._lock:  # kube-scheduler's last word matters only while the attempt waits, and for its eviction
+                unschedulable = self._unschedulable.pop(key, "")
         if obs.reason == "Evicted" and (marked.get("reason") or (eviction or ("",))[0]) == PODS_READY_TIMEOUT:
-            after = evictions.after_eviction(job, marked.get("unschedulable") or obs.message)
+            after = evictions.after_eviction(job, marked.get("unschedulable") or unschedulable or obs.message)
             with self._lock:
                 self._evictions[handle.job_id] = {**after, "attempt": handle.attempt}
         elif obs.phase is Phase.RUNNING and history.get("count"):
@@ -359,7 +363,7 @@ class KubernetesRuntime:
         inactive = {"spec": {"active": False}}
         self._quiet(self.custom.patch_namespaced_custom_object, group, version, ns, "workloads", wl_name, inactive)
         with self._lock:
-            unschedulable = self._unschedulable.pop(key, "")
+            unschedulable = self._unschedulable.get(key, "")
         pods = self.pods.get(key)
         now_unschedulable = [r["message"] for r in pending_reasons(None, pods) if r["code"] == "Unschedulable"]
         unschedulable = now_unschedulable[0] if now_unschedulable else unschedulable
