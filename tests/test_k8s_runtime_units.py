@@ -270,3 +270,18 @@ def test_gpu_holders_name_calderas_jobs_and_other_pods_per_node(tmp_path: Path):
         assert holders["n1"] == [None] * 4 and holders["cpu-only"] == []
     finally:
         rt.close()
+
+
+def test_a_backoff_doubles_and_ends_early_when_the_nodes_change():
+    from caldera.runtime.kubernetes import evictions
+
+    waits = [evictions.hold_back({"count": n}, 30, 5, "fp", 1000.0)["retry_at"] - 1000.0 for n in (1, 2, 3, 4)]
+    assert waits == [30, 60, 120, 240]
+    assert evictions.hold_back({"count": 20}, 30, 50, "fp", 0.0)["retry_at"] == evictions.MAX_BACKOFF_S
+    back = evictions.hold_back({"count": 1, "nodes": "at-eviction"}, 30, 5, "now", 1000.0)
+    assert back["nodes"] == "at-eviction"  # the nodes as they were when it was evicted
+    assert evictions.due(back, "at-eviction", now=1010.0) is False
+    assert evictions.due(back, "at-eviction", now=1031.0) is True
+    assert evictions.due(back, "changed", now=1010.0) is True
+    held = evictions.hold_back({"count": 5, "nodes": "fp"}, 30, 5, "fp", 1000.0)
+    assert held["held"] and evictions.due(held, "fp", now=1e12) is False and evictions.due(held, "other") is True

@@ -3,10 +3,11 @@
 Kueue admits a job on quota alone; when kube-scheduler finds no node for its pods, Kueue's pods-ready timeout
 evicts it and the platform requeues it as a new attempt. Without more, that is a new attempt every timeout,
 forever. Here each eviction in a row (of one job; Kueue's preemptions do not count) holds the next attempt's Job
-back from Kueue for a delay that doubles with each eviction; after
-``evictions_before_hold`` of them the next attempt is held until the cluster's nodes change (a node added, removed,
-uncordoned, relabelled or resized). The history travels in the Job's annotation, and ``why`` shows it with
-kube-scheduler's last Unschedulable message. A job that ran starts its count again.
+back from Kueue for a delay that doubles with each eviction; after ``evictions_before_hold`` of them the next
+attempt is held for good. Either ends as soon as the cluster's nodes have changed since the eviction (a node
+added, removed, cordoned or uncordoned, relabelled, retainted or resized), and the count starts again. The history
+travels in the Job's annotation, and ``why`` shows it with kube-scheduler's last Unschedulable message. A job that
+ran starts its count again.
 """
 
 from __future__ import annotations
@@ -43,20 +44,23 @@ def after_eviction(job: dict[str, Any], message: str) -> dict[str, Any]:
 
 def hold_back(history: dict[str, Any], backoff_s: float, limit: int, nodes: str, now: float) -> dict[str, Any]:
     """The annotation of the next attempt's Job: it waits ``backoff_s`` doubled per eviction before the first,
-    or, after ``limit`` evictions in a row, until the nodes' fingerprint is no longer ``nodes``."""
+    or, after ``limit`` evictions in a row, for good; either ends when the nodes' fingerprint is no longer the one
+    at the eviction (``history["nodes"]``, else ``nodes``, now's)."""
     count = int(history["count"])
-    out: dict[str, Any] = {"count": count, "message": history.get("message", "")}
+    out: dict[str, Any] = {"count": count, "message": history.get("message", ""), "nodes": history.get("nodes", nodes)}
     if count >= limit:
-        out.update(held=True, nodes=nodes)
+        out["held"] = True
     else:
         out["retry_at"] = now + min(MAX_BACKOFF_S, backoff_s * 2.0 ** (count - 1))
     return out
 
 
 def due(annotation: dict[str, Any], nodes: str, now: float | None = None) -> bool:
-    """Whether the held-back Job goes to Kueue now; a held one once the nodes changed."""
+    """Whether the held-back Job goes to Kueue now: the nodes changed, or (unless held) its backoff is over."""
+    if annotation.get("nodes", nodes) != nodes:
+        return True
     if annotation.get("held"):
-        return annotation.get("nodes") != nodes
+        return False
     return float(annotation.get("retry_at", 0)) <= (time.time() if now is None else now)
 
 

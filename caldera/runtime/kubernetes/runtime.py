@@ -155,11 +155,14 @@ class KubernetesRuntime:
             history = self._evictions.get(req.job_id)
         if history is None or history["attempt"] >= req.attempt:
             return None
-        self.node_objs.synced.wait(self.ks.request_timeout_s)
-        nodes = evictions.fingerprint(self.node_objs.all())
+        nodes = self._nodes_fingerprint()
         return evictions.hold_back(
             history, self.ks.eviction_backoff_s, self.ks.evictions_before_hold, nodes, time.time()
         )
+
+    def _nodes_fingerprint(self) -> str:
+        self.node_objs.synced.wait(self.ks.request_timeout_s)
+        return evictions.fingerprint(self.node_objs.all())
 
     def _api_of(self, obj: dict[str, Any], verb: str) -> Any:
         """The typed client call ``verb`` (create, patch, delete) for the kind of ``obj``."""
@@ -245,6 +248,7 @@ class KubernetesRuntime:
                 unschedulable = self._unschedulable.pop(key, "")
         if obs.reason == "Evicted" and (marked.get("reason") or (eviction or ("",))[0]) == PODS_READY_TIMEOUT:
             after = evictions.after_eviction(job, marked.get("unschedulable") or unschedulable or obs.message)
+            after["nodes"] = self._nodes_fingerprint()  # a change of them from here on ends the wait
             with self._lock:
                 self._evictions[handle.job_id] = {**after, "attempt": handle.attempt}
         elif obs.phase is Phase.RUNNING and history.get("count"):
@@ -253,20 +257,21 @@ class KubernetesRuntime:
             note = {"metadata": {"annotations": {evictions.EVICTIONS_ANNOTATION: json.dumps({"count": 0})}}}
             self._quiet(self.batch.patch_namespaced_job, name, ns, note)
         elif obs.phase is Phase.STARTING and labels.get(m.KUEUE_QUEUE) == evictions.HELD_QUEUE:
-            self.node_objs.synced.wait(self.ks.request_timeout_s)
-            if evictions.due(history, evictions.fingerprint(self.node_objs.all())):
-                # a held job starts its count again: the cluster changed
-                count = 0 if history.get("held") else history.get("count", 0)
-                kept = json.dumps({"count": count, "message": history.get("message", "")})
-                patch = {"metadata": {"labels": {m.KUEUE_QUEUE: labels.get(m.LABEL_QUEUE, "default")}}}
-                patch["metadata"]["annotations"] = {evictions.EVICTIONS_ANNOTATION: kept}
-                self._quiet(self.batch.patch_namespaced_job, name, ns, patch)
-                log.info(
-                    "job %s/%s handed to Kueue again after %s",
-                    ns,
-                    name,
-                    "a node change" if count == 0 else "its backoff",
-                )
+            self._release_if_due(job, history)
+
+    def _release_if_due(self, job: dict[str, Any], history: dict[str, Any]) -> None:
+        """A held-back Job goes into its real queue once due; the count starts again if the nodes changed."""
+        nodes = self._nodes_fingerprint()
+        if not evictions.due(history, nodes):
+            return
+        changed = history.get("nodes", nodes) != nodes
+        kept = json.dumps({"count": 0 if changed else history.get("count", 0), "message": history.get("message", "")})
+        meta = job["metadata"]
+        patch = {"metadata": {"labels": {m.KUEUE_QUEUE: meta["labels"].get(m.LABEL_QUEUE, "default")}}}
+        patch["metadata"]["annotations"] = {evictions.EVICTIONS_ANNOTATION: kept}
+        self._quiet(self.batch.patch_namespaced_job, meta["name"], meta["namespace"], patch)
+        why = "the nodes changed" if changed else "its backoff"
+        log.info("job %s/%s handed to Kueue again after %s", meta["namespace"], meta["name"], why)
 
     def _remember_ended(self, key: tuple[str, str], obs: Observation) -> None:
         with self._lock:
