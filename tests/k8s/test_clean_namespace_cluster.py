@@ -39,7 +39,7 @@ def _end_pod(rt, handle, exit_code: int) -> None:
 
 
 def test_ended_attempts_leave_only_the_live_ones(k8s_cluster, make_rt, account):
-    add_queue(k8s_cluster.api_client, account, "main", {"gpu": {"guarantee": 16, "capability": 16}})
+    add_queue(k8s_cluster.api_client, account, "main", {"gpu": {"guarantee": 32, "capability": 32}})
     add_queue(k8s_cluster.api_client, account, "none", {"gpu": {"guarantee": 0, "capability": 0}})
     rt = make_rt(k8s={"finished_job_ttl_s": 1})
     ns = kueue.namespace_for(account)
@@ -51,13 +51,16 @@ def test_ended_attempts_leave_only_the_live_ones(k8s_cluster, make_rt, account):
     failed = [launch(**gpu) for _ in range(4)]
     cancelled_running = [launch(**gpu) for _ in range(4)]
     cancelled_waiting = [launch("none", **gpu) for _ in range(4)]  # never admitted: a quota of 0
-    distributed = [launch(kind="distributed", replicas=2, resources={"gpu": 1}) for _ in range(2)]
+    distributed = [launch(kind="distributed", replicas=2, resources={"gpu": 1, "gpu_model": "h100"}) for _ in range(2)]
     lab = launch(kind="jupyter", command=None)
     unplaceable = launch(resources={"cpu": 500})  # within quota (no cpu quota), on no node: Kueue evicts it
 
     running = [live, *succeeded, *failed, *cancelled_running, *distributed, lab]
     for h in running:
-        wait_for(lambda h=h: rt.observe(h).phase is Phase.RUNNING, 60, what="every admitted job to run")
+        try:
+            wait_for(lambda h=h: rt.observe(h).phase is Phase.RUNNING, 60, what=f"{h.data['name']} to run")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {h.data['kind']} {rt.why_pending(h)}") from None
     for h in [*succeeded, lab]:
         _end_pod(rt, h, 0)
     for h in failed:
