@@ -198,3 +198,19 @@ def test_every_field_is_one_the_kubernetes_api_has(kind: str):
     models = {"Job": "V1Job", "Service": "V1Service", "NetworkPolicy": "V1NetworkPolicy", "Secret": "V1Secret"}
     objs = [*m.build(_req(**spec), KS, lab_secret="s"), m.lab_token_secret(_req(**spec), KS, "t")]
     assert [f for o in objs for f in _unknown_fields(o, models[o["kind"]])] == []
+
+
+def test_an_ended_job_is_deleted_after_its_ttl_and_takes_its_objects_along():
+    objs = m.build(_req(kind="distributed", replicas=2), KubernetesSettings(finished_job_ttl_s=42))
+    *owned, job = objs
+    assert job["kind"] == "Job" and job["spec"]["ttlSecondsAfterFinished"] == 42
+    assert {o["kind"] for o in owned} == {"NetworkPolicy", "Service"}
+    created = {**job, "metadata": {**job["metadata"], "uid": "0b5e7c1e-0000-4000-8000-000000000001"}}
+    ref = m.owner_reference(created)
+    assert ref == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": job["metadata"]["name"],
+        "uid": "0b5e7c1e-0000-4000-8000-000000000001",
+        "controller": False,
+    }

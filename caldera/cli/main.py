@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -437,10 +438,12 @@ def wait(job_id: str, timeout: float = typer.Option(0, help="seconds; 0 waits fo
 
 @app.command()
 def nodes() -> None:
-    """Nodes and which GPUs are idle now."""
-    t = Table("NODE", "CPUS", "MEMORY", "GPUS", "IDLE", "MODELS", box=None)
+    """Nodes, which GPUs are idle now and who holds the others (a job, "busy": someone else's job, "other": not
+    started by Caldera)."""
+    t = Table("NODE", "CPUS", "MEMORY", "GPUS", "IDLE", "MODELS", "HELD BY", box=None)
     for n in _call(_client().get, "/nodes"):
         idle = sum(1 for g in n["gpus"] if not g["job"])
+        held = Counter(g["job"] for g in n["gpus"] if g["job"])
         t.add_row(
             n["name"],
             f"{n['cpu']:g}",
@@ -448,6 +451,7 @@ def nodes() -> None:
             str(len(n["gpus"])),
             str(idle),
             ", ".join(sorted({g["model"] for g in n["gpus"]})),
+            ", ".join(f"{holder}×{count}" for holder, count in held.items()),
         )
     console.print(t)
 

@@ -122,3 +122,14 @@ def nodes_of(runtime: Runtime, handle: Handle, placed: Iterable[str]) -> set[str
     method; for every other runtime that is where Caldera placed them (``placed``, its allocations' nodes)."""
     running_on = getattr(runtime, "running_on", None)
     return set(running_on(handle)) if running_on is not None else set(placed)
+
+
+OTHER_HOLDER = "other"  # a device held by something the platform did not start (another tenant of the cluster)
+
+
+def gpu_holders(runtime: Runtime) -> dict[str, list[str | None]] | None:
+    """Who holds each GPU of each node, where the runtime's cluster places jobs itself (``admits_jobs``): a
+    ``gpu_holders() -> {node: [job id, OTHER_HOLDER or None (free), ...]}`` method, from what the cluster runs.
+    None for every other runtime: there the platform's own allocations say it."""
+    holders = getattr(runtime, "gpu_holders", None)
+    return holders() if holders is not None else None

@@ -11,6 +11,7 @@ from caldera.core.spec import spec_errors
 from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass, QueueConfig, Role
 from caldera.db.models import Account, Job, Usage, User
+from caldera.runtime.base import OTHER_HOLDER, gpu_holders
 from caldera.scheduler.quota import validate_queues
 from caldera.server import audit, cordons, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
@@ -258,11 +259,15 @@ def nodes(
     """Nodes and which devices are free now (the idle resources view)."""
     used: dict[str, dict[int, str]] = {}
     admin = user.role == Role.ADMIN.value
-    for job in db.scalars(select(Job).where(Job.state.in_((JobState.STARTING.value, JobState.RUNNING.value)))):
+    active = db.scalars(select(Job).where(Job.state.in_((JobState.STARTING.value, JobState.RUNNING.value)))).all()
+    shown = {job.id: job.id if admin or job.user_id == user.id else "busy" for job in active}  # others': busy
+    for job in active:
         for a in job.allocations:
             for g in a["gpus"]:
-                # others' jobs show as busy, not by id
-                used.setdefault(a["node"], {})[g] = job.id if admin or job.user_id == user.id else "busy"
+                used.setdefault(a["node"], {})[g] = shown[job.id]
+    # a cluster that places jobs itself (Kubernetes) says who holds its GPUs: Caldera's jobs, or someone else's pods
+    for node, holders in (gpu_holders(p.runtime) or {}).items():
+        used[node] = {i: _holder(h, shown, admin) for i, h in enumerate(holders) if h is not None}
     cordoned = cordons.by_node(db)
     return [
         {
@@ -283,3 +288,11 @@ def nodes(
         }
         for n in p.nodes()
     ]
+
+
+def _holder(holder: str, shown: dict[str, str], admin: bool) -> str:
+    """A GPU holder as the user may see it: a Caldera job (by id if it is theirs, or they are admin), or a pod
+    Caldera did not start (OTHER_HOLDER)."""
+    if holder in shown:
+        return shown[holder]
+    return holder if holder == OTHER_HOLDER or admin else "busy"  # e.g. an ended attempt's pod still stopping

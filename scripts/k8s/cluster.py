@@ -275,6 +275,10 @@ def kwok_config(bin_dir: Path, state: Path, port: int) -> Path:
     return path
 
 
+# Caldera's GPU total (kueue.GPU_TOTAL_TRANSFORMATION; a unit test keeps them equal): this script runs without caldera
+GPU_TOTAL_TRANSFORMATION = {"input": "nvidia.com/gpu", "strategy": "Retain", "outputs": {"caldera.io/gpu-total": "1"}}
+
+
 def kueue_config(state: Path, p: dict[str, int], pods_ready_timeout: str) -> Path:
     cfg = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -295,6 +299,9 @@ def kueue_config(state: Path, p: dict[str, int], pods_ready_timeout: str) -> Pat
             "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 10},
         },
         "integrations": {"frameworks": ["batch/job"]},
+        # each GPU counted once more as Caldera's GPU total, so a model-less quota caps the sum over models
+        # (caldera/runtime/kubernetes/kueue.py; a site's Kueue needs the same)
+        "resources": {"transformations": [GPU_TOTAL_TRANSFORMATION]},
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
         # the on-demand visibility API is an aggregated API server with certificates of its own (a fixed path);
         # Caldera reads a Workload's conditions instead

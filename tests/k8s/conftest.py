@@ -96,12 +96,12 @@ def make_rt(k8s_cluster: K8sCluster, tmp_path: Path):
 
     made: list = []
 
-    def _make(**settings: object):
+    def _make(k8s: dict | None = None, **settings: object):
         settings.setdefault("preempt_grace_s", 3)
         rt = KubernetesRuntime(
             Settings(data_dir=tmp_path / "data", **settings),
             # cohorts per account, as add_queue makes them: the tests share one cluster
-            KubernetesSettings(kubeconfig=k8s_cluster.kubeconfig, cohort_per="account"),
+            KubernetesSettings(kubeconfig=k8s_cluster.kubeconfig, cohort_per="account", **(k8s or {})),
         )
         made.append(rt)
         return rt

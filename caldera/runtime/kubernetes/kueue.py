@@ -11,8 +11,14 @@ Translation (Kueue ``v1beta2``):
 * the cohort itself holds what is left of the cluster's capacity after the guarantees, so queues borrow it;
 * every account gets the namespace ``caldera-<account>`` and in it one LocalQueue per queue, named like the queue.
 
-A quota on ``gpu`` (any model) cannot be split over flavors in Kueue, so it is applied to every model's flavor; a
-quota on ``gpu/<model>`` applies to that flavor only and wins over ``gpu``.
+A quota on ``gpu`` (no model named) is a total over every model, as on every runtime. Kueue keeps quota per flavor
+and resource, and no cohort sums flavors, so the total is a resource of its own: Kueue's resource transformation
+(``GPU_TOTAL_TRANSFORMATION``, in Kueue's Configuration) counts each ``nvidia.com/gpu`` a pod requests once more
+as ``caldera.io/gpu-total`` (Kueue's accounting only; no node has it and no pod requests it), which every
+ClusterQueue covers in the flavorless ``caldera-default`` flavor with the ``gpu`` quota. A job's GPUs are then
+admitted only when both its model's flavor and the total have room. Each model's flavor keeps the ``gpu`` quota as
+well (never more than the total), so Kueue still moves to the next model once one model's share is used; a quota on
+``gpu/<model>`` applies to that flavor only and wins over ``gpu`` there.
 """
 
 from __future__ import annotations
@@ -24,11 +30,15 @@ from typing import Any, Literal
 
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.tenancy import QueueConfig, Quota
+from caldera.runtime.kubernetes.evictions import HELD_QUEUE
 from caldera.scheduler.snapshot import Reason
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MODEL_LABEL = "nvidia.com/gpu.product"
+GPU_TOTAL_RESOURCE = "caldera.io/gpu-total"  # every GPU of every model once more: what a model-less quota caps
+# Kueue's Configuration must carry this (``resources.transformations``), else model-less quotas do not bind
+GPU_TOTAL_TRANSFORMATION = {"input": GPU_RESOURCE, "strategy": "Retain", "outputs": {GPU_TOTAL_RESOURCE: "1"}}
 DEFAULT_FLAVOR = "caldera-default"
 MANAGED_LABEL = "caldera.io/managed-by"
 MANAGER = "caldera"
@@ -125,14 +135,10 @@ def resource_flavors(models: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def _resource_groups(quota_of: Any, models: list[str]) -> list[dict[str, Any]]:
-    groups = [
-        {
-            "coveredResources": ["cpu", "memory"],
-            "flavors": [
-                {"name": DEFAULT_FLAVOR, "resources": [quota_of(CPU, "cpu", None), quota_of(MEMORY, "memory", None)]}
-            ],
-        }
-    ]
+    # a flavor belongs to one resource group only: the GPU total goes with cpu and memory in the flavorless one
+    covered = [(CPU, "cpu"), (MEMORY, "memory")] + ([(GPU, GPU_TOTAL_RESOURCE)] if models else [])
+    default = {"name": DEFAULT_FLAVOR, "resources": [quota_of(key, k8s_key, None) for key, k8s_key in covered]}
+    groups = [{"coveredResources": [k8s_key for _, k8s_key in covered], "flavors": [default]}]
     if models:
         flavors = [{"name": flavor_name(m), "resources": [quota_of(GPU, GPU_RESOURCE, m)]} for m in models]
         groups.append({"coveredResources": [GPU_RESOURCE], "flavors": flavors})
@@ -167,10 +173,10 @@ def cluster_queue(
 
 def cohort(name: str, spare: Mapping[str, float], models: Iterable[str]) -> dict[str, Any]:
     """The cohort's own quota: ``spare`` is what the cluster has beyond the queues' guarantees (keys cpu, memory,
-    gpu/<model>); queues of the cohort borrow it up to their borrowingLimit."""
+    gpu (the total over models), gpu/<model>); queues of the cohort borrow it up to their borrowingLimit."""
 
     def quota_of(key: str, k8s_key: str, model: str | None) -> dict[str, Any]:
-        value = spare.get(f"{GPU}/{model}" if model else key, 0.0)
+        value = spare.get(f"{GPU}/{model}" if model else key, 0.0)  # key gpu: the total
         return {"name": k8s_key, "nominalQuota": _quantity(key, value)}
 
     spec = {"resourceGroups": _resource_groups(quota_of, sorted(set(models)))}
@@ -203,14 +209,17 @@ def translate(
     gpu/<model>); what the guarantees leave of it becomes the cohorts' own quota (per cluster only; per account,
     an account's queues borrow only from each other)."""
     queues = list(queues)
+    if any(q.name == HELD_QUEUE for q in queues):
+        raise ValueError(f"the queue name {HELD_QUEUE} is reserved on Kubernetes (held-back jobs wait in it)")
     models = sorted(set(models))
     objs: list[dict[str, Any]] = [namespace(a) for a in sorted({q.account for q in queues})]
     objs += resource_flavors(models)
     if capacity is not None and cohort_per == "cluster":
         spare = dict(capacity)
+        spare[GPU] = sum(v for k, v in capacity.items() if k.startswith(f"{GPU}/"))
         for q in queues:
-            for key in [CPU, MEMORY] + [f"{GPU}/{m}" for m in models]:
-                quota = _gpu_quota(q, key.split("/", 1)[1]) if key.startswith(GPU) else q.quotas.get(key)
+            for key in [CPU, MEMORY, GPU] + [f"{GPU}/{m}" for m in models]:
+                quota = _gpu_quota(q, key.split("/", 1)[1]) if key.startswith(f"{GPU}/") else q.quotas.get(key)
                 spare[key] = spare.get(key, 0.0) - (quota.guarantee if quota else 0.0)
         objs.append(cohort("caldera", {k: max(0.0, v) for k, v in spare.items()}, models))
     objs += [cluster_queue(q, models, cohort_per) for q in queues]
@@ -273,6 +282,14 @@ def eviction(workload: Mapping[str, Any]) -> tuple[str, str] | None:
         reason = str(evicted.get("reason") or "Evicted")
         return reason, str(evicted.get("message") or f"evicted by Kueue ({reason})")[:_MAX_MESSAGE]
     return None
+
+
+def counts_gpu_total(workload: Mapping[str, Any]) -> bool | None:
+    """Whether Kueue counted the admitted workload's GPUs in the GPU total (its Configuration carries
+    GPU_TOTAL_TRANSFORMATION); None when it is not admitted or holds no GPU."""
+    assignments = ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []
+    flavors = {r for a in assignments for r in (a.get("flavors") or {})}
+    return GPU_TOTAL_RESOURCE in flavors if GPU_RESOURCE in flavors else None
 
 
 def workload_reasons(workload: Mapping[str, Any]) -> list[Reason]:

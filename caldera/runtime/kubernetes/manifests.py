@@ -91,12 +91,20 @@ def selector(job_id: str, attempt: int | None = None) -> str:
     return sel if attempt is None else f"{sel},{LABEL_ATTEMPT}={attempt}"
 
 
+def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
+    """An owner reference to the created Job ``job`` (the API's answer, with its uid): what carries it is deleted
+    with the Job by the garbage collector."""
+    meta = job["metadata"]
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"], "controller": False}
+
+
 def build(
     req: LaunchRequest, ks: KubernetesSettings, lab_secret: str | None = None, grace_s: int = 30
 ) -> list[dict[str, Any]]:
     """Every object of the job, in creation order (the Job last, so nothing it needs is missing when Kueue admits
-    it). ``lab_secret``: the name of the Secret holding a jupyter job's token; ``grace_s``: the pods' grace between
-    SIGTERM and SIGKILL when the cluster stops them (Kueue's preemption), the platform's preemption grace."""
+    it; the others get an owner reference to it once it exists, see owner_reference). ``lab_secret``: the name of
+    the Secret holding a jupyter job's token; ``grace_s``: the pods' grace between SIGTERM and SIGKILL when the
+    cluster stops them (Kueue's preemption), the platform's preemption grace."""
     ns = namespace(ks, account_of(req))
     name = job_name(req.job_id, req.attempt)
     objs: list[dict[str, Any]] = [network_policy(req, ks, ns, name)]
@@ -123,6 +131,8 @@ def job(
         "parallelism": replicas,
         "completions": replicas,
         "backoffLimit": 0,  # a failed pod fails the job; the platform decides about a new attempt
+        # the attempt's objects go with the Job (owner references): nothing of an ended attempt stays
+        "ttlSecondsAfterFinished": ks.finished_job_ttl_s,
         "template": {"metadata": {"labels": labels(req)}, "spec": pod_spec(req, ks, name, lab_secret, grace_s)},
     }
     if spec.kind is JobKind.DISTRIBUTED:

@@ -23,17 +23,19 @@ from caldera.core.cluster import Device, Node
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.spec import JobKind
 from caldera.core.tenancy import QueueConfig
-from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase
-from caldera.runtime.kubernetes import kueue
+from caldera.runtime.base import OTHER_HOLDER, Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase
+from caldera.runtime.kubernetes import evictions, kueue
 from caldera.runtime.kubernetes import manifests as m
 from caldera.runtime.kubernetes.logcopy import LogCopier
 from caldera.runtime.kubernetes.settings import KubernetesSettings
 from caldera.runtime.kubernetes.status import EVICTED_ANNOTATION, STOPPED_ANNOTATION, pending_reasons, phase_of
-from caldera.runtime.kubernetes.watch import WatchCache, owner_job_of, pod_of_event
+from caldera.runtime.kubernetes.watch import WatchCache, bound_pod_key, node_key, owner_job_of, pod_of_event
 from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir
 
 _ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST)
+PODS_READY_TIMEOUT = "PodsReadyTimeout"  # Kueue's eviction reason: not every pod ready in time (no node fits)
+_ENDED_KEPT = 10_000  # ended attempts remembered (their Jobs are deleted ttlSecondsAfterFinished after the end)
 log = logging.getLogger(__name__)
 
 
@@ -79,12 +81,28 @@ class KubernetesRuntime:
             key_fn=pod_of_event,
             selectors={"field_selector": "involvedObject.kind=Pod,reason=FailedScheduling"},
         )
+        # the nodes, for what of them decides where pods fit: a job held because none fit waits for a change
+        self.node_objs = WatchCache(self.api, self.core.list_node, timeout, key_fn=node_key, selectors={})
+        # every pod bound to a node that has not ended, Caldera's or not: who holds which node's GPUs (nodes page)
+        self.bound_pods = WatchCache(
+            self.api,
+            self.core.list_pod_for_all_namespaces,
+            timeout,
+            key_fn=bound_pod_key,
+            selectors={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"},
+        )
         self.copier = LogCopier(self.core, exists=lambda ns, pod: self.pods.by_name(ns, pod) is not None)
         self._stopped: set[tuple[str, int]] = set()
         self._namespaces: set[str] = set()
         self._lab_tokens: dict[tuple[str, str], str] = {}  # (namespace, Secret): a running lab's token
+        self._warned_gpu_total = False
+        # attempts seen ended, newest last: observe() still answers once the Job is gone (deleted after it ended)
+        self._ended: dict[tuple[str, str], Observation] = {}
         self._lock = threading.Lock()
-        self.caches = (self.jobs, self.pods, self.workloads, self.events)
+        # job id -> its evictions in a row for pods not ready in time (evictions.py), for its next attempt
+        self._evictions: dict[str, dict[str, Any]] = {}
+        self._unschedulable: dict[tuple[str, str], str] = {}  # (job, attempt): kube-scheduler's last word
+        self.caches = (self.jobs, self.pods, self.workloads, self.events, self.node_objs, self.bound_pods)
         for cache in self.caches:
             cache.start()
 
@@ -105,15 +123,69 @@ class KubernetesRuntime:
             "per_replica": req.spec.procs_per_replica if req.spec.kind is JobKind.DISTRIBUTED else 1,
         }
         lab_secret = None
+        objs = []
         if req.spec.kind is JobKind.JUPYTER:
             secret = m.lab_token_secret(req, self.ks, secrets.token_hex(24))
             lab_secret = secret["metadata"]["name"]
-            self._create(secret)
+            objs.append(secret)
             data.update(secret=lab_secret, base_url=req.base_url or "/")
-        for obj in m.build(req, self.ks, lab_secret, grace_s=int(self.settings.preempt_grace_s)):
-            self._create(obj)
+        objs += m.build(req, self.ks, lab_secret, grace_s=int(self.settings.preempt_grace_s))
+        *parts, job = objs
+        held = self._held_back(req)
+        if held is not None:  # in its real queue once the backoff is over, or the nodes changed (observe)
+            job["metadata"]["labels"][m.KUEUE_QUEUE] = evictions.HELD_QUEUE
+            job["metadata"]["annotations"][evictions.EVICTIONS_ANNOTATION] = json.dumps(held)
+        try:
+            for obj in parts:
+                self._create(obj)
+            created = self.api.sanitize_for_serialization(self._create(job))
+        except LaunchError:
+            # a Job that exists already (AlreadyRunning) owns these; else nothing would ever delete them
+            for obj in parts if not self._job_exists(job) else []:
+                self._delete(obj)
+            raise
+        owned = {"metadata": {"ownerReferences": [m.owner_reference(created)]}}
+        for obj in parts:  # the garbage collector deletes them with the Job
+            self._call(self._api_of(obj, "patch"), obj["metadata"]["name"], obj["metadata"]["namespace"], owned)
         self._run_dir(req.job_id, req.attempt).mkdir(parents=True, exist_ok=True, mode=0o700)
         return Handle(req.job_id, req.attempt, data)
+
+    def _held_back(self, req: LaunchRequest) -> dict[str, Any] | None:
+        with self._lock:
+            history = self._evictions.get(req.job_id)
+        if history is None or history["attempt"] >= req.attempt:
+            return None
+        nodes = self._nodes_fingerprint()
+        return evictions.hold_back(
+            history, self.ks.eviction_backoff_s, self.ks.evictions_before_hold, nodes, time.time()
+        )
+
+    def _nodes_fingerprint(self) -> str:
+        self.node_objs.synced.wait(self.ks.request_timeout_s)
+        return evictions.fingerprint(self.node_objs.all())
+
+    def _api_of(self, obj: dict[str, Any], verb: str) -> Any:
+        """The typed client call ``verb`` (create, patch, delete) for the kind of ``obj``."""
+        api, kind = {
+            "Job": (self.batch, "job"),
+            "Service": (self.core, "service"),
+            "Secret": (self.core, "secret"),
+            "NetworkPolicy": (self.net, "network_policy"),
+        }[obj["kind"]]
+        return getattr(api, f"{verb}_namespaced_{kind}")
+
+    def _job_exists(self, job: dict[str, Any]) -> bool:
+        try:
+            self._call(self.batch.read_namespaced_job, job["metadata"]["name"], job["metadata"]["namespace"])
+        except LaunchError:
+            return False
+        return True
+
+    def _delete(self, obj: dict[str, Any]) -> None:
+        try:
+            self._quiet(self._api_of(obj, "delete"), obj["metadata"]["name"], obj["metadata"]["namespace"])
+        except Exception as e:  # noqa: BLE001 - the launch's own error is the one to report
+            log.warning("could not delete %s %s: %s", obj["kind"], obj["metadata"]["name"], e)
 
     def _ensure_namespace(self, ns: str) -> None:
         if ns in self._namespaces:
@@ -122,15 +194,9 @@ class KubernetesRuntime:
         self._call(self.core.create_namespace, body, exists_ok=True)
         self._namespaces.add(ns)
 
-    def _create(self, obj: dict[str, Any]) -> None:
-        ns = obj["metadata"]["namespace"]
-        create = {
-            "Job": self.batch.create_namespaced_job,
-            "Service": self.core.create_namespaced_service,
-            "Secret": self.core.create_namespaced_secret,
-            "NetworkPolicy": self.net.create_namespaced_network_policy,
-        }[obj["kind"]]
-        self._call(create, ns, obj, exists_ok=obj["kind"] != "Job")
+    def _create(self, obj: dict[str, Any]) -> Any:
+        create = self._api_of(obj, "create")
+        return self._call(create, obj["metadata"]["namespace"], obj, exists_ok=obj["kind"] != "Job")
 
     def _call(self, fn: Any, *args: Any, exists_ok: bool = False) -> Any:
         from kubernetes.client.exceptions import ApiException
@@ -152,14 +218,66 @@ class KubernetesRuntime:
         key = (m.label_value(handle.job_id), str(handle.attempt))
         jobs, pods = self.jobs.get(key), self.pods.get(key)
         job = jobs[0] if jobs else None
+        if job is None and (ended := self._ended.get(key)) is not None:
+            return ended  # its Job went after it ended (ttlSecondsAfterFinished, or an eviction's deletion)
         workload = self._workload_of(job)
         eviction = kueue.eviction(workload) if workload is not None else None
         obs = phase_of(job, pods, int(handle.data.get("replicas", 1)), self._was_stopped(handle), eviction)
         self._copy_logs(handle, pods)
+        if job is not None and obs.phase in _ENDED:
+            self._remember_ended(key, obs)
+        if job is not None:
+            self._follow_evictions(handle, job, obs, eviction)
         if obs.reason in ("Preempted", "Evicted"):  # this attempt is over; its Job goes, the platform requeues
             ns, name = jobs[0]["metadata"]["namespace"], jobs[0]["metadata"]["name"]
             self._quiet(self.batch.delete_namespaced_job, name, ns, propagation_policy="Background")
         return obs
+
+    def _follow_evictions(
+        self, handle: Handle, job: dict[str, Any], obs: Observation, eviction: tuple[str, str] | None
+    ) -> None:
+        """Count an eviction for pods not ready in time, forget the count once the job ran, and hand a held-back
+        Job to Kueue when its time came (see evictions.py)."""
+        history = evictions.carried(job)
+        labels = job["metadata"].get("labels") or {}
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        marked = json.loads((job["metadata"].get("annotations") or {}).get(EVICTED_ANNOTATION) or "{}")
+        key, unschedulable = (m.label_value(handle.job_id), str(handle.attempt)), ""
+        if obs.phase is not Phase.STARTING:
+            with self._lock:  # kube-scheduler's last word matters only while the attempt waits, and for its eviction
+                unschedulable = self._unschedulable.pop(key, "")
+        if obs.reason == "Evicted" and (marked.get("reason") or (eviction or ("",))[0]) == PODS_READY_TIMEOUT:
+            after = evictions.after_eviction(job, marked.get("unschedulable") or unschedulable or obs.message)
+            after["nodes"] = self._nodes_fingerprint()  # a change of them from here on ends the wait
+            with self._lock:
+                self._evictions[handle.job_id] = {**after, "attempt": handle.attempt}
+        elif obs.phase is Phase.RUNNING and history.get("count"):
+            with self._lock:
+                self._evictions.pop(handle.job_id, None)
+            note = {"metadata": {"annotations": {evictions.EVICTIONS_ANNOTATION: json.dumps({"count": 0})}}}
+            self._quiet(self.batch.patch_namespaced_job, name, ns, note)
+        elif obs.phase is Phase.STARTING and labels.get(m.KUEUE_QUEUE) == evictions.HELD_QUEUE:
+            self._release_if_due(job, history)
+
+    def _release_if_due(self, job: dict[str, Any], history: dict[str, Any]) -> None:
+        """A held-back Job goes into its real queue once due; the count starts again if the nodes changed."""
+        nodes = self._nodes_fingerprint()
+        if not evictions.due(history, nodes):
+            return
+        changed = history.get("nodes", nodes) != nodes
+        kept = json.dumps({"count": 0 if changed else history.get("count", 0), "message": history.get("message", "")})
+        meta = job["metadata"]
+        patch = {"metadata": {"labels": {m.KUEUE_QUEUE: meta["labels"].get(m.LABEL_QUEUE, "default")}}}
+        patch["metadata"]["annotations"] = {evictions.EVICTIONS_ANNOTATION: kept}
+        self._quiet(self.batch.patch_namespaced_job, meta["name"], meta["namespace"], patch)
+        why = "the nodes changed" if changed else "its backoff"
+        log.info("job %s/%s handed to Kueue again after %s", meta["namespace"], meta["name"], why)
+
+    def _remember_ended(self, key: tuple[str, str], obs: Observation) -> None:
+        with self._lock:
+            self._ended[key] = obs
+            while len(self._ended) > _ENDED_KEPT:
+                self._ended.pop(next(iter(self._ended)))
 
     def why_pending(self, handle: Handle) -> list[dict[str, Any]]:
         """The cluster's reasons a started job has no running pods yet, from the watch caches (no API call): Kueue's
@@ -167,6 +285,9 @@ class KubernetesRuntime:
         key = (m.label_value(handle.job_id), str(handle.attempt))
         jobs, pods = self.jobs.get(key), self.pods.get(key)
         job = jobs[0] if jobs else None
+        history = evictions.carried(job)
+        if job is not None and (job["metadata"].get("labels") or {}).get(m.KUEUE_QUEUE) == evictions.HELD_QUEUE:
+            return [evictions.reason(history)]  # held back: Kueue's word is only that its queue does not exist
         workload = self._workload_of(job)
         events = {}
         for pod in pods:
@@ -174,7 +295,12 @@ class KubernetesRuntime:
             found = self.events.get((meta["namespace"], meta["name"]))
             if found:
                 events[meta["name"]] = max(found, key=_event_time)
-        return pending_reasons(job, pods, workload, events)
+        reasons = pending_reasons(job, pods, workload, events)
+        unschedulable = [r["message"] for r in reasons if r["code"] == "Unschedulable"]
+        if unschedulable:  # kept for the eviction that may follow (the pods are gone by then)
+            with self._lock:
+                self._unschedulable[key] = unschedulable[0]
+        return reasons
 
     def _workload_of(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
         """Kueue's Workload of the Job (found by its owner reference), the newest if Kueue made several."""
@@ -216,6 +342,14 @@ class KubernetesRuntime:
         pods get the notice at once (the preStop hook waits for it), the Workload is deactivated so Kueue does not
         start this attempt again, and the Job is marked, which observe() reports once the pods are gone; the
         platform then requeues the job as a new attempt (so a Job the suspension failed does not matter)."""
+        if kueue.counts_gpu_total(workload) is False and not self._warned_gpu_total:
+            self._warned_gpu_total = True
+            log.warning(
+                "Kueue admits GPUs without counting %s: model-less GPU quotas are not totals; add %s to Kueue's "
+                "Configuration (resources.transformations)",
+                kueue.GPU_TOTAL_RESOURCE,
+                kueue.GPU_TOTAL_TRANSFORMATION,
+            )
         evicted = kueue.eviction(workload) if kind != "DELETED" else None
         owner = owner_job_of(workload)
         if evicted is None or owner is None:
@@ -233,7 +367,14 @@ class KubernetesRuntime:
         wl_name = workload["metadata"]["name"]
         inactive = {"spec": {"active": False}}
         self._quiet(self.custom.patch_namespaced_custom_object, group, version, ns, "workloads", wl_name, inactive)
-        marked = {EVICTED_ANNOTATION: json.dumps({"reason": reason, "message": message})}
+        with self._lock:
+            unschedulable = self._unschedulable.get(key, "")
+        pods = self.pods.get(key)
+        now_unschedulable = [r["message"] for r in pending_reasons(None, pods) if r["code"] == "Unschedulable"]
+        unschedulable = now_unschedulable[0] if now_unschedulable else unschedulable
+        marked = {
+            EVICTED_ANNOTATION: json.dumps({"reason": reason, "message": message, "unschedulable": unschedulable})
+        }
         self._quiet(self.batch.patch_namespaced_job, name, ns, {"metadata": {"annotations": marked}})
         log.info("job %s/%s evicted by Kueue (%s): %s", ns, name, reason, message)
 
@@ -363,6 +504,24 @@ class KubernetesRuntime:
         listed = self.core.list_node(_request_timeout=self.ks.request_timeout_s)
         return [self._node(n) for n in listed.items]
 
+    def gpu_holders(self) -> dict[str, list[str | None]]:
+        """Per node, who holds each of its GPUs (from the pod watch, no API request): a Caldera job's id, or
+        OTHER_HOLDER for a pod Caldera did not start; None for a free one. Kubernetes does not say which device a
+        pod got, so a pod's GPUs are listed in the order the pods were created, from device 0 on."""
+        self.bound_pods.synced.wait(self.ks.request_timeout_s)
+        self.node_objs.synced.wait(self.ks.request_timeout_s)
+        out: dict[str, list[str | None]] = {}
+        for node in self.node_objs.all():
+            name = node["metadata"]["name"]
+            total = int(((node.get("status") or {}).get("allocatable") or {}).get(self.ks.gpu_resource, "0") or 0)
+            pods = sorted(self.bound_pods.get((name, "")), key=lambda p: p["metadata"].get("creationTimestamp") or "")
+            held: list[str | None] = []
+            for pod in pods:
+                holder = (pod["metadata"].get("labels") or {}).get(m.LABEL_JOB) or OTHER_HOLDER
+                held += [holder] * sum(_gpus_of(c, self.ks.gpu_resource) for c in pod["spec"].get("containers") or [])
+            out[name] = (held + [None] * total)[: max(total, len(held))]
+        return out
+
     def running_on(self, handle: Handle) -> set[str]:
         """The nodes kube-scheduler bound the attempt's pods to (from the pod watch), but for pods that ended."""
         self.pods.synced.wait(self.ks.request_timeout_s)
@@ -407,6 +566,11 @@ class KubernetesRuntime:
                 data.update(secret=m.lab_secret_name(meta["name"]), base_url=_base_url_of(spec))
             out.append(Handle(job_id, int(attempt), data))
         return out
+
+
+def _gpus_of(container: dict[str, Any], resource: str) -> int:
+    amounts = (container.get("resources") or {}).get("limits") or (container.get("resources") or {}).get("requests")
+    return int((amounts or {}).get(resource, 0) or 0)
 
 
 def _iso(t: float) -> str:

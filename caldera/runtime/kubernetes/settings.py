@@ -25,6 +25,24 @@ class KubernetesSettings(BaseSettings):
         None, max_length=64, description="addresses the platform's proxy connects from; the lab's only callers"
     )
     platform_namespace: str | None = Field(None, max_length=63, description="or: the namespace the platform runs in")
+    finished_job_ttl_s: int = Field(
+        300,
+        ge=0,
+        description="a finished Job (and with it its pods, Workload and every object of the attempt) is deleted "
+        "this long after it ended; the platform keeps its logs",
+    )
+    eviction_backoff_s: float = Field(
+        30.0,
+        ge=0,
+        description="a job Kueue evicted because its pods were not all ready in time (no node fits them) goes to "
+        "Kueue again after this long, doubled with each eviction in a row (at most 1 h)",
+    )
+    evictions_before_hold: int = Field(
+        5,
+        ge=1,
+        description="after this many such evictions in a row the job is held (why: HeldNoNodeFits, with "
+        "kube-scheduler's message) until the cluster's nodes change",
+    )
     watch_timeout_s: int = Field(300, ge=10, description="a watch is renewed (resourceVersion kept) after this")
     request_timeout_s: float = Field(30.0, gt=0, description="longest wait for one API request")
     manage_queues: bool = Field(

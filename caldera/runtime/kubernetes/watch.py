@@ -34,6 +34,16 @@ def owner_job_of(obj: dict[str, Any]) -> Key | None:
     return None
 
 
+def bound_pod_key(obj: dict[str, Any]) -> Key | None:
+    """(node, "") of a pod bound to a node: what holds that node's devices (Caldera's pods or anyone's)."""
+    node = (obj.get("spec") or {}).get("nodeName")
+    return (node, "") if node else None
+
+
+def node_key(obj: dict[str, Any]) -> Key:
+    return "node", obj["metadata"]["name"]
+
+
 def pod_of_event(obj: dict[str, Any]) -> Key | None:
     """(namespace, pod name) an event is about."""
     ref = obj.get("involvedObject") or {}
@@ -84,6 +94,10 @@ class WatchCache:
                 if obj is not None and obj["metadata"].get("namespace") == namespace:
                     return obj
         return None
+
+    def all(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [obj for bucket in self._objs.values() for obj in bucket.values()]
 
     def job_keys(self) -> list[Key]:
         with self._lock:
