@@ -57,7 +57,9 @@ def _carries_nothing_of_the_session(snap: str, source: str, secrets: dict[str, s
         assert value not in text, value
     for name in (*secrets, "CALDERA_JOB_ID", "JUPYTER_TOKEN_FILE", "HOME", "USER", "CALDERA_PREEMPT_NOTICE"):
         assert not any(e.startswith(f"{name}=") for e in got["Config"].get("Env") or []), name
-    for key in ("Env", "Cmd", "Entrypoint", "WorkingDir", "User", "Labels"):
+    # the same variables (their order is podman's, not meaningful: a pulled image may list them otherwise)
+    assert sorted(got["Config"].get("Env") or []) == sorted(base["Config"].get("Env") or [])
+    for key in ("Cmd", "Entrypoint", "WorkingDir", "User", "Labels"):
         assert got["Config"].get(key) == base["Config"].get(key), key
 
 
