@@ -77,9 +77,8 @@ def test_cancel_running_sends_sigterm_to_the_group(api, admin, platform):
 @pytest.mark.torch
 def test_distributed_gloo_all_reduce(api, admin, tmp_path):
     pytest.importorskip("torch")
-    script = tmp_path / "ddp.py"
-    script.write_text(
-        textwrap.dedent("""
+    # given inline: a job has a /tmp of its own, so a file the test wrote under the host's /tmp is not there
+    script = textwrap.dedent("""
         import os, torch, torch.distributed as dist
         dist.init_process_group("gloo")
         t = torch.tensor([float(dist.get_rank() + 1)])
@@ -88,13 +87,12 @@ def test_distributed_gloo_all_reduce(api, admin, tmp_path):
         print("sum", t.item(), env, flush=True)
         dist.destroy_process_group()
     """)
-    )
     jid = _submit(
         api,
         admin,
         name="ddp",
         kind="distributed",
-        command=["python", str(script)],
+        command=["python", "-c", script],
         replicas=2,
         procs_per_replica=1,
         resources={"gpu": 1, "cpu": 1},
