@@ -21,7 +21,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from tests.conftest import ServerProcess, free_port, kill_job_processes, lab_client, server_env, traversable, wait_for
+from tests.conftest import ServerProcess, free_port, kill_job_processes, lab_client, server_env, traversable
 from tests.test_browser import browser  # noqa: F401 - the chromium fixture
 from tests.test_server_process import lab_xsrf, token, until
 
@@ -144,15 +144,16 @@ DRIVE = """async ({base, kernel, terminal, label}) => {
     return out;
 }"""
 
-# the owner of a lab replaces Lab with this: a server of their own on the lab's socket, serving a page of theirs
-# on their lab's origin to whoever opens the lab (started detached from the kernel, which Lab may stop)
+# a server mallory starts from her notebook (detached from the kernel, which Lab may stop), serving a page of hers
+# at a host of her lab's name on a port of her own: an origin of the labs' site (process jobs share the host's
+# network). Replacing Lab on her lab's socket no longer works: the platform reaches Lab through a link it pinned
+# to Lab's own socket (tests/runtime/test_process_isolation.py), so that only breaks her own lab
 MALLORYS_SERVER = r"""
-import os, socket, sys
-path = sys.argv[1]
-os.unlink(path)
-listener = socket.socket(socket.AF_UNIX)
-listener.bind(path)
+import socket
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
 listener.listen(16)
+print(listener.getsockname()[1], flush=True)
 page = b"<!doctype html><title>mallory's lab</title><p>nothing to see here"
 while True:
     conn, _ = listener.accept()
@@ -165,12 +166,11 @@ while True:
         pass
     conn.close()
 """
-REPLACE_LAB = f"""
-import os, subprocess, sys
-sock = os.path.join(os.path.dirname(os.environ["JUPYTER_TOKEN_FILE"]), "lab.sock")
-server = subprocess.Popen([sys.executable, "-c", {MALLORYS_SERVER!r}, sock], start_new_session=True,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-print(server.pid)
+SERVE_PAGE = f"""
+import subprocess, sys
+server = subprocess.Popen([sys.executable, "-c", {MALLORYS_SERVER!r}], start_new_session=True,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+print(server.pid, server.stdout.readline().strip())
 """
 
 
@@ -220,27 +220,19 @@ def test_a_page_of_another_origin_cannot_drive_a_lab(server, browser):  # noqa: 
         mallorys_base = f"{server.lab_url(evil)}/jobs/{evil}/lab"
         headers = lab_xsrf(client, mallorys_base, mallory)
         own = client.post(f"{mallorys_base}/api/kernels", json={"name": "python3"}, headers=headers).json()["id"]
-    # mallory, from her own notebook, puts a server of hers on her lab's socket
-    mallorys_pid = int(_execute(server, evil, own, mallory, REPLACE_LAB))
+    # mallory, from her own notebook, serves a page of hers on a port of her own
+    pid, port = _execute(server, evil, own, mallory, SERVE_PAGE).split()
+    mallorys_pid, mallorys_origin = int(pid), f"http://{evil}.lab.localhost:{port}"
     pages = []
     try:
-        # her server answers once the proxy's idle connections to Lab expired (5 s): ask less often than that
-        with lab_client(headers=mallory) as client:
-
-            def served() -> bool:
-                return "mallory's lab" in client.get(f"{mallorys_base}/").text
-
-            wait_for(served, 60, interval=6, what="mallory's server behind her lab")
-
         # the victim, the admin, has alice's lab open, then opens mallory's
         victim = browser.new_context()
         alices_tab = victim.new_page()
         _login(alices_tab, server.url, "admin", "admin-password", f"/jobs/{lab}/lab/lab")
         alices_tab.wait_for_selector(".jp-Launcher", timeout=90_000)
         mallorys_page = victim.new_page()
-        mallorys_page.goto(f"{server.url}/jobs/{evil}/lab/")
-        mallorys_page.wait_for_selector("text=nothing to see here")
-        assert mallorys_page.url.startswith(server.lab_url(evil))  # her page, on her lab's origin
+        mallorys_page.goto(f"{mallorys_origin}/")
+        mallorys_page.wait_for_selector("text=nothing to see here")  # her page, on an origin of the labs' site
         args = {"base": base, "kernel": kernel, "terminal": terminal}
 
         kernels_before = _kernels(base, alice)

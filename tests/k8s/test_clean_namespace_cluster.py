@@ -1,7 +1,7 @@
 """An ended attempt leaves nothing in the account's namespace (issue 23, finding 4): 20 jobs that ended every way
 (succeeded, failed, cancelled while running, cancelled while waiting in Kueue, distributed, a lab, evicted because
 no node fits) leave only the objects of the one attempt that still runs. Every object of an attempt is owned by its
-Job, and a finished Job goes ttlSecondsAfterFinished after its end (1 s here); the logs stay with the platform."""
+Job, and a finished Job goes ttlSecondsAfterFinished after its end (15 s here); the logs stay with the platform."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _end_pod(rt, handle, exit_code: int) -> None:
 def test_ended_attempts_leave_only_the_live_ones(k8s_cluster, make_rt, account):
     add_queue(k8s_cluster.api_client, account, "main", {"gpu": {"guarantee": 32, "capability": 32}})
     add_queue(k8s_cluster.api_client, account, "none", {"gpu": {"guarantee": 0, "capability": 0}})
-    rt = make_rt(k8s={"finished_job_ttl_s": 1})
+    rt = make_rt(k8s={"finished_job_ttl_s": 15})  # long enough to see each end under a loaded CI machine
     ns = kueue.namespace_for(account)
     launch = lambda queue="main", **spec: rt.launch(launch_request(account, queue, **spec))  # noqa: E731
     gpu = {"resources": {"gpu": 1, "gpu_model": "a100"}}
