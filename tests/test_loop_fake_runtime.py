@@ -111,3 +111,31 @@ def test_the_snapshot_counts_each_jobs_preemptions_from_its_attempts(fake_api) -
         snap = loop._snapshot(db, 0.0, {}, {})
     by_id = {j.id: j for j in (*snap.queued, *snap.running)}
     assert (by_id[running].preemptions, by_id[queued].preemptions) == (3, 2)
+
+
+def test_a_passing_failure_to_observe_does_not_end_a_running_job(fake_api, monkeypatch) -> None:
+    """One cycle whose observe() fails (a podman command that timed out, say) notes it and keeps the job and its
+    GPUs; the runtime is asked to end the attempt only once observing has failed for the grace period."""
+    from caldera.server import loop as loop_module
+
+    api, fake = fake_api
+    admin = api.login("admin", "admin-password")
+    jid = _submit(api, admin, name="r", command=["sleep", "30"], resources={"gpu": 1})
+    _until(api, admin, jid, {"Running"})
+    ended: list[str] = []
+    monkeypatch.setattr(fake, "end_attempt", lambda job_id, attempt: ended.append(job_id) or True, raising=False)
+    real = fake.observe
+    monkeypatch.setattr(fake, "observe", lambda handle: (_ for _ in ()).throw(TimeoutError("podman timed out")))
+    loop = api.client.app.state.loop
+    loop.tick()
+    job = api.client.get(f"/api/v1/jobs/{jid}", headers=admin).json()
+    assert job["state"] == "Running" and _events(job)[-1] == "Unobservable" and not ended
+    monkeypatch.setattr(fake, "observe", real)  # it answers again: nothing happened to the job
+    loop.tick()
+    assert api.client.get(f"/api/v1/jobs/{jid}", headers=admin).json()["state"] == "Running" and not ended
+    # a failure that lasts past the grace: the attempt is ended, then Lost
+    monkeypatch.setattr(fake, "observe", lambda handle: (_ for _ in ()).throw(TimeoutError("podman timed out")))
+    monkeypatch.setattr(loop_module, "_UNOBSERVABLE_GRACE_S", 0.0)
+    loop.tick()
+    job = api.client.get(f"/api/v1/jobs/{jid}", headers=admin).json()
+    assert job["state"] == "Lost" and job["reason"] == "ReattachFailed" and ended == [jid]

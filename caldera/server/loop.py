@@ -60,6 +60,8 @@ def reasons_changed(stored: list[dict], new: list[dict]) -> bool:
 
 
 ACTIVE = (JobState.STARTING.value, JobState.RUNNING.value)
+# how long a running attempt may fail to be observed before its processes are ended and it is called Lost
+_UNOBSERVABLE_GRACE_S = 120.0
 
 
 def lab_base_url(job_id: str) -> str:
@@ -95,7 +97,8 @@ class SchedulerLoop:
         self.cycle_ms: float = 0.0
         self.launcher = Launcher(platform)
         self._pushed_queues: str | None = None  # the queues the runtime last accepted (admitting runtimes)
-        self._unobservable_noted: set[tuple[str, int]] = set()  # attempts whose Unobservable event is written
+        # attempts the runtime failed to observe, since when (cleared once observed again)
+        self._unobservable_since: dict[tuple[str, int], float] = {}
         s = platform.settings
         self.profiles = SoloProfiler(s, platform.runtime) if s.gpu_sharing and s.sharing_profile_s else None
 
@@ -131,7 +134,7 @@ class SchedulerLoop:
                     runtime = self._runtime_of(job)
                     obs = runtime.observe(self._handle(job))
                 except Exception as exc:  # noqa: BLE001 - a record no runtime can read: see _unobservable
-                    self._unobservable(db, job, exc, now)
+                    self._unobservable(db, job, exc, now, at_restart=True)
                     continue
                 if obs.phase in (Phase.STARTING, Phase.RUNNING):
                     message = f"server restarted; processes still running ({runtime.name} runtime)"
@@ -147,11 +150,16 @@ class SchedulerLoop:
     def _handle(job: Job) -> Handle:
         return Handle(job.id, job.attempt, job.handle or {})
 
-    def _unobservable(self, db: Session, job: Job, exc: Exception, now: float) -> None:
+    def _unobservable(self, db: Session, job: Job, exc: Exception, now: float, at_restart: bool = False) -> None:
         """An attempt its runtime cannot observe (a record it cannot parse, a runtime that cannot start here) is
         Lost only once every process of it was found and ended; until then it stays active and keeps its devices,
-        so none is handed out twice, and the next cycle tries again."""
-        if self._ended_everything(job):
+        so none is handed out twice, and the next cycle tries again. Its processes are ended at a restart, or once
+        observing has failed for ``_UNOBSERVABLE_GRACE_S``: a passing failure (a podman command that timed out on a
+        loaded host) must not kill a job that runs."""
+        key = (job.id, job.attempt)
+        first = key not in self._unobservable_since
+        since = self._unobservable_since.setdefault(key, now)
+        if (at_restart or now - since >= _UNOBSERVABLE_GRACE_S) and self._ended_everything(job):
             record(
                 db,
                 job,
@@ -163,10 +171,10 @@ class SchedulerLoop:
             )
             job.finished_at = now
             job.stop_requested, job.stop_detail = None, None
+            del self._unobservable_since[key]
             return
         log.warning("cannot observe attempt %s of job %s: %s", job.attempt, job.id, exc)
-        if (job.id, job.attempt) not in self._unobservable_noted:
-            self._unobservable_noted.add((job.id, job.attempt))
+        if first:
             note(
                 db,
                 job,
@@ -239,17 +247,19 @@ class SchedulerLoop:
             if self.launcher.in_flight(job.id, job.attempt):
                 continue
             # no handle: the server stopped while this launch was in flight; the runtime finds the job by id
+            handle = self._handle(job)
             try:
                 runtime = self._runtime_of(job)
-                obs = runtime.observe(self._handle(job))
+                obs = runtime.observe(handle)
                 why = (
-                    runtime.why_pending(self._handle(job))
+                    runtime.why_pending(handle)
                     if obs.phase is Phase.STARTING and hasattr(runtime, "why_pending")
                     else None
                 )
             except Exception as exc:  # noqa: BLE001 - one unreadable attempt must not stop every other job's cycle
                 self._unobservable(db, job, exc, now)
                 continue
+            self._unobservable_since.pop((job.id, job.attempt), None)
             if why is not None and reasons_changed(job.pending_reasons or [], why):
                 job.pending_reasons = why
             if obs.phase is Phase.RUNNING and job.state == JobState.STARTING.value:
