@@ -126,3 +126,18 @@ def test_an_unreadable_record_holds_its_gpus_until_its_processes_are_ended(tmp_p
         assert "found and ended" in job["message"]
         assert not procs.job_processes(set(), tag_prefix=f"{victim}/1/")
         assert _until(api, admin, waiting, {"Succeeded"})["state"] == "Succeeded"
+
+
+def test_an_attempt_of_a_runtime_that_cannot_start_here_is_a_clear_error_not_a_500(tmp_path) -> None:
+    settings = make_settings(tmp_path)
+    with _server(settings, LocalRuntime(settings)) as (api, admin):
+        jid = _submit(api, admin, name="done", command=["echo", "hi"])
+        _until(api, admin, jid, {"Succeeded"})
+        from caldera.db.models import Job
+
+        p = api.client.app.state.platform
+        with p.session() as db:  # launched by a runtime this server cannot make (not installed, say)
+            db.get(Job, jid).runtime = "nosuch"
+            db.commit()
+        r = api.client.get(f"/api/v1/jobs/{jid}/logs", headers=admin)
+        assert r.status_code == 502 and "unknown runtime 'nosuch'" in r.text, r.text

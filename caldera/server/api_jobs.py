@@ -115,6 +115,8 @@ def logs(
     _check_rank(job, rank)
     job_id, attempt, handle, runtime = job.id, job.attempt, job.handle, job.runtime
     offset = min(offset, _MAX_LOG_OFFSET)
+    if handle:
+        p.runtime_of(runtime, handle)  # a runtime that cannot start here: a 502 with its reason, before any byte
 
     def stream() -> Iterator[bytes]:
         nonlocal attempt, handle, runtime

@@ -13,9 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from caldera.config import Settings
 from caldera.core.cluster import Node
 from caldera.db.engine import make_engine, migrate, session_factory
-from caldera.runtime.base import Runtime
+from caldera.runtime.base import LaunchError, Runtime
 from caldera.runtime.local.owner import platform_dir
 from caldera.runtime.registry import create_runtime, launched_by
+from caldera.server.errors import Unavailable
 from caldera.server.security import Keys
 
 
@@ -47,13 +48,17 @@ class Platform:
     def runtime_of(self, name: str | None, handle: dict | None = None) -> Runtime:
         """The runtime that launched an attempt (``Job.runtime``; for a record from before it was kept, the one
         whose handle it is): re-attach, stop, logs and endpoints go there even when the default changed since.
-        Raises RuntimeUnavailable where that runtime cannot be made here."""
+        Raises Unavailable (502, with the runtime's reason) where that runtime cannot be made here, so an API route
+        that reaches it answers with that instead of a 500."""
         name = name or launched_by(handle or {}) or self.runtime.name
         if name == self.runtime.name:
             return self.runtime
         with self._runtimes_lock:
             if name not in self._other_runtimes:
-                self._other_runtimes[name] = create_runtime(self.settings.model_copy(update={"runtime": name}))
+                try:
+                    self._other_runtimes[name] = create_runtime(self.settings.model_copy(update={"runtime": name}))
+                except LaunchError as exc:
+                    raise Unavailable(str(exc), exc.reason, {"runtime": name}) from exc
             return self._other_runtimes[name]
 
     def session(self) -> Session:
