@@ -88,7 +88,7 @@ def test_where_builds_cannot_run_rootless_none_runs_as_root(platform, tmp_path, 
     """Debian's buildah is vulnerable: without the sandbox the platform builds nothing rather than build as root."""
     from caldera.images import sandbox
 
-    monkeypatch.setattr(sandbox, "PATH", str(tmp_path))  # no newuidmap, no slirp4netns there
+    monkeypatch.setattr(sandbox, "ROOT_PATH", str(tmp_path))  # no newuidmap, no slirp4netns there
     builder = Builder(platform)
     builder.prepare()
     assert "apt-get install uidmap" in builder.unavailable

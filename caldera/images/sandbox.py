@@ -30,12 +30,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from caldera.runtime.base import RunAs
+from caldera.runtime.local.launchfile import ROOT_PATH
 from caldera.runtime.local.owner import owned_dir, platform_dir, write_owned
 
 BUILD_USER = "caldera-build"
 SUBIDS = (1_000_000_000, 65536)  # first subordinate id, count: far above any account's uid
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-ROOT_ENV = {"PATH": PATH, "LC_ALL": "C", "HOME": "/root"}
+ROOT_ENV = {"PATH": ROOT_PATH, "LC_ALL": "C", "HOME": "/root"}
 RUNTIME_ROOT = Path("/run/caldera-build")
 TUN = Path("/dev/net/tun")  # slirp4netns gives the build its own network through it
 
@@ -111,7 +111,7 @@ class Sandbox:
     def prepare(self) -> RunAs:
         """Idempotent: the user, its ids, the network device and the directories; SandboxUnavailable says why not."""
         for tool, package in (("newuidmap", "uidmap"), ("newgidmap", "uidmap"), ("slirp4netns", "slirp4netns")):
-            if shutil.which(tool, path=PATH) is None:
+            if shutil.which(tool, path=ROOT_PATH) is None:
                 raise SandboxUnavailable(f"builds run rootless and need {tool}: apt-get install {package}")
         if not TUN.exists():
             raise SandboxUnavailable(f"builds run rootless and need {TUN} (the tun module)")
@@ -137,7 +137,7 @@ class Sandbox:
     def env(self) -> dict[str, str]:
         config = str(self.root / "config")
         return {
-            "PATH": PATH,
+            "PATH": ROOT_PATH,
             "LC_ALL": "C",
             "HOME": config,
             "XDG_CONFIG_HOME": config,

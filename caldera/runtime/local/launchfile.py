@@ -20,13 +20,14 @@ from pathlib import Path
 from caldera.runtime.local.procs import TAG_VAR
 from caldera.runtime.local.rundir import RunDir, write_json_atomic
 
-_ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# where root processes the platform starts look for programs: a constant, never the environment of a request
+ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def root_env(tag: str | None = None) -> dict[str, str]:
     """The whole environment of a root process the runtime starts. The run tag is the platform's (job id, attempt,
     rank): it lets the runtime find a rank's supervisor among leftovers."""
-    env = {"PATH": _ROOT_PATH, "LANG": "C.UTF-8"}
+    env = {"PATH": ROOT_PATH, "LANG": "C.UTF-8"}
     if tag is not None:
         env[TAG_VAR] = tag
     return env
