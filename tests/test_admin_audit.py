@@ -28,6 +28,8 @@ CALLS: dict[tuple[str, str], tuple[str, dict | None]] = {
     ("PUT", "/api/v1/queues/{name}/grants/{username}"): ("/api/v1/queues/physics/grants/zed", {"max_priority": "high"}),
     ("DELETE", "/api/v1/queues/{name}/grants/{username}"): ("/api/v1/queues/physics/grants/zed", None),
     ("PUT", "/api/v1/images/quotas/{username}"): ("/api/v1/images/quotas/zed", {"quota_mib": 100}),
+    ("POST", "/api/v1/images/environments"): ("/api/v1/images/environments", {"ref": "caldera/x:1", "python": "3.11"}),
+    ("DELETE", "/api/v1/images/environments/{ref:path}"): ("/api/v1/images/environments/caldera/x:1", None),
     ("POST", "/api/v1/admin/nodes/{name}/cordon"): ("/api/v1/admin/nodes/node-0/cordon", {"reason": "fan"}),
     ("POST", "/api/v1/admin/nodes/{name}/uncordon"): ("/api/v1/admin/nodes/node-0/uncordon", None),
     ("POST", "/api/v1/admin/nodes/{name}/drain"): ("/api/v1/admin/nodes/node-0/drain", {"reason": "disk"}),

@@ -47,7 +47,8 @@ BAD = [
     ("name", "Tools"),
     ("name", "../etc"),
     ("tag", "a/b"),
-    ("cuda", "11.8"),
+    ("cuda", "10.2"),
+    ("cudnn", "7.6"),
     ("python", "2.7"),
     ("visibility", "everyone"),
     ("shell", "bash"),
@@ -114,7 +115,7 @@ def test_a_bad_form_field_is_a_400_naming_it(api, people):
 def test_the_form_offers_the_pythons_whose_base_exists_and_refuses_the_others(api, people):
     builder = api.client.app.state.builds.builder
     offered = api.client.get("/api/v1/images/options", headers=people[0]).json()
-    assert offered["python"] == [v for v in ("3.11", "3.13") if builder.has(builder.base_for(v))]
+    assert offered["python"] == [v for v in ("3.9", "3.11", "3.13") if builder.has(builder.base_for(v))]
     assert builder.base_for("3.13").endswith(":trixie") and builder.base_for("3.11").endswith(":bookworm")
     missing = next((v for v in ("3.13", "3.11") if v not in offered["python"]), None)
     if missing is None:

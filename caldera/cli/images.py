@@ -7,6 +7,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from caldera.images.form import CUDA, CUDNN, PYTHONS
+from caldera.images.ready import DEFAULT_READY, READY
+
 images_app = typer.Typer(help="Container images jobs run in.", no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
@@ -22,16 +25,24 @@ def bootstrap(
     mirror: str = typer.Option("http://deb.debian.org/debian", help="Debian mirror"),
     include: list[str] = typer.Option([], help="more Debian packages in the image (python3 always is)"),
     rebuild: bool = typer.Option(False, help="run debootstrap again even if the tarball exists"),
+    ready: list[str] = typer.Option(
+        list(DEFAULT_READY),
+        "--ready",
+        help=f"ready environments to build on the base ({', '.join(READY)}; 'none' for only the base): "
+        "caldera/<name>:<suite>, default is the container runtime's default image",
+    ),
 ) -> None:
-    """Make the base image on this host: debootstrap --variant=minbase with python3, imported into podman
-    (a one-time step, about a minute; no image registry needed)."""
+    """Make the base image on this host (debootstrap --variant=minbase with python3, imported into podman: no image
+    registry needed, about a minute) and the ready environments on it (caldera/default:<suite> with JupyterLab;
+    --ready pytorch adds caldera/pytorch:<suite>), showing each build step."""
+    from caldera.images import ready as ready_images
     from caldera.runtime.container import bootstrap as boot
     from caldera.runtime.container.podman import Podman, PodmanError
     from caldera.runtime.container.settings import ContainerSettings
 
     cs = ContainerSettings()
     # one base per release, named as the build form looks for it (caldera/base:trixie for Python 3.13)
-    tag = tag or f"{cs.image.rsplit(':', 1)[0]}:{suite}"
+    tag = tag or ready_images.base_tag(suite)
     cache = cache or Path(
         "/var/cache/caldera-base.tar" if suite == "bookworm" else f"/var/cache/caldera-base-{suite}.tar"
     )
@@ -45,6 +56,18 @@ def bootstrap(
         err.print(f"[red]cannot make the base image:[/red] {exc}")
         raise typer.Exit(1) from None
     console.print(f"[bold green]{tag}[/bold green] {image_id.removeprefix('sha256:')[:12]}")
+    unknown = [r for r in ready if r not in READY and r != "none"]
+    if unknown:
+        err.print(f"[red]no ready environment {', '.join(unknown)}[/red] (choose from {', '.join(READY)})")
+        raise typer.Exit(2)
+    for name in dict.fromkeys(r for r in ready if r != "none"):
+        console.print(f"building {READY[name].tag(suite)}: {READY[name].inside}")
+        try:
+            built = ready_images.build(podman, READY[name], suite, say=lambda m: console.print(f"  {m}"))
+        except (ready_images.ReadyBuildFailed, OSError) as exc:
+            err.print(f"[red]cannot build it:[/red] {exc}")
+            raise typer.Exit(1) from None
+        console.print(f"[bold green]{built}[/bold green]")
 
 
 def _api(method: str, path: str, *args):
@@ -77,9 +100,9 @@ def build(
     tag: str = typer.Option("latest"),
     visibility: str = typer.Option("private", help="private, account or public"),
     account: str | None = typer.Option(None, help="the account of an account image"),
-    python: str = typer.Option("3.11"),
-    cuda: str = typer.Option("none", help="none, 12.1, 12.4 or 12.6 (pip wheels)"),
-    cudnn: str = typer.Option("none", help="none, 9.1 or 9.5 (pip wheels)"),
+    python: str = typer.Option("3.11", help=f"{', '.join(PYTHONS)} (a base image each: `caldera images environments`)"),
+    cuda: str = typer.Option("none", help=f"{', '.join(CUDA)} (pip wheels)"),
+    cudnn: str = typer.Option("none", help=f"{', '.join(CUDNN)} (pip wheels; 8.x needs CUDA 11, 9.x CUDA 12)"),
     jupyter: bool = typer.Option(False, help="install JupyterLab"),
     pip: list[str] = typer.Option([], help="a pip requirement (repeat)"),
     apt: list[str] = typer.Option([], help="a Debian package (repeat)"),
@@ -129,3 +152,42 @@ def quota(username: str, set_mib: int | None = typer.Option(None, "--set", help=
         _api("put", f"/images/quotas/{username}", {"quota_mib": set_mib})
     q = _api("get", f"/images/quotas/{username}")
     console.print(f"{username}: {q['used_mib']:.0f} MiB used of {q['quota_mib']} MiB")
+
+
+environments_app = typer.Typer(help="The catalogue of ready environments and base images (admins curate it).")
+images_app.add_typer(environments_app, name="environments")
+
+
+@environments_app.callback(invoke_without_command=True)
+def environments_list(ctx: typer.Context) -> None:
+    """The catalogue: ready environments jobs run in and base images builds start from."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from rich.table import Table
+
+    table = Table("image", "kind", "python", "cuda", "inside", "here")
+    for e in _api("get", "/images/environments"):
+        here = "yes" if e["present"] else f"no: {e['makes_it']}"
+        table.add_row(e["ref"], e["kind"], e["python"], e["cuda"], e["inside"], here)
+    console.print(table)
+
+
+@environments_app.command("add")
+def environments_add(
+    ref: str = typer.Argument(..., help="a platform image on every node, caldera/<name>:<tag>"),
+    kind: str = typer.Option("ready", help="ready (jobs run in it) or base (builds start from it)"),
+    python: str = typer.Option(..., help="its Python version, e.g. 3.11"),
+    cuda: str = typer.Option("none", help="its CUDA version, e.g. 12.x, or none"),
+    inside: str = typer.Option("", help="what is inside, as users read it"),
+) -> None:
+    """Add an image to the catalogue (admins)."""
+    e = _api("post", "/images/environments", {"ref": ref, "kind": kind, "python": python, "cuda": cuda,
+                                               "inside": inside})  # fmt: skip
+    console.print(f"added [bold]{e['ref']}[/bold]" + ("" if e["present"] else f" (not on this host: {e['makes_it']})"))
+
+
+@environments_app.command("remove")
+def environments_remove(ref: str) -> None:
+    """Take an image out of the catalogue (admins); the image itself stays on the nodes."""
+    _api("delete", f"/images/environments/{ref}")
+    console.print(f"removed {ref}")

@@ -214,3 +214,17 @@ class SshKey(Base):
     public_key: Mapped[str] = mapped_column(Text)  # the canonical line: type, base64, comment
     fingerprint: Mapped[str] = mapped_column(String(64))  # SHA256:<base64 without padding>, 50 characters
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class Environment(Base):
+    """An entry of the admins' catalogue of the platform's own images (a base image the build form builds on, or a
+    ready environment jobs run in): what the forms offer, with what is inside."""
+
+    __tablename__ = "environments"
+    ref: Mapped[str] = mapped_column(String(128), primary_key=True)  # caldera/<name>:<tag>, on every node
+    kind: Mapped[str] = mapped_column(String(16))  # base | ready
+    python: Mapped[str] = mapped_column(String(16))
+    cuda: Mapped[str] = mapped_column(String(16))  # a version, or "none"
+    inside: Mapped[str] = mapped_column(Text, default="")
+    added_by: Mapped[str] = mapped_column(String(64))
+    added_at: Mapped[float] = mapped_column(Float)

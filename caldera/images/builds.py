@@ -21,6 +21,7 @@ from caldera.images import catalogue, registry
 from caldera.images.containerfile import render
 from caldera.images.form import PYTHONS, BuildForm
 from caldera.images.limits import BuildCgroup, LimitsUnavailable
+from caldera.images.ready import base_tag
 from caldera.images.sandbox import BUILD_USER, ROOT_ENV, Sandbox, SandboxUnavailable
 from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.local.owner import platform_dir
@@ -60,7 +61,6 @@ class Builder:
     def __init__(self, p: Platform):
         self.p = p
         cs = ContainerSettings()
-        self.base = cs.image
         self.podman = cs.global_args()
         self.buildah = ["buildah", *self.podman[1:]]
         self.env = {**ROOT_ENV, **({"CONTAINERS_CONF": str(cs.conf)} if cs.conf else {})}
@@ -181,8 +181,8 @@ class Builder:
             archive.unlink(missing_ok=True)
 
     def base_for(self, python: str) -> str:
-        """The base image of a Python version: its Debian release's tag of the default image's name."""
-        return f"{self.base.rsplit(':', 1)[0]}:{PYTHONS[python]}"
+        """The base image of a Python version: the one bootstrapped from its Debian release."""
+        return base_tag(PYTHONS[python])
 
     def pythons(self) -> list[str]:
         """The Python versions whose base image is on this host: what the build form offers."""

@@ -137,7 +137,7 @@ class RegistryDown(CalderaError):
 # the platform's own images on the host, made by an admin (`caldera images bootstrap`: the bases and the default);
 # users' images live in the registry, so no user makes one of these names
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
-_PLATFORM_IMAGE = re.compile(rf"(?:localhost/)?(caldera/[a-z0-9]+(?:[._-][a-z0-9]+)*)(?::({_TAG}))?")
+PLATFORM_IMAGE = re.compile(rf"(?:localhost/)?(caldera/[a-z0-9]+(?:[._-][a-z0-9]+)*)(?::({_TAG}))?")
 _ID = re.compile(r"(?:sha256:)?([0-9a-f]{12,64})")  # podman's image id (or a prefix of it) or a manifest digest
 _CATALOGUE_ID = re.compile(r"[0-9a-f]{10}")  # Image.id
 _DIGEST = r"sha256:[0-9a-f]{64}"
@@ -151,7 +151,7 @@ def resolve_job_image(db: Session, settings: Settings, user: User, name: str) ->
     manifest digest. Anything else is refused: the runtime only ever gets the reference returned here, never the
     user's string, so podman never resolves a user's id, digest or short name to an image on the host that is
     not theirs to run."""
-    platform_image = _PLATFORM_IMAGE.fullmatch(name)
+    platform_image = PLATFORM_IMAGE.fullmatch(name)
     if platform_image:
         return f"localhost/{platform_image[1]}:{platform_image[2] or 'latest'}"
     img = db.get(Image, name) if _CATALOGUE_ID.fullmatch(name) else None

@@ -11,15 +11,27 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from caldera.images import instructions
 
 # each Python is its Debian release's own python3, so a version is a base image (`caldera images bootstrap --suite`)
-PYTHONS = {"3.11": "bookworm", "3.13": "trixie"}
-# CUDA and cuDNN come as pip wheels, pinned as PyTorch's releases pin them (torch 2.5 for 12.1/12.4, 2.7 for 12.6)
+# (bullseye 3.9 is the oldest Debian release still maintained, LTS to 2026-08; Python 3.7 and 3.8 have no such base)
+PYTHONS = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
+# CUDA and cuDNN come as pip wheels, pinned as PyTorch's releases pin them (torch 1.13 for 11.7, 2.0-2.6 for 11.8,
+# 2.5 for 12.1/12.4, 2.7 for 12.6); every set is published for every Python above (tests/test_images_form_choices.py)
 CUDA = {
     "none": (),
+    "11.7": ("nvidia-cuda-runtime-cu11==11.7.99", "nvidia-cublas-cu11==11.10.3.66", "nvidia-cuda-nvrtc-cu11==11.7.99"),
+    "11.8": ("nvidia-cuda-runtime-cu11==11.8.89", "nvidia-cublas-cu11==11.11.3.6", "nvidia-cuda-nvrtc-cu11==11.8.89"),
     "12.1": ("nvidia-cuda-runtime-cu12==12.1.105", "nvidia-cublas-cu12==12.1.3.1", "nvidia-cuda-nvrtc-cu12==12.1.105"),
     "12.4": ("nvidia-cuda-runtime-cu12==12.4.127", "nvidia-cublas-cu12==12.4.5.8", "nvidia-cuda-nvrtc-cu12==12.4.127"),
     "12.6": ("nvidia-cuda-runtime-cu12==12.6.77", "nvidia-cublas-cu12==12.6.4.1", "nvidia-cuda-nvrtc-cu12==12.6.77"),
 }
-CUDNN = {"none": (), "9.1": ("nvidia-cudnn-cu12==9.1.0.70",), "9.5": ("nvidia-cudnn-cu12==9.5.1.17",)}
+CUDNN = {
+    "none": (),
+    "8.7": ("nvidia-cudnn-cu11==8.7.0.84",),
+    "8.9": ("nvidia-cudnn-cu11==8.9.6.50",),
+    "9.1": ("nvidia-cudnn-cu12==9.1.0.70",),
+    "9.5": ("nvidia-cudnn-cu12==9.5.1.17",),
+}
+# a cuDNN wheel is built against one CUDA major version: cuDNN 8 here for CUDA 11, cuDNN 9 for CUDA 12
+CUDNN_CUDA = {"8": "11", "9": "12"}
 
 NAME = r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$"
 TAG = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
@@ -64,6 +76,19 @@ class BuildForm(BaseModel):
             if reason is not None:
                 raise ValueError(f"{line[:60]!r}: {reason}")
         return v
+
+    def mismatch(self) -> tuple[str, str, dict[str, str], str] | None:
+        """Why this choice of CUDA and cuDNN cannot work together, as (field, code, params, English), or None:
+        refused when the form is sent, not found out after minutes of building."""
+        if self.cudnn == "none":
+            return None
+        params = {"cuda": self.cuda, "cudnn": self.cudnn, "needs": CUDNN_CUDA[self.cudnn.split(".")[0]]}
+        if self.cuda == "none":
+            return "cudnn", "CudnnNeedsCuda", params, f"cuDNN {self.cudnn} needs CUDA {params['needs']}.x; choose one"
+        if self.cuda.split(".")[0] != params["needs"]:
+            english = f"cuDNN {self.cudnn} is built for CUDA {params['needs']}.x, not CUDA {self.cuda}"
+            return "cudnn", "CudnnCudaMismatch", params, english
+        return None
 
     def wheels(self) -> list[str]:
         return [*CUDA[self.cuda], *CUDNN[self.cudnn], *(["jupyterlab"] if self.jupyter else []), *self.pip]

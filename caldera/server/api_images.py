@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session
 from caldera.core.spec import field_path
 from caldera.core.tenancy import Role
 from caldera.db.models import Image, ImageQuota, User
-from caldera.images import catalogue, registry, snapshot
+from caldera.images import catalogue, environments, registry, snapshot
 from caldera.images.builds import BuildQueue, log_path
 from caldera.images.catalogue import RegistryDown
-from caldera.images.form import CUDA, CUDNN, NAME, PYTHONS, TAG, BuildForm
+from caldera.images.form import CUDA, CUDNN, CUDNN_CUDA, NAME, PYTHONS, TAG, BuildForm
 from caldera.runtime.local.log_follow import follow_file
 from caldera.server import audit, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
@@ -48,17 +48,62 @@ def _owners(db: Session) -> dict[int, str]:
 
 def parse_form(body: dict) -> BuildForm:
     try:
-        return BuildForm.model_validate(body)
+        form = BuildForm.model_validate(body)
     except ValidationError as exc:
         raise InvalidFields(
             [{"field": field_path(tuple(e["loc"])) or "form", "reason": e["msg"]} for e in exc.errors()]
         ) from None
+    mismatch = form.mismatch()
+    if mismatch is not None:
+        field, code, params, english = mismatch
+        raise Invalid(field, english, code, params)
+    return form
 
 
 @router.get("/options")
-def build_options(q: BuildQueue = Depends(builds)) -> dict:
-    """What the build form offers: the Python versions whose base image exists here, CUDA and cuDNN."""
-    return {"python": q.builder.pythons(), "cuda": list(CUDA), "cudnn": list(CUDNN)}
+def build_options(q: BuildQueue = Depends(builds), db: Session = Depends(db_session)) -> dict:
+    """What the build form offers: the Python versions of the catalogue's base images that exist here, CUDA and
+    cuDNN (each cuDNN with the CUDA major version it needs)."""
+    return {
+        "python": offered_pythons(db, q),
+        "cuda": list(CUDA),
+        "cudnn": list(CUDNN),
+        "cudnn_needs_cuda": {v: CUDNN_CUDA[v.split(".")[0]] for v in CUDNN if v != "none"},
+    }
+
+
+def offered_pythons(db: Session, q: BuildQueue) -> list[str]:
+    bases = {e.ref for e in environments.entries(db, "base")}
+    return [v for v in q.builder.pythons() if q.builder.base_for(v) in bases]
+
+
+@router.get("/environments")
+def list_environments(
+    _: User = Depends(current_user), q: BuildQueue = Depends(builds), db: Session = Depends(db_session)
+) -> list[dict]:
+    """The catalogue of the platform's images: bases of the build form and ready environments for jobs, each with
+    whether it is on this host and, if not, the command that makes it."""
+    return environments.views(db, q.builder.has)
+
+
+@router.post("/environments", status_code=201)
+def add_environment(
+    body: environments.EnvironmentForm,
+    admin: User = Depends(admin_user),
+    q: BuildQueue = Depends(builds),
+    db: Session = Depends(db_session),
+) -> dict:
+    env = environments.add(db, body, admin.username)
+    audit.record(db, admin, "add-environment", env.ref, body.model_dump(exclude={"ref"}))
+    db.commit()
+    return environments.view(env, q.builder.has(env.ref))
+
+
+@router.delete("/environments/{ref:path}", status_code=204)
+def remove_environment(ref: str, admin: User = Depends(admin_user), db: Session = Depends(db_session)) -> None:
+    environments.remove(db, ref)
+    audit.record(db, admin, "remove-environment", ref)
+    db.commit()
 
 
 @router.get("")
@@ -80,12 +125,15 @@ def build(
     catalogue.check_namespace(db, user, form.visibility, form.account)
     catalogue.check_quota(db, p.settings, user)
     _registry_reachable(p)
-    if not q.builder.has(base := q.builder.base_for(form.python)):
+    if form.python not in offered_pythons(db, q):
+        base = q.builder.base_for(form.python)
         suite = PYTHONS[form.python]
         raise Invalid(
             "python",
             f"Python {form.python} needs the {base} base image, not on this host; an admin makes it with "
             f"`caldera images bootstrap --suite {suite}`",
+            "BaseImageMissing",
+            {"python": form.python, "base": base, "suite": suite},
         )
     ns = catalogue.namespace(user, form.visibility, form.account)
     img = catalogue.new(db, user, ns, form.name, form.tag, form.visibility, "form", form.model_dump(mode="json"))

@@ -20,7 +20,7 @@ from tests.needs import podman_usable  # noqa: F401 - fixture
 
 def test_a_spec_names_its_image_or_gets_the_default() -> None:
     assert parse_spec({"name": "a", "command": ["true"]}).image is None  # the runtime's default image
-    assert ContainerSettings().image == DEFAULT_IMAGE == "caldera/base:bookworm"
+    assert ContainerSettings().image == DEFAULT_IMAGE == "caldera/default:bookworm"
     assert parse_spec({"name": "a", "command": ["true"], "image": "alice/torch:2.3"}).image == "alice/torch:2.3"
     for bad in ("--privileged", "a b", "x" * 300, "../etc"):
         with pytest.raises(SpecError) as err:

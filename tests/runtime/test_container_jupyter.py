@@ -2,15 +2,11 @@
 container at its own path), the platform logs in through that socket, the token file is gone once Lab is up, and
 the socket is its owner's alone, as with the process runtime, so the lab proxy works unchanged.
 
-The base image has no JupyterLab; this module builds a test image from it with buildah, JupyterLab installed with
-the host's pip (same Python minor version as bookworm's), and keeps it for later runs."""
+The jobs run in the default image that `caldera images bootstrap` makes (caldera/images/ready.py)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -31,31 +27,19 @@ from tests.needs import podman_usable  # noqa: F401 - fixture
 from .conftest import wait_for, wait_terminal
 
 pytestmark = pytest.mark.usefixtures("podman_usable")
-IMAGE = "caldera/test-jupyter:bookworm"
 ALICE = RunAs("alice", 201_002, 201_002)
 
 
 @pytest.fixture(scope="module")
-def jupyter_image(tmp_path_factory) -> str:
+def jupyter_image() -> str:
+    """The container runtime's default image, as `caldera images bootstrap` makes it: JupyterLab is in it, so the
+    README's Jupyter job runs without anyone building an image first."""
     cs = ContainerSettings()
-    if ImageInfo.load(Podman(cs.global_args()), IMAGE) is not None:
-        return IMAGE
-    if shutil.which("buildah") is None or sys.version_info[:2] != (3, 11):
-        needs.missing("needs buildah and a Python 3.11 host to add JupyterLab to the bookworm base image")
-    site = tmp_path_factory.mktemp("jupyterlab") / "site"
-    pip = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--target", str(site), "jupyterlab"],
-        capture_output=True,
-        timeout=1200,
-    )
-    if pip.returncode != 0:
-        needs.missing(f"cannot install JupyterLab here: {pip.stderr.decode(errors='replace')[-300:]}")
-    ctr = subprocess.run(
-        ["buildah", "from", "--pull=never", cs.image], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    subprocess.run(["buildah", "copy", ctr, str(site), "/usr/local/lib/python3.11/dist-packages"], check=True)
-    subprocess.run(["buildah", "commit", "--rm", "-q", ctr, IMAGE], check=True, capture_output=True)
-    return IMAGE
+    info = ImageInfo.load(Podman(cs.global_args()), cs.image)
+    if info is None:
+        needs.missing(f"the default image {cs.image} is missing: caldera images bootstrap")
+    assert info.missing("python3", jupyter=True) is None, f"{cs.image} has no JupyterLab"
+    return cs.image
 
 
 def _status(sock: str, base_url: str, cookie: str) -> int:

@@ -7,7 +7,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_IMAGE = "caldera/base:bookworm"
+# a ready environment (caldera/images/ready.py) with JupyterLab, made by `caldera images bootstrap`
+DEFAULT_IMAGE = "caldera/default:bookworm"
 
 
 class ContainerSettings(BaseSettings):

@@ -8,7 +8,7 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy.orm import Session
 
 from caldera.db.models import User
-from caldera.images import catalogue
+from caldera.images import catalogue, environments
 from caldera.images.form import CUDA, CUDNN
 from caldera.server import api_images
 from caldera.server.deps import db_session, platform
@@ -27,7 +27,8 @@ def _images_page(request: Request, p: Platform, user: User, db: Session, errors=
     images = api_images.list_images(user=user, p=p, db=db)
     return page(
         request, "images.html", status=status, user=user, errors=list(errors), form=form or {}, images=images,
-        build_logs=_build_logs(images, user), pythons=q.builder.pythons(), cudas=list(CUDA),
+        build_logs=_build_logs(images, user), pythons=api_images.offered_pythons(db, q), cudas=list(CUDA),
+        environments=environments.views(db, q.builder.has),
         cudnns=list(CUDNN), used_mib=catalogue.used_bytes(db, user) // MIB,
         quota_mib=catalogue.quota_bytes(db, p.settings, user) // MIB,
     )  # fmt: skip

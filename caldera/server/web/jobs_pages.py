@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from caldera.core.spec import SpecError, parse_spec
 from caldera.core.states import JobState
 from caldera.db.models import User
-from caldera.images import catalogue
+from caldera.images import catalogue, environments
 from caldera.server import api_images, api_jobs, api_templates, jobs, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
@@ -56,7 +56,9 @@ def form_page(
     if kind not in job_forms.KINDS:
         raise PageNotFound()
     choices = overview.queue_choices(p, overview.my_queues(db, user))
-    images = [catalogue.reference(p.settings, i) for i in catalogue.usable(db, user) if i.state == "ready"]
+    ready = environments.views(db, request.app.state.builds.builder.has, "ready")
+    images = [e["ref"] for e in ready if e["present"]]
+    images += [catalogue.reference(p.settings, i) for i in catalogue.usable(db, user) if i.state == "ready"]
     if form.image and form.image not in images:
         images.append(form.image)  # a clone's or a template's image, e.g. one of the host's: the API judges it
     return page(

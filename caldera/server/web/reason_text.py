@@ -159,6 +159,14 @@ ERRORS: dict[str, Message] = {
         )
     ),
     "NotKeyValue": Message(_("%(line)s: expected KEY=VALUE")),
+    "CudnnNeedsCuda": Message(_("cuDNN %(cudnn)s needs CUDA %(needs)s.x; choose one")),
+    "CudnnCudaMismatch": Message(_("cuDNN %(cudnn)s is built for CUDA %(needs)s.x, not CUDA %(cuda)s")),
+    "BaseImageMissing": Message(
+        _(
+            "Python %(python)s needs the %(base)s base image, not on this host; an admin makes it with `caldera "
+            "images bootstrap --suite %(suite)s`"
+        )
+    ),
     "PriorityNeedsGrant": Message(
         _(
             "priority %(priority)s needs a grant in queue %(queue)s: you may submit up to %(granted)s there; an "
