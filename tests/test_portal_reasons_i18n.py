@@ -50,8 +50,8 @@ def test_every_message_has_a_chinese_text_with_the_same_placeholders():
 
 
 def test_an_unknown_code_or_missing_details_show_the_english_message():
-    reason = {"code": "KueuePending", "message": "Kueue has not admitted it", "details": {"source": "kueue"}}
-    assert ZH.pending(reason) == "Kueue has not admitted it"
+    reason = {"code": "VolcanoPending", "message": "not admitted", "details": {"source": "volcano"}}
+    assert ZH.pending(reason) == "not admitted"
     no_values = {"code": "QueuePosition", "message": "position 3 in the queue", "details": {}}
     assert ZH.pending(no_values) == "position 3 in the queue"
     old = JobEventRow(reason="Submitted", message="submitted by ann", details=None)  # stored before details
@@ -253,3 +253,53 @@ def test_a_preemption_by_the_scheduler_in_chinese(api, admin, platform):
     for j in (be, urgent):
         api.client.post(f"/api/v1/jobs/{j}/cancel", headers=admin)
         _until(api, admin, j, {"Cancelled"})
+
+
+def _codes_written_by_the_runtimes() -> set[str]:
+    """Every reason code a runtime or the server writes into an event: LaunchError codes and Observation reasons."""
+    from pathlib import Path
+
+    import caldera
+
+    root = Path(caldera.__file__).parent
+    found: set[str] = set()
+    for path in [*root.glob("runtime/**/*.py"), *root.glob("server/*.py")]:
+        text = path.read_text()
+        found |= set(re.findall(r'LaunchError\(\s*"([A-Za-z]+)"', text))
+        found |= set(re.findall(r'\breason="([A-Za-z]+)"', text))
+        found |= set(re.findall(r'LaunchError\(\s*\n\s*"([A-Za-z]+)"', text))
+        found |= set(re.findall(r'return "([A-Z][A-Za-z]+)", f?"', text))  # (reason, message) of an image check
+    return found
+
+
+def test_every_reason_a_runtime_writes_into_an_event_has_a_chinese_sentence():
+    codes = _codes_written_by_the_runtimes()
+    assert {"CommandNotFound", "SpawnError", "SupervisorFailed", "JupyterNotInImage"} <= codes, codes
+    assert not codes - set(EVENTS) - {"LaunchFailed"}, codes - set(EVENTS)
+    assert "LaunchFailed" in EVENTS
+
+
+def test_cluster_reasons_and_runtime_words_read_in_chinese_with_the_quoted_text_kept():
+    quota = {
+        "code": "KueueInsufficientQuota",
+        "message": "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor a100",
+        "details": {"source": "kueue", "flavors": ["a100"], "resources": ["nvidia.com/gpu"]},
+    }
+    zh = ZH.pending(quota)
+    assert zh.startswith("Kueue：其队列目前配额不足（a100 中 nvidia.com/gpu 不足）；Kueue 的原话：couldn't"), zh
+    assert EN.pending(quota).startswith("Kueue: not enough quota in its queue now (short of nvidia.com/gpu in a100)")
+    held = {"code": "HeldNoNodeFits", "message": "held: ...", "details": {"evictions": 3, "unschedulable": "0/4 nodes"}}
+    assert ZH.pending(held).startswith("已暂停：连续被驱逐 3 次") and ZH.pending(held).endswith(
+        "kube-scheduler：0/4 nodes"
+    )
+    for reason, details, expected in (
+        ("LaunchFailed", {"error": "no such user"}, "无法启动：no such user"),
+        ("CommandNotFound", {"error": "command not found in image x: trian.py"}, "其镜像中没有该命令：command not"),
+        ("Evicted", {"detail": "PodsReady timeout"}, "被集群（Kueue）驱逐并重新排队：PodsReady timeout"),
+        ("Running", {"detail": "rank 1 failed; stopping the other ranks"}, "所有进程正在运行（rank 1 failed"),
+        ("Profiled", {"window_s": 60, "node": "n0", "gpu": 0, "gpu_model": "a100", "cpu": 97},
+         "前 60 秒独占 n0 的 GPU 0（a100）时的单独画像；CPU 占一个核的 97%"),
+    ):  # fmt: skip
+        shown = ZH.event(JobEventRow(reason=reason, message="english", details=details))
+        assert shown.startswith(expected), (reason, shown)
+        assert not re.search(r"\b(could|its|by the|solo profile)\b", shown.replace(str(details), "")), shown

@@ -16,12 +16,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from caldera.db.models import User
-from caldera.server import headers, jobs, lab_proxy
+from caldera.server import headers, jobs, lab_errors, lab_proxy
 from caldera.server.errors import CalderaError
 from caldera.server.headers import SecurityHeadersMiddleware
+from caldera.server.lab_errors import LabRefused
 from caldera.server.platform import Platform
 from caldera.server.security import LAB_SESSION, LAB_TICKET, TokenError, credentials_current, decode_lab, issue_lab
 
@@ -61,7 +63,7 @@ class LabHostMiddleware:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             else:
-                await JSONResponse({"detail": exc.detail}, status_code=exc.status_code)(scope, receive, send)
+                await lab_errors.response(HTTPConnection(scope), exc)(scope, receive, send)
             return
         scope.setdefault("state", {})["lab_job"] = job_id
         await self.app(scope, receive, send)
@@ -81,6 +83,10 @@ def create_lab_app(platform: Platform) -> FastAPI:
     app.state.platform = platform
     app.state.spent_tickets = SpentTickets()
 
+    @app.exception_handler(HTTPException)
+    async def _refused(request: Request, exc: HTTPException):
+        return lab_errors.response(request, exc)
+
     @app.exception_handler(CalderaError)
     async def _domain(_: Request, exc: CalderaError):
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
@@ -92,18 +98,18 @@ def create_lab_app(platform: Platform) -> FastAPI:
         try:
             claims = decode_lab(p.keys, ticket, LAB_TICKET)
         except TokenError as exc:
-            raise HTTPException(401, f"lab ticket refused: {exc}") from None
+            raise LabRefused(401, "TicketRefused", why=str(exc)) from None
         if claims.job_id != job_id:
-            raise HTTPException(401, "lab ticket refused: it is for another lab")
+            raise LabRefused(401, "TicketForAnotherLab")
         home = lab_proxy.lab_path(job_id)
         if not next.startswith(home):
-            raise HTTPException(400, "the ticket is for another job")
+            raise LabRefused(400, "TicketForAnotherJob")
         if not app.state.spent_tickets.spend(claims.jti, claims.issued_at + 300):
-            raise HTTPException(401, "lab ticket already used")
+            raise LabRefused(401, "TicketUsed")
         with p.session() as db:
             user = db.get(User, claims.user_id)
             if not credentials_current(user, claims.issued_at):
-                raise HTTPException(401, "lab ticket refused: log in again")
+                raise LabRefused(401, "TicketLogInAgain")
             jobs.visible(db, user, claims.job_id)
         ttl = p.settings.lab_cookie_ttl_s
         resp = RedirectResponse(next, status_code=303)

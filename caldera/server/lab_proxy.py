@@ -38,6 +38,7 @@ from caldera.db.models import Job, User
 from caldera.runtime.base import Endpoint, Handle
 from caldera.server import jobs
 from caldera.server.deps import user_for_token
+from caldera.server.lab_errors import LabRefused
 from caldera.server.platform import Platform
 from caldera.server.security import LAB_SESSION, TokenError, credentials_current, decode_lab
 
@@ -85,14 +86,14 @@ def host_job(p: Platform, host: str) -> str:
     with p.session() as db:
         job = db.get(Job, job_id) if job_id else None
         if job is None or job.kind != JobKind.JUPYTER.value:
-            raise HTTPException(404, "no lab at this address")
+            raise LabRefused(404, "NoLab")
         return job.id
 
 
 def _this_lab(connection: Request | WebSocket, path_job: str) -> None:
     """A path of another job under this lab's host is no path here (``lab_app`` put the Host's job in the state)."""
     if connection.state.lab_job != path_job:
-        raise HTTPException(404, "no such path in this lab")
+        raise LabRefused(404, "NoSuchPath")
 
 
 def _lab_cookies(header: str) -> list[str]:
@@ -120,14 +121,14 @@ def _endpoint(p: Platform, job_id: str, caller: Caller) -> Endpoint:
     with p.session() as db:
         user = db.get(User, caller.user_id)
         if not credentials_current(user, caller.cookie_issued_at or float("inf")):
-            raise HTTPException(401, "log in again")
+            raise LabRefused(401, "LogInAgain")
         job = jobs.visible(db, user, job_id)
         if job.state != JobState.RUNNING.value or not job.handle:
-            raise HTTPException(503, f"job {job_id} is {job.state}, not running yet")
+            raise LabRefused(503, "NotRunning", job=job_id, state=job.state)
         handle, runtime = Handle(job.id, job.attempt, job.handle), p.runtime_of(job.runtime, job.handle)
     eps = [e for e in runtime.endpoints(handle) if e.name == "lab"]
     if not eps:
-        raise HTTPException(503, "the job exposes no endpoint yet")
+        raise LabRefused(503, "NoEndpoint")
     return eps[0]
 
 
@@ -214,11 +215,11 @@ async def http_proxy(job_id: str, path: str, request: Request) -> Response:
     if caller is None:
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
             return _to_platform(p, request)
-        raise HTTPException(401, "not authenticated for this lab")
+        raise LabRefused(401, "NotAuthenticated")
     if not _fetch_ok(request, caller) or (
         request.method not in _SAFE_METHODS and not _origin_ok(p, job_id, request.headers.get("origin"), caller)
     ):
-        raise HTTPException(403, "cross-origin request refused")
+        raise LabRefused(403, "CrossOrigin")
     ep = await asyncio.to_thread(_endpoint, p, job_id, caller)
     client = _client(request, ep)
     base = "http://localhost" if ep.socket else f"http://{ep.host}:{ep.port}"
@@ -310,7 +311,7 @@ async def _pump(websocket: WebSocket, upstream) -> None:  # noqa: ANN001 - a web
         finally:
             try:
                 await websocket.close()
-            except RuntimeError:
+            except (RuntimeError, WebSocketDisconnect):  # the browser left first (a closed tab): nothing to tell
                 pass
 
     await asyncio.gather(client_to_upstream(), upstream_to_client())

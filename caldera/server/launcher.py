@@ -87,6 +87,6 @@ class Launcher:
             job = db.get(Job, req.job_id)
             if job is None or job.attempt != req.attempt or JobState(job.state).terminal:
                 return
-            record(db, job, JobState.FAILED, reason, message)
+            record(db, job, JobState.FAILED, reason, message, params={"error": message})
             job.finished_at = time.time()
             db.commit()

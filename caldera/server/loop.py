@@ -263,12 +263,13 @@ class SchedulerLoop:
             if why is not None and reasons_changed(job.pending_reasons or [], why):
                 job.pending_reasons = why
             if obs.phase is Phase.RUNNING and job.state == JobState.STARTING.value:
-                said = None if obs.message else {}  # the runtime's own words have no parameters to render
+                said = {"detail": obs.message} if obs.message else {}  # the runtime's own words, kept as a value
                 record(db, job, JobState.RUNNING, "Running", obs.message or "all processes running", now, said)
             elif obs.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST):
                 if obs.reason in ("Preempted", "Evicted") and job.stop_requested is None:
                     # the runtime's own admission ended it (Kueue reclaiming quota): requeued like our preemption
-                    job.stop_requested, job.stop_detail = "preempt", {"reason": obs.reason, "message": obs.message}
+                    job.stop_requested = "preempt"
+                    job.stop_detail = {"reason": obs.reason, "message": obs.message, "params": {"detail": obs.message}}
                 self._finish(db, job, obs.phase, obs.exit_code, obs.reason, obs.message, now)
 
     def _finish(
@@ -299,18 +300,26 @@ class SchedulerLoop:
         elif phase is Phase.SUCCEEDED:
             record(db, job, JobState.SUCCEEDED, "Completed", message or "exit code 0", now, {"exit_code": 0})
         elif phase is Phase.FAILED:
-            exited = {"exit_code": exit_code} if exit_code is not None else None
+            exited = {"exit_code": exit_code, "detail": message} if exit_code is not None else {"detail": message}
             record(db, job, JobState.FAILED, reason or "ExitCode", message or f"exit code {exit_code}", now, exited)
         else:
-            record(db, job, JobState.LOST, reason or "ProcessGone", message or "processes vanished", now, {})
+            record(
+                db,
+                job,
+                JobState.LOST,
+                reason or "ProcessGone",
+                message or "processes vanished",
+                now,
+                {"detail": message},
+            )
         job.stop_requested, job.stop_detail = None, None
 
     def _profile(self, db: Session, running: list[Job], now: float) -> None:
         """Shareable jobs' first minutes alone, measured as solo records (solo_profiles.py)."""
         if self.profiles is None:
             return
-        for job, message in self.profiles.cycle(running, self.p.nodes(), now):
-            note(db, job, "Profiled", message)
+        for job, message, params in self.profiles.cycle(running, self.p.nodes(), now):
+            note(db, job, "Profiled", message, params)
 
     def _charge(self, db: Session, now: float, running: list[Job]) -> tuple[dict[str, float], dict[str, float]]:
         """Decay usage and charge what ran since the last cycle, as GPU-seconds per user and per queue."""
@@ -416,7 +425,7 @@ class SchedulerLoop:
             run_as = identity.run_as(self.p.settings, db, owner)
             job.workdir = job.workdir or str(workdir_for(home, job.id, spec.workdir, spec.kind.value))
         except (identity.IdentityError, ValueError) as exc:
-            record(db, job, JobState.FAILED, "LaunchFailed", str(exc), now)
+            record(db, job, JobState.FAILED, "LaunchFailed", str(exc), now, {"error": str(exc)})
             job.finished_at = now
             db.commit()
             return

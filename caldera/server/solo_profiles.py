@@ -77,8 +77,9 @@ class SoloProfiler:
         self._windows: dict[_Key, _Window] = {}
         self._done: set[_Key] = set()  # measured or dropped: never measured again
 
-    def cycle(self, running: Iterable[Job], nodes: list[Node], now: float) -> list[tuple[Job, str]]:
-        """Open, advance and close windows; returns each job whose record was written, with what it says."""
+    def cycle(self, running: Iterable[Job], nodes: list[Node], now: float) -> list[tuple[Job, str, dict[str, Any]]]:
+        """Open, advance and close windows; returns each job whose record was written, with what it says (in
+        English, and the values it was made from)."""
         running = list(running)
         holders = Counter((a["node"], g) for job in running for a in job.allocations for g in a["gpus"])
         models = {(n.name, d.index): d.model for n in nodes for d in n.gpus}
@@ -96,7 +97,7 @@ class SoloProfiler:
                 continue
             self._sample_usage(w, job, now)
             if now - w.opened >= self.window_s:
-                written.append((job, self._close(key, w, job)))
+                written.append((job, *self._close(key, w, job)))
         running_keys = {(job.id, job.attempt) for job in running}
         for key in set(self._windows) - running_keys:
             self._drop(key)  # ended, preempted or cancelled within its window
@@ -148,13 +149,13 @@ class SoloProfiler:
             w.stop_sampler()
         self._done.add(key)
 
-    def _close(self, key: _Key, w: _Window, job: Job) -> str:
+    def _close(self, key: _Key, w: _Window, job: Job) -> tuple[str, dict[str, Any]]:
         self._windows.pop(key)
         self._done.add(key)
         w.stop_sampler()
         row = _record(job, w)
         append_records(self.path, SOLO_COLUMNS, [row])
-        return _summary(row, w, self.window_s)
+        return _summary(row, w, self.window_s), _params(row, w, self.window_s)
 
 
 def _alone_on(job: Job, holders: Counter[tuple[str, int]]) -> tuple[str, int] | None:
@@ -175,6 +176,16 @@ def _record(job: Job, w: _Window) -> dict[str, Any]:
     if w.peak_rss_mib:
         row["cpu_mem_max"] = w.peak_rss_mib
     return row
+
+
+def _params(row: dict[str, Any], w: _Window, window_s: float) -> dict[str, Any]:
+    """The event's values, for the portal's Profiled message (reason_text.py); a measure not taken is left out."""
+    out: dict[str, Any] = {"window_s": round(window_s), "node": w.node, "gpu": w.gpu, "gpu_model": w.gpu_model}
+    for col, key in (("gpu_util_avg", "gpu_util"), ("sm_active_avg", "sm_active"), ("cpu_usage", "cpu"),
+                     ("cpu_mem_max", "memory_mib")):  # fmt: skip
+        if col in row:
+            out[key] = round(row[col])
+    return out
 
 
 def _summary(row: dict[str, Any], w: _Window, window_s: float) -> str:

@@ -70,9 +70,12 @@ def test_a_shareable_job_alone_gets_a_solo_record_with_the_profilers_columns(tmp
     profiler, runtime = _profiler(tmp_path)
     job = _job("j1", 0, workload="ResNet-50 (batch size 64)")
     written = _run(profiler, runtime, [job], until=12)
-    assert [j.id for j, _ in written] == ["j1"]  # once, at the end of its window
-    message = written[0][1]
+    assert [j.id for j, _, _ in written] == ["j1"]  # once, at the end of its window
+    _, message, params = written[0]
     assert "first 10 s alone on node-0 GPU 0 (v100)" in message and "CPU 100% of a core" in message
+    assert params == {"window_s": 10, "node": "node-0", "gpu": 0, "gpu_model": "v100", "cpu": 100,
+                      "memory_mib": 500, "gpu_util": params["gpu_util"], "sm_active": 80}  # fmt: skip
+    assert 50 <= params["gpu_util"] <= 60
     rows = list(csv.DictReader(profiler.path.open()))
     assert list(rows[0]) == SOLO_COLUMNS and len(rows) == 1
     row = rows[0]

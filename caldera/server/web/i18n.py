@@ -54,9 +54,14 @@ def _from_accept_language(header: str) -> str | None:
     return None
 
 
+def by_accept_language(header: str) -> str:
+    """The browser's preference alone (an origin that keeps no language cookie: a lab's)."""
+    return _from_accept_language(header[:512]) or DEFAULT
+
+
 def choose(request: Request) -> str:
     """The remembered choice first, then the browser's preference."""
     cookie = request.cookies.get(LANG_COOKIE, "")
     if cookie in LANGUAGES:
         return cookie
-    return _from_accept_language(request.headers.get("accept-language", "")[:512]) or DEFAULT
+    return by_accept_language(request.headers.get("accept-language", ""))

@@ -103,6 +103,34 @@ PENDING: dict[str, Message] = {
     "NeverFits": Message(
         _("cannot be placed: %(replicas)s × %(gpus_per_replica)s GPUs (%(gpu_model)s) fit no schedulable node")
     ),
+    # the cluster's reasons (runtime/kubernetes): Kueue's and kube-scheduler's own words are kept as a value
+    "AwaitingAdmission": Message(_("waiting for Kueue to admit the job in its queue")),
+    "KueueInsufficientQuota": Message(
+        _("Kueue: not enough quota in its queue now"),
+        ("resources", _(" (short of %(resources)s in %(flavors)s)")),
+        ("message", _("; Kueue says: %(message)s")),
+    ),
+    "KueuePending": Message(_("Kueue has not admitted it yet"), ("message", _("; Kueue says: %(message)s"))),
+    "KueueWaitingForPodsReady": Message(_("admitted by Kueue; waiting for all its pods to start (all or nothing)")),
+    "KueueEvicted": Message(_("evicted by Kueue and re-queued"), ("message", _("; Kueue says: %(message)s"))),
+    "KueueInactive": Message(_("deactivated by Kueue"), ("message", _("; Kueue says: %(message)s"))),
+    "Unschedulable": Message(
+        _("kube-scheduler cannot place pod %(pod)s"), ("message", _("; kube-scheduler says: %(message)s"))
+    ),
+    "EvictionBackoff": Message(
+        _(
+            "backing off: evicted %(evictions)s times in a row (its pods did not all start in time); it goes to "
+            "Kueue again at %(retry_at)s"
+        ),
+        ("unschedulable", _("; kube-scheduler: %(unschedulable)s")),
+    ),
+    "HeldNoNodeFits": Message(
+        _(
+            "held: evicted %(evictions)s times in a row (its pods did not all start in time); it goes to Kueue again "
+            "when the cluster's nodes change, or cancel it and submit it changed"
+        ),
+        ("unschedulable", _("; kube-scheduler: %(unschedulable)s")),
+    ),
     "SharingDeclined": Message(
         _("not shared: no occupied GPU where its predicted slowdown stays within its tolerance (%(tolerance)s)")
     ),
@@ -113,7 +141,6 @@ EVENTS: dict[str, Message] = {
     "Submitted": Message(_("submitted by %(user)s")),
     "Admitted": Message(_("queued in %(queue)s")),
     "Scheduled": Message(_("attempt %(attempt)s on %(where)s")),
-    "Running": Message(_("all processes running")),
     "Completed": Message(_("exited with code %(exit_code)s")),
     "ExitCode": Message(_("exited with code %(exit_code)s")),
     "Stopped": Message(_("exited with code %(exit_code)s after a stop request")),
@@ -135,6 +162,34 @@ EVENTS: dict[str, Message] = {
     "Unobservable": Message(
         _("cannot observe attempt %(attempt)s: %(error)s; its devices stay held until its processes are found ended")
     ),
+    "Running": Message(_("all processes running"), ("detail", _(" (%(detail)s)"))),
+    "Profiled": Message(
+        _("solo profile of its first %(window_s)s s alone on %(node)s GPU %(gpu)s (%(gpu_model)s)"),
+        ("gpu_util", _("; GPU utilisation %(gpu_util)s%%")),
+        ("sm_active", _("; SM active %(sm_active)s%%")),
+        ("cpu", _("; CPU %(cpu)s%% of a core")),
+        ("memory_mib", _("; peak memory %(memory_mib)s MiB")),
+    ),
+    "Preempted": Message(_("preempted by the cluster's admission (Kueue)"), ("detail", _(": %(detail)s"))),
+    "Evicted": Message(_("evicted by the cluster (Kueue) and re-queued"), ("detail", _(": %(detail)s"))),
+    # launch failures (LaunchError codes of the runtimes): the runtime's own words are kept as a value
+    "LaunchFailed": Message(_("could not be launched: %(error)s")),
+    "RuntimeUnavailable": Message(_("its runtime is not available: %(error)s")),
+    "BadWorkdir": Message(_("its working directory cannot be used: %(error)s")),
+    "StartFailed": Message(_("could not start: %(error)s")),
+    "SpawnFailed": Message(_("could not start its command: %(error)s")),
+    "SpawnError": Message(_("could not start its command"), ("detail", _(": %(detail)s"))),
+    "StoppedBeforeStart": Message(_("stopped before its command started")),
+    "NoCommand": Message(_("it has no command to run: %(error)s")),
+    "ImageNotFound": Message(_("its image was not found: %(error)s")),
+    "CommandNotFound": Message(_("its command is not in its image: %(error)s")),
+    "ShellNotInImage": Message(_("its image has no shell: %(error)s")),
+    "JupyterNotInImage": Message(_("its image has no JupyterLab: %(error)s")),
+    "AlreadyRunning": Message(_("this attempt was already running: %(error)s")),
+    "AlreadyLaunching": Message(_("this attempt was already being launched: %(error)s")),
+    "BadJobId": Message(_("the runtime refused its id: %(error)s")),
+    "SupervisorFailed": Message(_("its supervisor ended before the command started: %(error)s")),
+    "StartTimeout": Message(_("its ranks did not start in time: %(error)s")),
     "ReattachFailed": Message(
         _("could not re-attach: %(error)s; every process of attempt %(attempt)s was found and ended")
     ),
@@ -303,6 +358,8 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 
+# pending codes whose English message is the cluster's own text, shown as a value inside a translated sentence
+_QUOTES_MESSAGE = {"KueueInsufficientQuota", "KueuePending", "KueueEvicted", "KueueInactive", "Unschedulable"}
 _LIST_MAX = 5  # names shown of a list detail (victims, nodes); the rest counted
 
 
@@ -328,7 +385,11 @@ class Say:
     # ---- reasons and events
     def pending(self, reason: Mapping[str, Any]) -> str:
         """A stored pending reason ({code, message, details})."""
-        return self._coded(PENDING, reason.get("code"), reason.get("details"), reason.get("message") or "")
+        english = reason.get("message") or ""
+        details = reason.get("details")
+        if isinstance(details, Mapping) and reason.get("code") in _QUOTES_MESSAGE:
+            details = {**details, "message": english}  # another system's own words, quoted as they came
+        return self._coded(PENDING, reason.get("code"), details, english)
 
     def event(self, event: Any) -> str:
         """A job event (JobEventRow): its code with its details, else its stored message."""
