@@ -6,6 +6,7 @@ of every choice the form offers published for every Python it offers (checked ag
 from __future__ import annotations
 
 import html
+import re
 
 import httpx
 import pytest
@@ -141,3 +142,21 @@ def test_every_offered_cuda_and_cudnn_wheel_is_published_for_every_offered_pytho
     wheels = sorted({w for ws in (*CUDA.values(), *CUDNN.values()) for w in ws})
     missing = [(w, py) for w in wheels for py in PYTHONS if not _published(w, py)]
     assert not missing, missing
+
+
+def test_every_refusal_of_the_build_form_reads_in_chinese_with_the_value_kept():
+    """Each bad field of tests/test_images.py, as the zh images page shows it: Chinese around the user's value."""
+    from pydantic import ValidationError
+
+    from caldera.images.form import BuildForm
+    from caldera.server.web.reason_text import Say
+    from tests.test_images import BAD
+
+    say = Say(i18n.translations("zh").gettext)
+    for field, value in BAD:
+        with pytest.raises(ValidationError) as err:
+            BuildForm.model_validate({**GOOD, field: value})
+        for e in err.value.errors():
+            shown = say.english_reason(e["msg"])
+            words = re.sub(r"'[^']*'|\"[^\"]*\"|\^\S*\$|\S*[=/.*+<>\[\]-]\S*", "", shown)  # values, patterns, names
+            assert re.search(r"[\u4e00-\u9fff]", shown) and not re.search(r"[a-z]{3,} [a-z]{3,}", words), (field, shown)

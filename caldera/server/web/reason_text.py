@@ -272,6 +272,68 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             r"(?P<name>.*) names several images you may run \((?P<names>.*)\); name one of them",
             _("%(name)s names several images you may run (%(names)s); name one of them"),
         ),
+        # the image build form (caldera/images/form.py, instructions.py): the line or package is kept as typed
+        (
+            r"Value error, (?P<value>'.*'|\".*\") is not a pip requirement \(.*\)",
+            _("%(value)s is not a pip requirement (a name, [extras] and version conditions; no spaces or URLs)"),
+        ),
+        (
+            r"Value error, (?P<value>'.*'|\".*\") is not a Debian package name \(optionally =version\)",
+            _("%(value)s is not a Debian package name (optionally =version)"),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): each line is one line of at most (?P<n>\d+) characters",
+            _("%(line)s: each line is one line of at most %(n)s characters"),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): a line holds no control characters .*",
+            _("%(line)s: a line holds no control characters (no newline: each line is one instruction)"),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): each line is one (?P<allowed>[A-Z/]+) instruction followed by its "
+            r"arguments",
+            _("%(line)s: each line is one %(allowed)s instruction followed by its arguments"),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): no continuation: a line may not end with \\",
+            _("%(line)s: no continuation: a line may not end with \\"),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): (?P<instruction>[A-Z]+) takes no flags \((?P<flag>.*)\): .*",
+            _(
+                "%(line)s: %(instruction)s takes no flags (%(flag)s): --mount, --network, --security, --device and all "
+                "others are refused"
+            ),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): RUN \[.*\] must be a JSON list of strings",
+            _('%(line)s: RUN ["program", "argument", ...] must be a JSON list of strings'),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): RUN takes no heredoc \(<<WORD\)",
+            _("%(line)s: RUN takes no heredoc (<<WORD)"),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): (?P<instruction>[A-Z]+) has an unclosed quote",
+            _("%(line)s: %(instruction)s has an unclosed quote"),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): (?P<instruction>[A-Z]+) takes NAME=value pairs; (?P<name>.*) is "
+            r"not a valid name",
+            _("%(line)s: %(instruction)s takes NAME=value pairs; %(name)s is not a valid name"),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): labels (?P<prefix>\S+)\* are the platform's",
+            _("%(line)s: labels %(prefix)s* are the platform's"),
+        ),
+        (
+            r"Value error, (?P<line>'.*'|\".*\"): WORKDIR takes one absolute path of letters, digits and \._/@\+-",
+            _("%(line)s: WORKDIR takes one absolute path of letters, digits and ._/@+-"),
+        ),
+        (
+            r"List should have at most (?P<n>\d+) items? after validation, not (?P<got>\d+)",
+            _("at most %(n)s items, not %(got)s"),
+        ),
         (r"Value error, a (?P<kind>\w+) job needs a command", _("a %(kind)s job needs a command")),
         (
             r"Value error, replicas and procs_per_replica apply to distributed jobs only",
