@@ -14,8 +14,5 @@ _env = Environment(
 _env.filters["shquote"] = shlex.quote
 
 
-def render(form: BuildForm, base: str, ref: str, pip_cache: bool = False) -> str:
-    """``pip_cache``: pip keeps its downloads in /run/caldera-pip, which the build mounts from the host (the ready
-    environments' builds only: users' builds never share a cache another user's build wrote)."""
-    template = _env.get_template("Containerfile.j2")
-    return template.render(form=form, wheels=form.wheels(), base=base, ref=ref, pip_cache=pip_cache)
+def render(form: BuildForm, base: str, ref: str) -> str:
+    return _env.get_template("Containerfile.j2").render(form=form, wheels=form.wheels(), base=base, ref=ref)

@@ -17,8 +17,6 @@ from caldera.images.form import PYTHONS, BuildForm
 from caldera.runtime.container.podman import Podman
 
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
-# pip's downloads, kept across ready builds: torch's ~3 GB of wheels come once per host, not once per suite/rebuild
-PIP_CACHE = Path("/var/cache/caldera-pip")
 BASE_NAME = "caldera/base"
 _BUILD_TIMEOUT_S = 3600
 
@@ -58,13 +56,11 @@ def build(podman: Podman, ready: Ready, suite: str, say: Callable[[str], None]) 
     """Builds ``ready`` on the suite's base image, printing each step of the build as it goes; returns its tag.
     Podman's layer cache makes a rebuild of an unchanged recipe a matter of seconds."""
     tag = ready.tag(suite)
-    containerfile = render(ready.form(suite), base_tag(suite), tag, pip_cache=True)
-    PIP_CACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
+    containerfile = render(ready.form(suite), base_tag(suite), tag)
     with tempfile.TemporaryDirectory(prefix="caldera-ready-") as ctx:
         (Path(ctx) / "Containerfile").write_text(containerfile)
-        argv = [*podman.base, "build", "--pull=never", "--layers", "--network=host",
-                "-v", f"{CA_BUNDLE}:/run/caldera-ca.crt:ro", "-v", f"{PIP_CACHE}:/run/caldera-pip",
-                "-t", tag, ctx]  # fmt: skip
+        argv = [*podman.base, "build", "--pull=never", "--layers", "--network=host", "-v",
+                f"{CA_BUNDLE}:/run/caldera-ca.crt:ro", "-t", tag, ctx]  # fmt: skip
         with subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=podman.env, text=True, errors="replace"
         ) as proc:
