@@ -15,7 +15,7 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from caldera.db.models import AdminAudit, Image
-from caldera.images.form import CUDA, CUDNN, PYTHONS
+from caldera.images.form import CUDA, CUDNN, PYTHONS, TORCH, BuildForm
 from caldera.server.web import i18n
 from tests import needs
 from tests.conftest import make_settings
@@ -114,6 +114,93 @@ def test_cuda_and_cudnn_pairs_that_match_are_accepted(api, ana, here):
         r = api.client.post("/api/v1/images", json={**GOOD, "name": f"t{cuda}", "cuda": cuda, "cudnn": cudnn},
                             headers=ana)  # fmt: skip
         assert r.status_code == 202, (cuda, cudnn, r.text)
+
+
+TORCH_REFUSALS = [
+    ("3.11", "11.8", "none", "TorchNotForCuda",
+     "PyPI publishes no torch for CUDA %(cuda)s (choose CUDA 11.7 or 12.x for torch)"),
+    ("3.9", "12.6", "9.1", "TorchCudnnMismatch",
+     "%(torch)s (CUDA %(cuda)s) brings its own cuDNN, not %(cudnn)s; choose cuDNN %(cudnns)s"),
+    ("3.11", "11.7", "8.9", "TorchCudnnMismatch",
+     "%(torch)s (CUDA %(cuda)s) brings its own cuDNN, not %(cudnn)s; choose cuDNN %(cudnns)s"),
+    ("3.13", "12.1", "none", "TorchNotForPython",
+     "%(torch)s (CUDA %(cuda)s) has no wheel for Python %(python)s; choose Python %(pythons)s"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("python, cuda, cudnn, code, msgid", TORCH_REFUSALS)
+def test_torch_that_pypi_does_not_publish_for_the_choice_is_refused_at_the_form_in_the_readers_language(
+    api, ana, here, python, cuda, cudnn, code, msgid
+):
+    here.add("caldera/base:trixie")
+    form = {**GOOD, "python": python, "cuda": cuda, "cudnn": cudnn, "pip": ["numpy", "Torch>=2"]}
+    r = api.client.post("/api/v1/images", json=form, headers=ana)
+    assert r.status_code == 400, r.text
+    error = r.json()["errors"][0]
+    assert error["code"] == code, r.text
+    me = browser_for(api.client, "ana", "password-123")
+    me.cookies.set(i18n.LANG_COOKIE, "zh")
+    page = post_form(me, "/images", {"name": "tools", "python": python, "cuda": cuda, "cudnn": cudnn, "pip": "torch"})
+    assert page.status_code == 400
+    expected = i18n.translations("zh").gettext(msgid) % error["params"]
+    assert expected in html.unescape(page.text) and "torch (" not in page.text and "no wheel" not in page.text
+    with api.client.app.state.platform.session() as db:
+        assert db.query(Image).count() == 0
+
+
+def test_torch_with_a_cuda_is_held_to_the_releases_built_on_it_and_the_same_form_without_torch_is_accepted(
+    api, ana, here
+):
+    form = BuildForm(name="t", python="3.11", cuda="12.4", cudnn="9.1", pip=["numpy", "torch", "six"])
+    assert form.mismatch() is None
+    assert form.wheels()[-3:] == ["numpy", "torch>=2.5,<2.7", "six"]
+    mine = BuildForm(name="t", python="3.11", cuda="12.4", pip=["torch==2.5.1"])
+    assert mine.wheels()[-1] == "torch==2.5.1"
+    assert BuildForm(name="t", pip=["torch"]).wheels() == ["torch"]  # no CUDA chosen: PyPI's newest
+    r = api.client.post("/api/v1/images", json={**GOOD, "cuda": "11.8", "pip": ["torchvision"]}, headers=ana)
+    assert r.status_code == 202, r.text
+
+
+def _torch_releases() -> dict[str, list[dict]]:
+    index = httpx.get("https://pypi.org/simple/torch/", headers={"Accept": SIMPLE_JSON}, timeout=60).json()
+    by_version: dict[str, list[dict]] = {}
+    for f in index["files"]:
+        name = f["filename"]
+        if name.endswith(".whl") and "linux" in name and name.endswith("x86_64.whl") and not f.get("yanked"):
+            by_version.setdefault(str(parse_wheel_filename(name)[1]), []).append(f)
+    return by_version
+
+
+def test_every_torch_the_form_allows_is_published_on_the_cuda_and_cudnn_it_pins_and_only_for_its_pythons():
+    """The TORCH table against PyPI: each range has wheels for exactly the offered Pythons it names, and every
+    release in it pins the form's CUDA runtime and one of the cuDNNs the table allows."""
+    try:
+        releases = _torch_releases()
+    except httpx.HTTPError as exc:
+        needs.missing(f"PyPI is not reachable: {exc}")
+    for cuda, torch in TORCH.items():
+        if torch is None:
+            continue
+        spec, pythons, cudnns = torch
+        in_range = {v: fs for v, fs in releases.items() if Version(v) in SpecifierSet(spec.removeprefix("torch"))}
+        assert in_range, spec
+        for py in PYTHONS:
+            has = any(f"-cp{py.replace('.', '')}-" in f["filename"] for fs in in_range.values() for f in fs)
+            assert has == (py in pythons), (spec, py)
+        runtime = next(w for w in CUDA[cuda] if w.startswith("nvidia-cuda-runtime"))
+        cudnn_pins: set[str] = set()
+        for version, files in in_range.items():
+            metadata = httpx.get(files[0]["url"] + ".metadata", timeout=60).text
+            pins = {line.split(":", 1)[1].split(";")[0].translate(str.maketrans("", "", " ()"))
+                    for line in metadata.splitlines() if line.startswith("Requires-Dist: nvidia-")}  # fmt: skip
+            if pins:  # 1.13.1's metadata names its CUDA wheels in no Requires-Dist: it pins nothing
+                assert runtime in pins, (version, pins)
+                cudnn_pins |= {p for p in pins if p.startswith("nvidia-cudnn")}
+        # a cuDNN the form offers for this CUDA is allowed with torch exactly when a release in the range pins it
+        for cudnn, wheels in CUDNN.items():
+            if cudnn != "none" and wheels[0].endswith(f"-cu{cuda.split('.')[0]}=={wheels[0].rpartition('==')[2]}"):
+                assert (wheels[0] in cudnn_pins) == (cudnn in cudnns), (spec, cudnn, cudnn_pins)
+        assert "none" in cudnns
 
 
 def _published(requirement: str, python: str) -> bool:

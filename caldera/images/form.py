@@ -32,6 +32,18 @@ CUDNN = {
 }
 # a cuDNN wheel is built against one CUDA major version: cuDNN 8 here for CUDA 11, cuDNN 9 for CUDA 12
 CUDNN_CUDA = {"8": "11", "9": "12"}
+# torch on PyPI pins one CUDA and one cuDNN per release: a form with a CUDA and torch gets the releases built on
+# that CUDA, only where they publish a wheel for the form's Python and pin one of the cuDNNs listed (so pip's
+# resolver never fails minutes into a build; tests/test_image_environments.py checks all three on PyPI's index).
+# CUDA 11.8's torch is only on download.pytorch.org, which a lab's build does not reach: None.
+TORCH: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]] | None] = {
+    "11.7": ("torch>=1.13,<2.1", ("3.9", "3.11"), ("none",)),
+    "11.8": None,
+    "12.1": ("torch>=2.1,<2.5", ("3.9", "3.11"), ("none", "9.1")),
+    "12.4": ("torch>=2.5,<2.7", ("3.9", "3.11", "3.13"), ("none", "9.1")),
+    "12.6": ("torch>=2.7,<2.8", ("3.9", "3.11", "3.13"), ("none", "9.5")),
+}
+_NAME_PART = re.compile(r"^[A-Za-z0-9._-]+")
 
 NAME = r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$"
 TAG = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
@@ -78,8 +90,41 @@ class BuildForm(BaseModel):
         return v
 
     def mismatch(self) -> tuple[str, str, dict[str, str], str] | None:
-        """Why this choice of CUDA and cuDNN cannot work together, as (field, code, params, English), or None:
-        refused when the form is sent, not found out after minutes of building."""
+        """Why this choice of Python, CUDA, cuDNN and torch cannot work together, as (field, code, params,
+        English), or None: refused when the form is sent, not found out after minutes of building."""
+        return self._cudnn_mismatch() or self._torch_mismatch()
+
+    def _torch_mismatch(self) -> tuple[str, str, dict[str, str], str] | None:
+        if self.cuda == "none" or self._torch() is None:
+            return None
+        torch = TORCH[self.cuda]
+        if torch is None:
+            english = f"PyPI publishes no torch for CUDA {self.cuda} (choose CUDA 11.7 or 12.x for torch)"
+            return "cuda", "TorchNotForCuda", {"cuda": self.cuda}, english
+        spec, pythons, cudnns = torch
+        if self.cudnn not in cudnns:
+            params = {"torch": spec, "cuda": self.cuda, "cudnn": self.cudnn, "cudnns": ", ".join(cudnns)}
+            english = (
+                f"{spec} (CUDA {self.cuda}) brings its own cuDNN, not {self.cudnn}; choose cuDNN {params['cudnns']}"
+            )
+            return "cudnn", "TorchCudnnMismatch", params, english
+        if self.python not in pythons:
+            params = {"torch": spec, "cuda": self.cuda, "python": self.python, "pythons": ", ".join(pythons)}
+            english = (
+                f"{spec} (CUDA {self.cuda}) has no wheel for Python {self.python}; choose Python {params['pythons']}"
+            )
+            return "python", "TorchNotForPython", params, english
+        return None
+
+    def _torch(self) -> int | None:
+        """The index in ``pip`` of a requirement of torch, or None."""
+        for i, req in enumerate(self.pip):
+            name = _NAME_PART.match(req)
+            if name and re.sub(r"[-_.]+", "-", name[0]).lower() == "torch":
+                return i
+        return None
+
+    def _cudnn_mismatch(self) -> tuple[str, str, dict[str, str], str] | None:
         if self.cudnn == "none":
             return None
         params = {"cuda": self.cuda, "cudnn": self.cudnn, "needs": CUDNN_CUDA[self.cudnn.split(".")[0]]}
@@ -91,7 +136,15 @@ class BuildForm(BaseModel):
         return None
 
     def wheels(self) -> list[str]:
-        return [*CUDA[self.cuda], *CUDNN[self.cudnn], *(["jupyterlab"] if self.jupyter else []), *self.pip]
+        return [*CUDA[self.cuda], *CUDNN[self.cudnn], *(["jupyterlab"] if self.jupyter else []), *self._pins()]
+
+    def _pins(self) -> list[str]:
+        """``pip`` with a bare ``torch`` held to the releases built on the form's CUDA (a user's own version
+        conditions are theirs)."""
+        i, torch = self._torch(), TORCH.get(self.cuda)
+        if i is None or torch is None or not _NAME_PART.fullmatch(self.pip[i]):
+            return list(self.pip)
+        return [*self.pip[:i], torch[0], *self.pip[i + 1 :]]
 
 
 def _each(values: list[str], pattern: re.Pattern, what: str) -> list[str]:

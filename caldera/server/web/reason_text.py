@@ -216,6 +216,13 @@ ERRORS: dict[str, Message] = {
     "NotKeyValue": Message(_("%(line)s: expected KEY=VALUE")),
     "CudnnNeedsCuda": Message(_("cuDNN %(cudnn)s needs CUDA %(needs)s.x; choose one")),
     "CudnnCudaMismatch": Message(_("cuDNN %(cudnn)s is built for CUDA %(needs)s.x, not CUDA %(cuda)s")),
+    "TorchNotForCuda": Message(_("PyPI publishes no torch for CUDA %(cuda)s (choose CUDA 11.7 or 12.x for torch)")),
+    "TorchNotForPython": Message(
+        _("%(torch)s (CUDA %(cuda)s) has no wheel for Python %(python)s; choose Python %(pythons)s")
+    ),
+    "TorchCudnnMismatch": Message(
+        _("%(torch)s (CUDA %(cuda)s) brings its own cuDNN, not %(cudnn)s; choose cuDNN %(cudnns)s")
+    ),
     "BaseImageMissing": Message(
         _(
             "Python %(python)s needs the %(base)s base image, not on this host; an admin makes it with `caldera "
