@@ -21,6 +21,7 @@ import pytest
 from caldera.config import FakeGpu, Settings
 from caldera.core.cluster import Allocation
 from caldera.core.spec import JobSpec
+from caldera.images.ready import base_tag
 from caldera.runtime.base import Handle, LaunchError, LaunchRequest, Phase, RunAs
 from caldera.runtime.container.runtime import ContainerRuntime
 from tests.conftest import traversable
@@ -184,7 +185,7 @@ def test_launch_errors_are_typed_and_leave_nothing(rt, launch, settings) -> None
         launch(command=["/opt/not/there"])
     assert err.value.reason == "CommandNotFound"
     with pytest.raises(LaunchError) as err:
-        launch(kind="jupyter")
+        launch(kind="jupyter", image=base_tag("bookworm"))  # the default image has JupyterLab; the bare base none
     assert err.value.reason == "JupyterNotInImage"
     assert len(rt.podman.containers("caldera.job")) == before
     assert list(settings.runs_dir.glob("*/1")) == []  # a failed launch is moved out of the way, never a live attempt
@@ -213,6 +214,7 @@ def test_jobs_survive_a_sigkilled_server_and_are_reattached(settings, tmp_path) 
         from pathlib import Path
         from caldera.config import Settings
         from caldera.core.spec import JobSpec
+from caldera.images.ready import base_tag
         from caldera.runtime.base import LaunchRequest
         from caldera.runtime.container.runtime import ContainerRuntime
         rt = ContainerRuntime(Settings(data_dir=Path({str(settings.data_dir)!r})))
