@@ -27,7 +27,7 @@ def _default_data_dir() -> Path:
 
 def _default_runtime() -> str:
     """container where podman and its base image are usable, else local"""
-    from caldera.runtime.registry import default_name  # the registry imports this module
+    from caldera.runtime.default import default_name  # lazily: podman is probed only when no runtime is set
 
     return default_name()
 

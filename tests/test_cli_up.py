@@ -39,7 +39,7 @@ def test_up_says_which_runtime_it_chose_and_why(tmp_path, monkeypatch) -> None:
     assert "runtime: local (--runtime)" in r.output
     monkeypatch.setattr(probe, "usable", lambda cs=None: True)
     monkeypatch.setattr(probe, "describe", lambda cs=None: "podman 4.3.1 usable, image caldera/base:bookworm")
-    from caldera.runtime.registry import default_choice
+    from caldera.runtime.default import default_choice
 
     assert default_choice() == ("container", "podman 4.3.1 usable, image caldera/base:bookworm")
     r = runner.invoke(app, ["up", "--help"])

@@ -147,7 +147,7 @@ def show_settings() -> None:
 
 
 def _runtime_why(chosen: str | None) -> str:
-    from caldera.runtime.registry import default_choice
+    from caldera.runtime.default import default_choice
 
     if chosen:
         return "--runtime"

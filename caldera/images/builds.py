@@ -20,12 +20,12 @@ from caldera.db.models import Image, User
 from caldera.images import catalogue, registry
 from caldera.images.containerfile import render
 from caldera.images.form import PYTHONS, BuildForm
+from caldera.images.host import Host
 from caldera.images.limits import BuildCgroup, LimitsUnavailable
 from caldera.images.ready import base_tag
 from caldera.images.sandbox import BUILD_USER, ROOT_ENV, Sandbox, SandboxUnavailable
 from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.local.owner import platform_dir
-from caldera.server.platform import Platform
 
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 _CAUSES = (  # what a failed build's log says, as the user should read it
@@ -40,7 +40,7 @@ class BuildFailed(RuntimeError):
     pass
 
 
-def log_path(p: Platform, image_id: str) -> Path:
+def log_path(p: Host, image_id: str) -> Path:
     return p.settings.data_dir / "builds" / f"{image_id}.log"
 
 
@@ -58,7 +58,7 @@ class Builder:
     making (limits.py); their images are pushed from there. Root's podman keeps the base images and the snapshots
     (snapshot.py). Every tool starts with a fixed environment, never the server's or a user's."""
 
-    def __init__(self, p: Platform):
+    def __init__(self, p: Host):
         self.p = p
         cs = ContainerSettings()
         self.podman = cs.global_args()
@@ -222,7 +222,7 @@ class Builder:
 
 
 class BuildQueue:
-    def __init__(self, p: Platform, builder: Builder | None = None):
+    def __init__(self, p: Host, builder: Builder | None = None):
         self.p = p
         self.builder = builder or Builder(p)
         self.builder.prepare()  # the build user and its storage, made once here (idempotent)

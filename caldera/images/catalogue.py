@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session
 
 from caldera.config import Settings
 from caldera.core.tenancy import Role
+from caldera.db.membership import is_member, user_accounts
 from caldera.db.models import Image, ImageQuota, User
+from caldera.errors import CalderaError, Conflict, Forbidden, Invalid, NotFound
 from caldera.images import registry
-from caldera.server import tenancy
-from caldera.server.errors import CalderaError, Conflict, Forbidden, Invalid, NotFound
 
 MIB = 1 << 20
 
@@ -38,7 +38,7 @@ def check_namespace(db: Session, user: User, visibility: str, account: str | Non
     if visibility == "account":
         if not account:
             raise Invalid("account", "an account image names its account")
-        if user.role != Role.ADMIN.value and not tenancy.is_member(db, user, account):
+        if user.role != Role.ADMIN.value and not is_member(db, user, account):
             raise Forbidden(f"you are not a member of account {account!r}")
 
 
@@ -91,7 +91,7 @@ def usable(db: Session, user: User) -> list[Image]:
     """Ready images this user may run, and the user's own in any state (so a failed build's log can be read)."""
     if user.role == Role.ADMIN.value:
         return list(db.scalars(select(Image).order_by(Image.created_at.desc())))
-    ns = ["public", f"user/{user.username}", *(f"account/{a}" for a in tenancy.user_accounts(db, user))]
+    ns = ["public", f"user/{user.username}", *(f"account/{a}" for a in user_accounts(db, user))]
     q = select(Image).where(or_(Image.owner_id == user.id, Image.namespace.in_(ns) & (Image.state == "ready")))
     return list(db.scalars(q.order_by(Image.created_at.desc())))
 
@@ -100,7 +100,7 @@ def may_use(db: Session, user: User, img: Image) -> bool:
     if user.role == Role.ADMIN.value or img.owner_id == user.id or img.namespace == "public":
         return True
     if img.namespace.startswith("account/"):
-        return tenancy.is_member(db, user, img.namespace.removeprefix("account/"))
+        return is_member(db, user, img.namespace.removeprefix("account/"))
     return img.namespace == f"user/{user.username}"
 
 

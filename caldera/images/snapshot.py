@@ -15,21 +15,20 @@ import time
 
 from sqlalchemy.orm import Session
 
-from caldera.db.models import Image, User
+from caldera.db.models import Image, Job, User
+from caldera.errors import Conflict, Forbidden
 from caldera.images import catalogue
 from caldera.images.builds import Builder, BuildFailed, BuildQueue, log_path
+from caldera.images.host import Host
 from caldera.runtime.container.runtime import container_name
-from caldera.server import jobs
-from caldera.server.errors import Conflict, Forbidden
-from caldera.server.platform import Platform
 
 
 def default_tag() -> str:
     return time.strftime("snap-%Y%m%d-%H%M%S", time.gmtime())
 
 
-def start(p: Platform, q: BuildQueue, db: Session, user: User, job_id: str, name: str, tag: str | None):
-    job = jobs.visible(db, user, job_id)
+def start(p: Host, q: BuildQueue, db: Session, user: User, job: Job, name: str, tag: str | None):
+    """``job``: one the user may see (the server looks it up with its visibility rule)."""
     if job.user_id != user.id:
         raise Forbidden("only the session's owner saves it")
     if job.kind != "jupyter" or job.state != "Running":
@@ -45,7 +44,7 @@ def start(p: Platform, q: BuildQueue, db: Session, user: User, job_id: str, name
     return img
 
 
-def _commit(p: Platform, q: BuildQueue, image_id: str, container: str) -> None:
+def _commit(p: Host, q: BuildQueue, image_id: str, container: str) -> None:
     log = log_path(p, image_id)
     with p.session() as db:
         ref = catalogue.reference(p.settings, db.get(Image, image_id))

@@ -18,21 +18,6 @@ def available() -> list[str]:
     return sorted(ep.name for ep in entry_points(group=GROUP))
 
 
-def default_name() -> str:
-    """``container`` where podman can run jobs (root, podman working, the default image present), else ``local``:
-    the setting ``runtime`` when nobody chose one."""
-    return default_choice()[0]
-
-
-def default_choice() -> tuple[str, str]:
-    """The runtime chosen when nobody chose one, and why (``caldera up`` says it)."""
-    from caldera.runtime.container import probe
-
-    if not probe.usable():
-        return "local", probe.problem() or ""
-    return "container", probe.describe()
-
-
 def create_runtime(settings: Settings) -> Runtime:
     """The runtime of that name; ``LaunchError("RuntimeUnavailable")`` when none is installed by that name or it
     cannot start here (its client library missing, its cluster unreachable)."""

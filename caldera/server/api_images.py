@@ -18,7 +18,7 @@ from caldera.images.builds import BuildQueue, log_path
 from caldera.images.catalogue import RegistryDown
 from caldera.images.form import CUDA, CUDNN, CUDNN_CUDA, NAME, PYTHONS, TAG, BuildForm
 from caldera.runtime.local.log_follow import follow_file
-from caldera.server import audit, tenancy
+from caldera.server import audit, jobs, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import CalderaError, Forbidden, Invalid, InvalidFields, NotFound
 from caldera.server.log_stream import Progress, live_events, parse_resume, sse_response
@@ -158,7 +158,7 @@ def save_session(
 ) -> dict:
     """Saves a running Jupyter session of mine as a new tag of my image ``name`` (queued like a build)."""
     _registry_reachable(p)
-    img = snapshot.start(p, q, db, user, body.job_id, body.name, body.tag)
+    img = snapshot.start(p, q, db, user, jobs.visible(db, user, body.job_id), body.name, body.tag)
     return catalogue.view(p.settings, img, user.username)
 
 

@@ -9,6 +9,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from caldera.core.tenancy import QueueConfig, Role
+from caldera.db.membership import is_member, user_accounts  # noqa: F401 - the server's callers ask tenancy
 from caldera.db.models import Account, ApiToken, Membership, Queue, RefreshToken, User
 from caldera.server.errors import Conflict, Invalid, NotFound
 from caldera.server.security import hash_password
@@ -107,20 +108,6 @@ def remove_member(db: Session, account: str, user: User) -> None:
     db.delete(row)
     if user.default_account == account:
         user.default_account = None
-
-
-def user_accounts(db: Session, user: User) -> list[str]:
-    rows = db.scalars(
-        select(Account.name)
-        .join(Membership, Membership.account_id == Account.id)
-        .where(Membership.user_id == user.id)
-        .order_by(Account.name)
-    )
-    return list(rows)
-
-
-def is_member(db: Session, user: User, account: str) -> bool:
-    return account in user_accounts(db, user)
 
 
 def _stored(cfg: QueueConfig) -> dict:

@@ -60,7 +60,7 @@ def test_container_is_a_registered_runtime_and_the_default_only_where_usable(mon
     from pathlib import Path
 
     from caldera.config import Settings
-    from caldera.runtime import registry
+    from caldera.runtime import default
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     target = pyproject["project"]["entry-points"]["caldera.runtimes"]["container"]
@@ -69,7 +69,7 @@ def test_container_is_a_registered_runtime_and_the_default_only_where_usable(mon
 
     monkeypatch.delenv("CALDERA_RUNTIME", raising=False)
     monkeypatch.setattr(probe, "usable", lambda cs=None: False)
-    assert registry.default_name() == "local" and Settings().runtime == "local"
+    assert default.default_name() == "local" and Settings().runtime == "local"
     monkeypatch.setattr(probe, "usable", lambda cs=None: True)
-    assert registry.default_name() == "container" and Settings().runtime == "container"
+    assert default.default_name() == "container" and Settings().runtime == "container"
     assert Settings(runtime="local").runtime == "local"  # an admin's choice wins

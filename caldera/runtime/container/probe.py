@@ -1,5 +1,5 @@
 """Whether this host can run jobs in containers: podman present, usable as root, and the default image there.
-Decides the default runtime (see caldera.runtime.registry.default_choice), and says why not."""
+Decides the default runtime (see caldera.runtime.default.default_choice), and says why not."""
 
 from __future__ import annotations
 
