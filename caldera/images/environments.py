@@ -13,8 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.db.models import Environment
+from caldera.errors import Conflict, Invalid, NotFound
 from caldera.images.catalogue import PLATFORM_IMAGE
-from caldera.server.errors import Conflict, Invalid, NotFound
 
 
 class EnvironmentForm(BaseModel):
