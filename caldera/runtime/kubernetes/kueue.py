@@ -303,19 +303,30 @@ def gpu_total(cluster_queue: Mapping[str, Any] | None) -> dict[str, int]:
             for r in flavor.get("resources") or []:
                 if r.get("name") == GPU_TOTAL_RESOURCE:
                     out["quota"] = int(float(r.get("nominalQuota", 0))) + int(float(r.get("borrowingLimit", 0)))
-    for flavor in ((cluster_queue or {}).get("status") or {}).get("flavorsUsage") or []:
+    status = (cluster_queue or {}).get("status") or {}
+    for flavor in status.get("flavorsReservation") or status.get("flavorsUsage") or []:
         for r in flavor.get("resources") or []:
             if r.get("name") == GPU_TOTAL_RESOURCE:
                 out["in_use"] = int(float(r.get("total", 0)))
     return out
 
 
-def _gpu_total_reason(reason: Reason, cluster_queue: Mapping[str, Any] | None) -> Reason:
-    """Kueue's "insufficient unused quota for caldera.io/gpu-total in flavor caldera-default, 2 more needed", said
-    as what it means: the queue's model-less GPU quota, a total over every model, has too little left."""
-    needed = _MORE_NEEDED.search(reason.message)
-    details = {**reason.details, "kueue_message": reason.message, **gpu_total(cluster_queue)}
-    details["needed"] = int(needed.group(1)) if needed else None
+def _short_of_gpu_total(
+    reason: Reason, workload: Mapping[str, Any], cluster_queue: Mapping[str, Any] | None
+) -> Reason | None:
+    """The reason a workload waits, said as what it means when it is the queue's model-less GPU quota, a total
+    over every model, that has too little left: Kueue says "insufficient unused quota for caldera.io/gpu-total in
+    flavor caldera-default, 2 more needed", or, for a model whose flavor is not the last it tries, names only the
+    last flavor ("flavor gpu-h100 doesn't match node affinity"); then the ClusterQueue's reservations tell."""
+    total = gpu_total(cluster_queue)
+    requests = ((workload.get("status") or {}).get("resourceRequests")) or []
+    asked = sum(int(float((r.get("resources") or {}).get(GPU_TOTAL_RESOURCE, 0))) for r in requests)
+    over = total["in_use"] + asked - total["quota"] if asked and {"quota", "in_use"} <= total.keys() else None
+    named = _MORE_NEEDED.search(reason.message) if reason.details.get("resources") == [GPU_TOTAL_RESOURCE] else None
+    if named is None and not (over and over > 0):
+        return None
+    details = {**reason.details, "kueue_message": reason.message, **total}
+    details["needed"] = int(named.group(1)) if named else over
     message = "the queue's GPU quota, a total over every GPU model, is used up"
     if "quota" in details and "in_use" in details:
         message += f" ({details['in_use']} of {details['quota']} GPUs in use)"
@@ -351,9 +362,7 @@ def workload_reasons(workload: Mapping[str, Any], cluster_queue: Mapping[str, An
         message = str((reserved or {}).get("message") or "")
         code = KUEUE_INSUFFICIENT_QUOTA if "insufficient" in message or "quota" in message else KUEUE_PENDING
         waiting = reason(code, reserved, "waiting for Kueue to reserve quota")
-        if waiting.details.get("resources") == [GPU_TOTAL_RESOURCE]:  # short of the total alone, not of a model
-            waiting = _gpu_total_reason(waiting, cluster_queue)
-        out.append(waiting)
+        out.append(_short_of_gpu_total(waiting, workload, cluster_queue) or waiting)
         return out
     ready = _condition(conds, "PodsReady")
     if not ready or ready.get("status") != "True":
