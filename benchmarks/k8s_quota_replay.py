@@ -162,8 +162,10 @@ def main() -> None:
     models = {m or "any": sum(p.model == m for p in jobs) for m in ("a100", "h100", "")}
     print(f"{args.jobs} jobs ({ends}; models {models}; {sum(p.gpus for p in jobs)} GPUs asked) in {replay_s:.0f} s")
     print(f"GPUs in use: at most {most} against a quota of {QUOTA} (mean {busy:.2f}) over {len(samples)} samples")
-    print(f"most at once by model: a100 {max(s.get('a100', 0) for _, s in samples)}, "
-          f"h100 {max(s.get('h100', 0) for _, s in samples)}")
+    print(
+        f"most at once by model: a100 {max(s.get('a100', 0) for _, s in samples)}, "
+        f"h100 {max(s.get('h100', 0) for _, s in samples)}"
+    )
     print(f"namespace objects {time.monotonic() - ended_at:.0f} s after the last job ended: {len(objects)} {objects}")
     if args.csv:
         rows = [f"{t},{sum(s.values())},{s.get('a100', 0)},{s.get('h100', 0)}" for t, s in samples]
