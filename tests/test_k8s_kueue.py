@@ -103,3 +103,33 @@ def test_the_held_back_queue_name_is_reserved():
 
     with pytest.raises(ValueError, match="reserved"):
         kueue.translate([QueueConfig(name=HELD_QUEUE, account="lab")], MODELS)
+
+
+def _waiting(message: str, gpus: int) -> dict:
+    cond = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message}
+    requests = [{"name": "main", "resources": {kueue.GPU_TOTAL_RESOURCE: str(gpus), kueue.GPU_RESOURCE: str(gpus)}}]
+    return {"metadata": {"name": "w"}, "spec": {}, "status": {"conditions": [cond], "resourceRequests": requests}}
+
+
+def _cluster_queue(quota: int, reserved: int) -> dict:
+    total = {"name": kueue.GPU_TOTAL_RESOURCE, "nominalQuota": str(quota), "borrowingLimit": "0"}
+    usage = [{"name": kueue.DEFAULT_FLAVOR, "resources": [{"name": kueue.GPU_TOTAL_RESOURCE, "total": str(reserved)}]}]
+    spec = {"resourceGroups": [{"flavors": [{"name": kueue.DEFAULT_FLAVOR, "resources": [total]}]}]}
+    return {"spec": spec, "status": {"flavorsReservation": usage}}
+
+
+def test_a_job_short_of_the_gpu_total_is_told_so_whatever_flavor_kueue_names_last():
+    named = "couldn't assign flavors to pod set main: insufficient unused quota for caldera.io/gpu-total in flavor "
+    named += "caldera-default, 2 more needed"
+    [r] = kueue.workload_reasons(_waiting(named, 2), _cluster_queue(4, 4))
+    assert r.code == kueue.KUEUE_GPU_TOTAL_USED_UP and (r.details["quota"], r.details["in_use"]) == (4, 4)
+    assert (
+        r.message.endswith("(4 of 4 GPUs in use): this job needs 2 more GPUs") and r.details["kueue_message"] == named
+    )
+    # Kueue names only the last flavor it tried: the ClusterQueue's reservations tell it is the total
+    last = "couldn't assign flavors to pod set main: flavor gpu-h100 doesn't match node affinity"
+    [r] = kueue.workload_reasons(_waiting(last, 2), _cluster_queue(4, 3))
+    assert (r.code, r.details["needed"]) == (kueue.KUEUE_GPU_TOTAL_USED_UP, 1)
+    # room in the total: Kueue's own reason stands (without the ClusterQueue too)
+    assert kueue.workload_reasons(_waiting(last, 2), _cluster_queue(4, 2))[0].code == kueue.KUEUE_PENDING
+    assert kueue.workload_reasons(_waiting(last, 2))[0].code == kueue.KUEUE_PENDING

@@ -38,9 +38,10 @@ def test_a_model_less_quota_caps_the_sum_over_models(k8s_cluster, make_rt, accou
     assert len(running) == 2 and len(waiting) == 2
     for h in running:  # Kueue counted their GPUs in the total (its Configuration has the transformation)
         assert kueue.counts_gpu_total(rt._workload_of(rt.jobs.get((h.job_id, "1"))[0])) is True
-    for h in waiting:  # Kueue has not reserved quota for them (its message names no total: see the README)
+    for h in waiting:  # Kueue has not reserved quota for them: the total is used up, whatever the job's model
         [reason] = [r for r in rt.why_pending(h) if r["details"].get("condition") == "QuotaReserved"]
-        assert reason["code"] in {kueue.KUEUE_INSUFFICIENT_QUOTA, kueue.KUEUE_PENDING}, reason
+        assert reason["code"] == kueue.KUEUE_GPU_TOTAL_USED_UP, reason
+        assert (reason["details"]["quota"], reason["details"]["in_use"], reason["details"]["needed"]) == (4, 4, 2)
         assert rt.pods.get((h.job_id, "1")) == []
 
     # one ends: exactly one waiting job takes its place, whatever its model

@@ -46,6 +46,7 @@ QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 
 # Pending reason codes read from a Workload (Reason.code; stable)
 KUEUE_INSUFFICIENT_QUOTA = "KueueInsufficientQuota"  # no flavor has the quota (own plus borrowable) now
+KUEUE_GPU_TOTAL_USED_UP = "KueueGpuTotalUsedUp"  # the queue's model-less GPU quota (a total) has too little left
 KUEUE_PENDING = "KueuePending"  # Kueue has not reserved quota yet, for a reason other than quota
 KUEUE_WAITING_FOR_PODS_READY = "KueueWaitingForPodsReady"  # admitted; not all pods ready (all-or-nothing start)
 KUEUE_EVICTED = "KueueEvicted"  # preempted or evicted by Kueue; requeued
@@ -271,6 +272,7 @@ def _condition(conditions: list[Mapping[str, Any]], kind: str) -> Mapping[str, A
 # "... flavor gpu-h100 doesn't match node affinity, insufficient unused quota for nvidia.com/gpu in flavor gpu-a100, 2
 # more needed": the resources and flavors that lack quota (not those that merely do not fit the pod)
 _SHORT_OF_QUOTA = re.compile(r"quota for ([A-Za-z0-9./_-]+) in flavor ([a-z0-9][a-z0-9.-]*[a-z0-9])")
+_MORE_NEEDED = re.compile(r"(\d+) more needed")
 EVICTED_BY_PREEMPTION = "Preempted"  # the Evicted condition's reason when Kueue preempted the workload
 
 
@@ -292,9 +294,51 @@ def counts_gpu_total(workload: Mapping[str, Any]) -> bool | None:
     return GPU_TOTAL_RESOURCE in flavors if GPU_RESOURCE in flavors else None
 
 
-def workload_reasons(workload: Mapping[str, Any]) -> list[Reason]:
+def gpu_total(cluster_queue: Mapping[str, Any] | None) -> dict[str, int]:
+    """A ClusterQueue's GPU total: its quota (nominal plus what it may borrow) and what its admitted workloads
+    hold, as ``quota`` and ``in_use`` (each absent when the queue does not say)."""
+    out: dict[str, int] = {}
+    for group in ((cluster_queue or {}).get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for r in flavor.get("resources") or []:
+                if r.get("name") == GPU_TOTAL_RESOURCE:
+                    out["quota"] = int(float(r.get("nominalQuota", 0))) + int(float(r.get("borrowingLimit", 0)))
+    status = (cluster_queue or {}).get("status") or {}
+    for flavor in status.get("flavorsReservation") or status.get("flavorsUsage") or []:
+        for r in flavor.get("resources") or []:
+            if r.get("name") == GPU_TOTAL_RESOURCE:
+                out["in_use"] = int(float(r.get("total", 0)))
+    return out
+
+
+def _short_of_gpu_total(
+    reason: Reason, workload: Mapping[str, Any], cluster_queue: Mapping[str, Any] | None
+) -> Reason | None:
+    """The reason a workload waits, said as what it means when it is the queue's model-less GPU quota, a total
+    over every model, that has too little left: Kueue says "insufficient unused quota for caldera.io/gpu-total in
+    flavor caldera-default, 2 more needed", or, for a model whose flavor is not the last it tries, names only the
+    last flavor ("flavor gpu-h100 doesn't match node affinity"); then the ClusterQueue's reservations tell."""
+    total = gpu_total(cluster_queue)
+    requests = ((workload.get("status") or {}).get("resourceRequests")) or []
+    asked = sum(int(float((r.get("resources") or {}).get(GPU_TOTAL_RESOURCE, 0))) for r in requests)
+    over = total["in_use"] + asked - total["quota"] if asked and {"quota", "in_use"} <= total.keys() else None
+    named = _MORE_NEEDED.search(reason.message) if reason.details.get("resources") == [GPU_TOTAL_RESOURCE] else None
+    if named is None and not (over and over > 0):
+        return None
+    details = {**reason.details, "kueue_message": reason.message, **total}
+    details["needed"] = int(named.group(1)) if named else over
+    message = "the queue's GPU quota, a total over every GPU model, is used up"
+    if "quota" in details and "in_use" in details:
+        message += f" ({details['in_use']} of {details['quota']} GPUs in use)"
+    if details["needed"]:
+        message += f": this job needs {details['needed']} more GPUs"
+    return Reason(KUEUE_GPU_TOTAL_USED_UP, message, details)
+
+
+def workload_reasons(workload: Mapping[str, Any], cluster_queue: Mapping[str, Any] | None = None) -> list[Reason]:
     """Why a Workload's job is not running, as Caldera's reasons; empty when it is admitted and its pods ready.
-    ``details`` keep Kueue's own condition type and reason, so nothing Kueue said is lost."""
+    ``details`` keep Kueue's own condition type and reason, so nothing Kueue said is lost. ``cluster_queue``, the
+    Workload's ClusterQueue, adds its GPU total's quota and use to a reason that the total is used up."""
     spec, status = workload.get("spec") or {}, workload.get("status") or {}
     conds = list(status.get("conditions") or [])
 
@@ -317,7 +361,8 @@ def workload_reasons(workload: Mapping[str, Any]) -> list[Reason]:
     if not reserved or reserved.get("status") != "True":
         message = str((reserved or {}).get("message") or "")
         code = KUEUE_INSUFFICIENT_QUOTA if "insufficient" in message or "quota" in message else KUEUE_PENDING
-        out.append(reason(code, reserved, "waiting for Kueue to reserve quota"))
+        waiting = reason(code, reserved, "waiting for Kueue to reserve quota")
+        out.append(_short_of_gpu_total(waiting, workload, cluster_queue) or waiting)
         return out
     ready = _condition(conds, "PodsReady")
     if not ready or ready.get("status") != "True":

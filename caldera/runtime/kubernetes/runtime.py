@@ -29,7 +29,7 @@ from caldera.runtime.kubernetes import manifests as m
 from caldera.runtime.kubernetes.logcopy import LogCopier
 from caldera.runtime.kubernetes.settings import KubernetesSettings
 from caldera.runtime.kubernetes.status import EVICTED_ANNOTATION, STOPPED_ANNOTATION, pending_reasons, phase_of
-from caldera.runtime.kubernetes.watch import WatchCache, bound_pod_key, node_key, owner_job_of, pod_of_event
+from caldera.runtime.kubernetes.watch import WatchCache, bound_pod_key, name_key, owner_job_of, pod_of_event
 from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir
 
@@ -82,7 +82,10 @@ class KubernetesRuntime:
             selectors={"field_selector": "involvedObject.kind=Pod,reason=FailedScheduling"},
         )
         # the nodes, for what of them decides where pods fit: a job held because none fit waits for a change
-        self.node_objs = WatchCache(self.api, self.core.list_node, timeout, key_fn=node_key, selectors={})
+        self.node_objs = WatchCache(self.api, self.core.list_node, timeout, key_fn=name_key, selectors={})
+        # Kueue's ClusterQueues, for the quota and use of a queue's GPU total when a job waits for it
+        list_cluster_queues = partial(self.custom.list_cluster_custom_object, group, version, "clusterqueues")
+        self.cluster_queues = WatchCache(self.api, list_cluster_queues, timeout, key_fn=name_key, selectors={})
         # every pod bound to a node that has not ended, Caldera's or not: who holds which node's GPUs (nodes page)
         self.bound_pods = WatchCache(
             self.api,
@@ -102,7 +105,15 @@ class KubernetesRuntime:
         # job id -> its evictions in a row for pods not ready in time (evictions.py), for its next attempt
         self._evictions: dict[str, dict[str, Any]] = {}
         self._unschedulable: dict[tuple[str, str], str] = {}  # (job, attempt): kube-scheduler's last word
-        self.caches = (self.jobs, self.pods, self.workloads, self.events, self.node_objs, self.bound_pods)
+        self.caches = (
+            self.jobs,
+            self.pods,
+            self.workloads,
+            self.events,
+            self.node_objs,
+            self.bound_pods,
+            self.cluster_queues,
+        )
         for cache in self.caches:
             cache.start()
 
@@ -295,7 +306,7 @@ class KubernetesRuntime:
             found = self.events.get((meta["namespace"], meta["name"]))
             if found:
                 events[meta["name"]] = max(found, key=_event_time)
-        reasons = pending_reasons(job, pods, workload, events)
+        reasons = pending_reasons(job, pods, workload, events, self._cluster_queue_of(job))
         unschedulable = [r["message"] for r in reasons if r["code"] == "Unschedulable"]
         if unschedulable:  # kept for the eviction that may follow (the pods are gone by then)
             with self._lock:
@@ -308,6 +319,12 @@ class KubernetesRuntime:
             return None
         found = self.workloads.get((job["metadata"]["namespace"], job["metadata"]["name"]))
         return max(found, key=lambda w: w["metadata"].get("creationTimestamp") or "") if found else None
+
+    def _cluster_queue_of(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The ClusterQueue Caldera made for the Job's queue (None when Kueue's queues are the site's own)."""
+        queue = ((job or {}).get("metadata", {}).get("labels") or {}).get(m.LABEL_QUEUE)
+        found = self.cluster_queues.get(("", kueue.cluster_queue_name(queue))) if queue else []
+        return found[0] if found else None
 
     def _was_stopped(self, handle: Handle) -> bool:
         return (handle.job_id, handle.attempt) in self._stopped or bool(handle.data.get("stopped"))

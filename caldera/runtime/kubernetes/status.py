@@ -80,14 +80,19 @@ def pending_reasons(
     pods: list[dict[str, Any]],
     workload: dict[str, Any] | None = None,
     events: dict[str, dict[str, Any]] | None = None,
+    cluster_queue: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Why a handed-over job does not run yet, in the loop's reason form ({code, message, details}): Kueue's reasons
     from the job's Workload (kueue.workload_reasons), or, before Kueue made one, that the Job is still suspended;
     and kube-scheduler's for every pod it cannot place: the pod's latest FailedScheduling event (``events`` by pod
-    name), else its PodScheduled condition, which carries the same text."""
+    name), else its PodScheduled condition, which carries the same text. ``cluster_queue``: the Workload's, for
+    the GPU total's quota and use."""
     out: list[dict[str, Any]] = []
     if workload is not None:
-        out += [{"code": r.code, "message": r.message, "details": r.details} for r in kueue.workload_reasons(workload)]
+        out += [
+            {"code": r.code, "message": r.message, "details": r.details}
+            for r in kueue.workload_reasons(workload, cluster_queue)
+        ]
     elif job is not None and (job.get("spec") or {}).get("suspend"):
         out.append(
             {

@@ -40,8 +40,9 @@ def bound_pod_key(obj: dict[str, Any]) -> Key | None:
     return (node, "") if node else None
 
 
-def node_key(obj: dict[str, Any]) -> Key:
-    return "node", obj["metadata"]["name"]
+def name_key(obj: dict[str, Any]) -> Key:
+    """("", name) of a cluster-scoped object (a node, a ClusterQueue)."""
+    return "", obj["metadata"]["name"]
 
 
 def pod_of_event(obj: dict[str, Any]) -> Key | None:

@@ -131,6 +131,11 @@ PENDING: dict[str, Message] = {
         ),
         ("unschedulable", _("; kube-scheduler: %(unschedulable)s")),
     ),
+    "KueueGpuTotalUsedUp": Message(  # Kueue, for a queue's model-less GPU quota (caldera/runtime/kubernetes/kueue.py)
+        _("the queue's GPU quota, a total over every GPU model, is used up"),
+        ("in_use", _(" (%(in_use)s of %(quota)s GPUs in use)")),
+        ("needed", _(": this job needs %(needed)s more GPUs")),
+    ),
     "SharingDeclined": Message(
         _("not shared: no occupied GPU where its predicted slowdown stays within its tolerance (%(tolerance)s)")
     ),
