@@ -55,7 +55,10 @@ def form_page(
 ):
     if kind not in job_forms.KINDS:
         raise PageNotFound()
-    choices = overview.queue_choices(p, overview.my_queues(db, user))
+    queues = overview.my_queues(db, user)
+    choices = overview.queue_choices(p, queues)
+    nodes = overview.nodes_now(p, db, user)
+    largest = {q["queue"]: overview.largest_now(nodes, q) for q in queues}
     images = [catalogue.reference(p.settings, i) for i in catalogue.usable(db, user) if i.state == "ready"]
     if form.image and form.image not in images:
         images.append(form.image)  # a clone's or a template's image, e.g. one of the host's: the API judges it
@@ -74,6 +77,7 @@ def form_page(
         priorities=job_forms.PRIORITIES,
         images=images,
         yaml_text=yaml_text,
+        largest=largest,
     )
 
 
