@@ -8,6 +8,8 @@ GPU capability is 0, so every cycle explains each of them), then measures with h
 home page (median and max of ``runs``), and with Debian's chromium (Playwright) the navigation timings of the home
 page: response start, DOM interactive, load event. Then a job prints its clock every 200 ms for 10 s and the browser
 records when each line appears in the job page's log (a MutationObserver): the log-follow latency, median and p95.
+Also the job page's navigation timings, and the page weight: the stylesheets, scripts and fonts the home page loads,
+each gzip-compressed (-9) as a compressing proxy or server would send them, against the 300 KB budget.
 Needs chromium (/usr/bin/chromium) and playwright; the benchmark's browser context bypasses the page's CSP only to
 install its observer. Exits 0.
 """
@@ -15,6 +17,7 @@ install its observer. Exits 0.
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import statistics
 import sys
@@ -64,6 +67,25 @@ def _browser_login(context, url: str):
     return page
 
 
+def _print_timings(what: str, nav: list[dict]) -> None:
+    for key in ("responseStart", "domInteractive", "loadEventEnd"):
+        ms = [n[key] - n["startTime"] for n in nav]
+        print(f"{what} in chromium, {key}: median {statistics.median(ms):.0f} ms, max {max(ms):.0f} ms")
+
+
+def _print_weight(page, url: str) -> None:
+    """What the page loaded besides itself (stylesheets, scripts, fonts), compressed; fonts are woff2, compressed
+    already, and count as they are."""
+    names = page.evaluate("() => performance.getEntriesByType('resource').map(r => r.name)")
+    total = 0
+    for name in sorted(set(names)):
+        body = httpx.get(name).content
+        size = len(body) if name.split("?")[0].endswith(".woff2") else len(gzip.compress(body, 9))
+        total += size
+        print(f"  {name.removeprefix(url)}: {len(body) / 1024:.0f} KB, {size / 1024:.0f} KB compressed")
+    print(f"page weight (CSS, JS, fonts), compressed: {total / 1024:.0f} KB (budget 300 KB)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=1000)
@@ -106,9 +128,14 @@ def main() -> None:
                 for _ in range(args.runs):
                     page.goto(srv.url + "/")
                     nav.append(page.evaluate("() => performance.getEntriesByType('navigation')[0].toJSON()"))
-                for key in ("responseStart", "domInteractive", "loadEventEnd"):
-                    ms = [n[key] - n["startTime"] for n in nav]
-                    print(f"home in chromium, {key}: median {statistics.median(ms):.0f} ms, max {max(ms):.0f} ms")
+                _print_timings("home", nav)
+                _print_weight(page, srv.url)
+                a_job = httpx.get(f"{srv.url}/api/v1/jobs?limit=1", headers=auth).json()[0]["id"]
+                nav = []
+                for _ in range(args.runs):
+                    page.goto(f"{srv.url}/jobs/{a_job}")
+                    nav.append(page.evaluate("() => performance.getEntriesByType('navigation')[0].toJSON()"))
+                _print_timings("job page", nav)
 
                 # the log-follow job must run: lift the cordon, and cancel the waiting jobs ahead of it
                 httpx.post(f"{srv.url}/api/v1/admin/nodes/node-0/uncordon", headers=auth).raise_for_status()

@@ -76,8 +76,11 @@ def test_home_shows_my_jobs_queues_and_free_gpus(api, admin, me):
     assert "train" in row and "Queued" in row and re.search(r">\d+s<", row)  # state and age
     queues = re.search(r'<table id="my-queues">(.*?)</table>', html, re.S).group(1)
     assert "<td>default</td>" in queues and "unlimited" in queues
-    gpus = re.search(r'<table id="free-gpus">(.*?)</table>', html, re.S).group(1)
-    assert re.search(r"<td>a100</td><td>4</td><td>4</td>", gpus)
+    gpus = re.search(r'<section class="panel" id="free-gpus">(.*?)</section>', html, re.S).group(1)
+    assert re.search(r'data-model="a100">.*?<span>4 / 4</span>', gpus, re.S)  # free of total, with its bar
+    assert re.search(r'<progress class="usage-bar" max="4" value="4"', gpus)
+    card = re.search(rf'<article class="job-card" data-job="{jid}">(.*?)</article>', html, re.S).group(1)
+    assert "Queued" in card and f'action="/jobs/{jid}/cancel"' in card  # a waiting job's card, cancel one click away
     assert '<td class="largest-now">4 GPUs</td>' in queues  # the whole node, nothing else limits it
     assert jid in me.get("/partials/my-jobs").text
 
@@ -122,9 +125,11 @@ def test_pickers_offer_what_the_queue_allows(api, admin, me):
     )
     assert r.status_code == 200, r.text
     html = me.get("/new/batch").text
-    gpu = re.search(r'<select name="gpu" id="gpu">(.*?)</select>', html, re.S).group(1)
+    gpu = re.search(r'<select name="gpu" id="gpu"[^>]*>(.*?)</select>', html, re.S).group(1)
     assert re.findall(r'<option value="(\d+)"', gpu) == ["0", "1", "2"]
-    assert 'data-models="a100" data-max-gpu="2"' in html
+    assert 'data-models="a100" data-max-gpu="2" data-largest-now="2"' in html  # shown next to the GPU field
+    assert '<strong id="largest-now-n">2</strong>' in html
+    assert 'data-gpu="4"' not in html and 'data-gpu="1"' in html  # no preset above what the queue allows
     assert '<td class="largest-now">2 GPUs</td>' in me.get("/").text
     r = api.client.put(
         "/api/v1/queues/default", json={"account": "default", "quotas": {"gpu/a100": {"capability": 0}}}, headers=admin
@@ -162,7 +167,7 @@ def test_admin_pages_are_for_admins(api, admin, me):
     assert post_form(alice, "/admin/users", {"username": "evil", "password": "password-123"}).status_code == 403
     assert post_form(alice, "/admin/queue", {"name": "default", "account": "default"}).status_code == 403
     assert post_form(alice, "/admin/users/alice/role", {"role": "admin"}).status_code == 403
-    assert "Users" not in re.search(r"<nav>(.*?)</nav>", alice.get("/").text, re.S).group(1)
+    assert "Users" not in re.search(r'<nav class="sidenav"[^>]*>(.*?)</nav>', alice.get("/").text, re.S).group(1)
 
 
 def test_admin_users_create_disable_and_role(api, admin, me):

@@ -55,7 +55,10 @@ def form_page(
 ):
     if kind not in job_forms.KINDS:
         raise PageNotFound()
-    choices = overview.queue_choices(p, overview.my_queues(db, user))
+    queues = overview.my_queues(db, user)
+    choices = overview.queue_choices(p, queues)
+    nodes = overview.nodes_now(p, db, user)
+    largest = {q["queue"]: overview.largest_now(nodes, q) for q in queues}
     ready = environments.views(db, request.app.state.builds.builder.has, "ready")
     images = [e["ref"] for e in ready if e["present"]]
     images += [catalogue.reference(p.settings, i) for i in catalogue.usable(db, user) if i.state == "ready"]
@@ -76,6 +79,7 @@ def form_page(
         priorities=job_forms.PRIORITIES,
         images=images,
         yaml_text=yaml_text,
+        largest=largest,
     )
 
 

@@ -1,10 +1,14 @@
-// Offer only the GPU models and counts the selected queue allows (the server checks again on submit).
+// The job form's helpers (the server checks everything again on submit): offer only the GPU models and counts the
+// selected queue allows, show the largest request that starts now in it, fill resources from a preset, and say
+// as one types when the name is not one the API accepts.
 "use strict";
 (function () {
   const queue = document.getElementById("queue");
   const models = document.getElementById("gpu_model");
   const gpus = document.getElementById("gpu");
   if (!queue || !models || !gpus) return;
+  const largest = document.getElementById("largest-now-n");
+  const presets = document.querySelectorAll("#presets .preset");
   function restrict() {
     const opt = queue.selectedOptions[0];
     if (!opt) return;
@@ -12,8 +16,22 @@
     const max = Number(opt.dataset.maxGpu || 0);
     for (const o of models.options) o.disabled = o.value !== "" && !allowed.has(o.value);
     for (const o of gpus.options) o.disabled = Number(o.value) > max;
+    for (const b of presets) b.disabled = Number(b.dataset.gpu) > max;
     if (models.selectedOptions[0] && models.selectedOptions[0].disabled) models.value = "";
     if (gpus.selectedOptions[0] && gpus.selectedOptions[0].disabled) gpus.value = "0";
+    if (largest) largest.textContent = opt.dataset.largestNow || "0";
+  }
+  for (const b of presets) {
+    b.addEventListener("click", () => {
+      gpus.value = b.dataset.gpu;
+      document.getElementById("cpu").value = b.dataset.cpu;
+      document.getElementById("memory_mib").value = b.dataset.memory;
+    });
+  }
+  const name = document.getElementById("name");
+  if (name && name.dataset.pattern) {
+    const ok = new RegExp(name.dataset.pattern);
+    name.addEventListener("input", () => name.classList.toggle("is-invalid", name.value !== "" && !ok.test(name.value)));
   }
   queue.addEventListener("change", restrict);
   restrict();
