@@ -48,7 +48,7 @@ def bootstrap(
 
 
 def _api(method: str, path: str, *args):
-    from caldera.cli.client import ApiError, Client
+    from caldera.client import ApiError, Client
 
     try:
         return getattr(Client.from_config(), method)(path, *args)
@@ -62,7 +62,7 @@ def _api(method: str, path: str, *args):
 def _follow(image_id: str) -> None:
     import sys
 
-    from caldera.cli.client import Client
+    from caldera.client import Client
 
     client = Client.from_config()
     with client.http.stream("GET", f"/api/v1/images/{image_id}/log", params={"follow": "true"}, timeout=None) as r:
