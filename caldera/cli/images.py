@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
+
+from caldera.cli.common import call, client, console, err
+from caldera.cli.output import OUTPUT, Format, emit
 
 from caldera.images.form import CUDA, CUDNN, PYTHONS
 from caldera.images.ready import DEFAULT_READY, READY
 
 images_app = typer.Typer(help="Container images jobs run in.", no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
 
 
 @images_app.command()
@@ -71,27 +71,19 @@ def bootstrap(
 
 
 def _api(method: str, path: str, *args):
-    from caldera.cli.client import ApiError, Client
-
-    try:
-        return getattr(Client.from_config(), method)(path, *args)
-    except ApiError as exc:
-        err.print(f"[red]error {exc.status}: {exc.detail}[/red]")
-        for e in exc.errors:
-            err.print(f"  [yellow]{e.get('field')}[/yellow]: {e.get('reason')}")
-        raise typer.Exit(1) from None
+    return call(getattr(client(), method), path, *args)
 
 
 def _follow(image_id: str) -> None:
+    call(_copy_to_stdout, client().stream(f"/images/{image_id}/log", follow="true"))
+
+
+def _copy_to_stdout(chunks) -> None:
     import sys
 
-    from caldera.cli.client import Client
-
-    client = Client.from_config()
-    with client.http.stream("GET", f"/api/v1/images/{image_id}/log", params={"follow": "true"}, timeout=None) as r:
-        for chunk in r.iter_raw():
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
+    for chunk in chunks:
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
 
 
 @images_app.command()
@@ -127,15 +119,36 @@ def build(
 
 
 @images_app.command("list")
-def list_images() -> None:
+def list_images(output: Format = OUTPUT) -> None:
     """Images I may run (and my own builds in any state)."""
+    emit(_api("get", "/images"), output, _images_table)
+
+
+def _images_table(rows: list[dict]) -> None:
     from rich.table import Table
 
     t = Table("ID", "REFERENCE", "OWNER", "VISIBILITY", "STATE", "SIZE", "MESSAGE")
-    for i in _api("get", "/images"):
+    for i in rows:
         size = f"{i['size_bytes'] / (1 << 20):.0f} MiB" if i["size_bytes"] else "-"
         t.add_row(i["id"], i["reference"], i["owner"], i["visibility"], i["state"], size, i["message"][:60])
     console.print(t)
+
+
+@images_app.command()
+def snapshot(
+    job_id: str = typer.Argument(..., help="a running job of yours (id or unique prefix)"),
+    name: str = typer.Option("session", help="image name"),
+    tag: str | None = typer.Option(None, help="snap-<UTC time> when omitted"),
+    follow: bool = typer.Option(True, help="print the snapshot's log until it ends"),
+) -> None:
+    """Save a running job's container as an image of yours."""
+    from caldera.client import Client
+
+    form = {"tag": tag} if tag else {}
+    img = call(Client.from_config().snapshot, job_id, name, **form)
+    console.print(f"snapshot [bold]{img['id']}[/bold] of {img['reference']} queued")
+    if follow:
+        _follow(img["id"])
 
 
 @images_app.command()

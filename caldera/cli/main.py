@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import sys
-import time
 from collections import Counter
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from caldera.cli.client import ApiError, Client, load_credentials, save_credentials
+from caldera.cli.common import call, client, console, err, ts
 from caldera.cli.images import images_app
+from caldera.cli.jobs import register as register_jobs
+from caldera.cli.nodes_admin import nodes_admin_app
+from caldera.cli.output import OUTPUT, Format, emit
+from caldera.client import Client, forget_credentials, load_credentials, save_credentials
 
 app = typer.Typer(help="Caldera: GPUs for labs.", no_args_is_help=True, pretty_exceptions_show_locals=False)
 admin_app = typer.Typer(help="Users and accounts (admins).", no_args_is_help=True)
@@ -25,30 +25,6 @@ queue_app = typer.Typer(help="Queues, quotas and caps.", no_args_is_help=True)
 app.add_typer(admin_app, name="admin")
 app.add_typer(queue_app, name="queue")
 app.add_typer(images_app, name="images")
-console = Console()
-err = Console(stderr=True)
-
-
-def _ts(t: float | None) -> str:
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
-
-
-def _client() -> Client:
-    try:
-        return Client.from_config()
-    except ApiError as exc:
-        err.print(f"[red]{exc.detail}[/red]")
-        raise typer.Exit(1) from None
-
-
-def _call(fn, *args, **kwargs) -> Any:
-    try:
-        return fn(*args, **kwargs)
-    except ApiError as exc:
-        err.print(f"[red]error {exc.status}: {exc.detail}[/red]")
-        for e in exc.errors:
-            err.print(f"  [yellow]{e.get('field')}[/yellow]: {e.get('reason')}")
-        raise typer.Exit(1) from None
 
 
 # ---- the platform ------------------------------------------------------------------------------------------------
@@ -182,9 +158,9 @@ def login(
     username = username or typer.prompt("user")
     password = password or getpass.getpass("password: ")
     anon = Client(url)
-    pair = _call(anon.post, "/auth/login", {"username": username, "password": password})
+    pair = call(anon.post, "/auth/login", {"username": username, "password": password})
     authed = Client(url, pair["access_token"])
-    tok = _call(authed.post, "/tokens", {"name": f"cli@{_hostname()}"})
+    tok = call(authed.post, "/tokens", {"name": f"cli@{_hostname()}"})
     path = save_credentials(url, tok["token"], username)
     console.print(f"logged in to {url} as [cyan]{username}[/cyan]; token saved in {path}")
 
@@ -203,8 +179,15 @@ def passwd(
     """Change your password. Your browser sessions and other logins end; personal API tokens stay."""
     old = current or getpass.getpass("current password: ")
     new = password or getpass.getpass("new password: ")
-    _call(_client().put, "/me/password", {"current_password": old, "password": new})
+    call(client().put, "/me/password", {"current_password": old, "password": new})
     console.print("password changed; other sessions were logged out")
+
+
+@app.command()
+def logout() -> None:
+    """Forget the token that `caldera login` stored here (revoke it with `caldera tokens revoke` first to end it)."""
+    path = forget_credentials()
+    console.print(f"logged out; removed {path}" if path else "not logged in")
 
 
 tokens_app = typer.Typer(help="Your personal API tokens.", no_args_is_help=True)
@@ -212,16 +195,20 @@ app.add_typer(tokens_app, name="tokens")
 
 
 @tokens_app.command("list")
-def tokens_list() -> None:
+def tokens_list(output: Format = OUTPUT) -> None:
+    emit(call(client().get, "/tokens"), output, _tokens_table)
+
+
+def _tokens_table(rows: list[dict]) -> None:
     t = Table("ID", "NAME", "PREFIX", "CREATED", "EXPIRES", "LAST USED", "REVOKED", box=None)
-    for tok in _call(_client().get, "/tokens"):
+    for tok in rows:
         t.add_row(
             str(tok["id"]),
             tok["name"],
             tok["prefix"] + "…",
-            _ts(tok["created_at"]),
-            _ts(tok["expires_at"]),
-            _ts(tok["last_used_at"]),
+            ts(tok["created_at"]),
+            ts(tok["expires_at"]),
+            ts(tok["last_used_at"]),
             "yes" if tok["revoked"] else "",
         )
     console.print(t)
@@ -233,13 +220,13 @@ def tokens_create(
     days: int | None = typer.Option(None, help="expires after this many days; never when omitted"),
 ) -> None:
     """Print a new token (shown once) for scripts: CALDERA_TOKEN=... caldera ls."""
-    tok = _call(_client().post, "/tokens", {"name": name, "expires_in_days": days})
+    tok = call(client().post, "/tokens", {"name": name, "expires_in_days": days})
     console.print(tok["token"], soft_wrap=True)
 
 
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: int) -> None:
-    tok = _call(_client().delete, f"/tokens/{token_id}")
+    tok = call(client().delete, f"/tokens/{token_id}")
     console.print(f"token {tok['id']} ({tok['name']}) revoked")
 
 
@@ -256,192 +243,33 @@ def ssh_keys_add(
     if file.stat().st_size > MAX_KEY_FILE_BYTES:
         err.print(f"[red]{file} is larger than {MAX_KEY_FILE_BYTES} bytes: not a public key[/red]")
         raise typer.Exit(1)
-    key = _call(_client().post, "/ssh-keys", {"public_key": file.read_text(errors="replace"), "name": name})
+    key = call(client().post, "/ssh-keys", {"public_key": file.read_text(errors="replace"), "name": name})
     typer.echo(f"added key {key['id']} ({key['name']}): {key['key_type']} {key['fingerprint']}")
 
 
 @ssh_keys_app.command("list")
 def ssh_keys_list() -> None:
     """One key a line, as ``ssh-keygen -l`` would show it: the fingerprint whole, whatever the terminal's width."""
-    for k in _call(_client().get, "/ssh-keys"):
-        typer.echo(f"{k['id']:>4}  {k['fingerprint']}  {k['key_type']:<19}  {_ts(k['created_at'])}  {k['name']}")
+    for k in call(client().get, "/ssh-keys"):
+        typer.echo(f"{k['id']:>4}  {k['fingerprint']}  {k['key_type']:<19}  {ts(k['created_at'])}  {k['name']}")
 
 
 @ssh_keys_app.command("remove")
 def ssh_keys_remove(key_id: int) -> None:
-    key = _call(_client().delete, f"/ssh-keys/{key_id}")
+    key = call(client().delete, f"/ssh-keys/{key_id}")
     typer.echo(f"key {key['id']} ({key['name']}) removed")
 
 
-# ---- jobs --------------------------------------------------------------------------------------------------------
 @app.command()
-def submit(
-    spec_file: Path = typer.Argument(..., exists=True, readable=True, help="job spec, YAML"),
-    account: str | None = typer.Option(None),
-    queue: str | None = typer.Option(None),
-) -> None:
-    """Submit a job from a YAML spec."""
-    import yaml
-
-    try:
-        body = yaml.safe_load(spec_file.read_text())
-    except yaml.YAMLError as exc:
-        err.print(f"[red]{spec_file} is not valid YAML: {exc}[/red]")
-        raise typer.Exit(1) from None
-    if not isinstance(body, dict):
-        err.print(f"[red]{spec_file} must hold a mapping[/red]")
-        raise typer.Exit(1)
-    if account:
-        body["account"] = account
-    if queue:
-        body["queue"] = queue
-    job = _call(_client().post, "/jobs", body)
-    console.print(f"submitted [bold]{job['id']}[/bold] ({job['name']}) to {job['queue']}: {job['state']}")
-
-
-_STATE_STYLE = {
-    "Running": "green",
-    "Succeeded": "bold green",
-    "Failed": "red",
-    "Lost": "red",
-    "Queued": "yellow",
-    "Cancelled": "dim",
-    "Preempted": "magenta",
-    "Starting": "cyan",
-}
-
-
-@app.command("ls")
-def ls(
-    all_users: bool = typer.Option(False, "--all", help="everyone's jobs (admins)"),
-    state: list[str] | None = typer.Option(None, help="only these states"),
-) -> None:
-    """List jobs."""
-    rows = _call(_client().get, "/jobs", all=all_users or None, state=state)
-    t = Table(box=None)
-    for col in ("ID", "NAME", "USER", "KIND", "QUEUE", "GPUS", "STATE", "SUBMITTED", "REASON"):
-        t.add_column(col)
-    for j in rows:
-        why = j["pending_reasons"][0]["message"] if j["state"] == "Queued" and j["pending_reasons"] else j["message"]
-        style = _STATE_STYLE.get(j["state"], "")
-        t.add_row(
-            j["id"],
-            j["name"],
-            j["user"] or "",
-            j["kind"],
-            j["queue"],
-            str(j["gpus"]),
-            f"[{style}]{j['state']}[/{style}]" if style else j["state"],
-            _ts(j["submitted_at"]),
-            why or "",
-        )
-    console.print(t)
-
-
-@app.command()
-def describe(job_id: str) -> None:
-    """Spec, state and every event of a job."""
-    j = _call(_client().get, f"/jobs/{job_id}")
-    console.print(f"[bold]{j['id']}[/bold] {j['name']}  {j['kind']}  [bold]{j['state']}[/bold] ({j['reason']})")
-    console.print(
-        f"user {j['user']}  account {j['account']}  queue {j['queue']}  priority {j['priority']}  "
-        f"attempt {j['attempt']}  exit code {j['exit_code'] if j['exit_code'] is not None else '-'}"
-    )
-    for a in j["allocations"]:
-        console.print(f"  on {a['node']}: GPUs {a['gpus'] or '-'}  {a['cpu']:g} CPUs  {a['memory_mib']} MiB")
-    if j["state"] == "Queued":
-        for r in j["pending_reasons"]:
-            console.print(f"  waiting: [yellow]{r['code']}[/yellow] {r['message']}")
-    console.print("[bold]spec[/bold]")
-    console.print_json(json.dumps(j["spec"]))
-    t = Table("TIME", "FROM", "TO", "REASON", "MESSAGE", box=None, title="events", title_justify="left")
-    for e in j["events"]:
-        t.add_row(_ts(e["at"]), e["from"] or "", e["to"], e["reason"], e["message"])
-    console.print(t)
-
-
-@app.command()
-def why(job_id: str) -> None:
-    """Why a job is waiting."""
-    w = _call(_client().get, f"/jobs/{job_id}/why")
-    # a job waits in Queued here, in Starting where a cluster admits it (Kueue): its reasons show either way
-    if w["state"] not in ("Queued", "Starting") or (w["state"] == "Starting" and not w["pending"]):
-        console.print(f"{w['id']} is {w['state']} ({w['reason']}): {w['message']}")
-        return
-    if not w["pending"]:
-        console.print(f"{w['id']} is queued; the scheduler has not looked at it yet")
-    for r in w["pending"]:
-        console.print(f"[yellow]{r['code']}[/yellow]: {r['message']}")
-
-
-_WAITING = ("Queued", "Starting")
-
-
-def _say_why_until_started(client: Any, job_id: str) -> None:
-    """``logs -f`` on a job that has not started: say why it waits (again whenever that changes) instead of
-    printing nothing for minutes; returns once it started or ended."""
-    said: list[str] = []
-    while True:
-        w = client.get(f"/jobs/{job_id}/why")
-        if w["state"] not in _WAITING or (w["state"] == "Starting" and not w["pending"]):
-            return
-        now = [f"{r['code']}: {r['message']}" for r in w["pending"]] or ["queued; the scheduler has not looked yet"]
-        if now != said:
-            for line in now:
-                err.print(f"[yellow]waiting[/yellow] {line}")
-            said = now
-        time.sleep(2)
-
-
-@app.command()
-def logs(
-    job_id: str,
-    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends; says why it waits"),
-    rank: int | None = typer.Option(None, help="rank of a distributed job (0)"),
-) -> None:
-    """Print a job's output."""
-    client = _client()
-    try:
-        if follow:
-            _say_why_until_started(client, job_id)
-        for chunk in client.stream_logs(job_id, rank, follow):
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-    except ApiError as exc:
-        err.print(f"[red]error {exc.status}: {exc.detail}[/red]")
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        pass
-
-
-@app.command()
-def cancel(job_id: str) -> None:
-    """Cancel a job (SIGTERM, then SIGKILL after the grace period)."""
-    j = _call(_client().post, f"/jobs/{job_id}/cancel")
-    console.print(f"{j['id']}: {j['state']}" + (" (stopping)" if j["state"] in ("Running", "Starting") else ""))
-
-
-@app.command()
-def wait(job_id: str, timeout: float = typer.Option(0, help="seconds; 0 waits forever")) -> None:
-    """Wait until a job ends; exit code 0 only if it succeeded."""
-    client, t0 = _client(), time.time()
-    while True:
-        j = _call(client.get, f"/jobs/{job_id}")
-        if j["state"] in ("Succeeded", "Failed", "Cancelled", "Lost"):
-            console.print(f"{job_id}: {j['state']}")
-            raise typer.Exit(0 if j["state"] == "Succeeded" else 1)
-        if timeout and time.time() - t0 > timeout:
-            err.print(f"{job_id} still {j['state']} after {timeout:g}s")
-            raise typer.Exit(2)
-        time.sleep(1)
-
-
-@app.command()
-def nodes() -> None:
+def nodes(output: Format = OUTPUT) -> None:
     """Nodes, which GPUs are idle now and who holds the others (a job, "busy": someone else's job, "other": not
     started by Caldera)."""
+    emit(call(client().nodes), output, _nodes_table)
+
+
+def _nodes_table(rows: list[dict]) -> None:
     t = Table("NODE", "CPUS", "MEMORY", "GPUS", "IDLE", "MODELS", "HELD BY", box=None)
-    for n in _call(_client().get, "/nodes"):
+    for n in rows:
         idle = sum(1 for g in n["gpus"] if not g["job"])
         held = Counter(g["job"] for g in n["gpus"] if g["job"])
         t.add_row(
@@ -457,9 +285,12 @@ def nodes() -> None:
 
 
 @app.command()
-def usage() -> None:
+def usage(output: Format = OUTPUT) -> None:
     """Your usage and limits in each of your queues."""
-    u = _call(_client().get, "/usage")
+    emit(call(client().usage), output, _usage_table)
+
+
+def _usage_table(u: dict) -> None:
     console.print(f"{u['user']}: {u['decayed_gpu_seconds'] / 3600:.2f} decayed GPU-hours")
     t = Table("QUEUE", "ACCOUNT", "MINE", "QUEUE IN USE", "CAPS", "QUOTAS", box=None)
     for q in u["queues"]:
@@ -496,8 +327,8 @@ def create_user(
     account: list[str] | None = typer.Option(None, help="accounts to join (default: default)"),
 ) -> None:
     pw = password or getpass.getpass(f"password for {username}: ")
-    u = _call(
-        _client().post,
+    u = call(
+        client().post,
         "/users",
         {"username": username, "password": pw, "role": "admin" if admin else "user", "accounts": account or []},
     )
@@ -505,9 +336,13 @@ def create_user(
 
 
 @admin_app.command("users")
-def list_users() -> None:
+def list_users(output: Format = OUTPUT) -> None:
+    emit(call(client().get, "/users"), output, _users_table)
+
+
+def _users_table(rows: list[dict]) -> None:
     t = Table("USER", "ROLE", "ACCOUNTS", box=None)
-    for u in _call(_client().get, "/users"):
+    for u in rows:
         t.add_row(u["username"], u["role"], ", ".join(u["accounts"]))
     console.print(t)
 
@@ -516,19 +351,19 @@ def list_users() -> None:
 def set_password(username: str, password: str = typer.Option(None, help="prompted when omitted")) -> None:
     """Reset another user's password; their sessions and other logins end."""
     pw = password or getpass.getpass(f"new password for {username}: ")
-    _call(_client().put, f"/users/{username}/password", {"password": pw})
+    call(client().put, f"/users/{username}/password", {"password": pw})
     console.print(f"password of {username} reset; their sessions were logged out")
 
 
 @admin_app.command("create-account")
 def create_account(name: str, description: str = "") -> None:
-    _call(_client().post, "/accounts", {"name": name, "description": description})
+    call(client().post, "/accounts", {"name": name, "description": description})
     console.print(f"created account {name} with queue {name}")
 
 
 @admin_app.command("add-member")
 def add_member(account: str, username: str) -> None:
-    _call(_client().post, f"/accounts/{account}/members", {"username": username})
+    call(client().post, f"/accounts/{account}/members", {"username": username})
     console.print(f"{username} joined {account}")
 
 
@@ -578,33 +413,40 @@ def queue_set(
         body["max_priority"] = max_priority
     if decay_tolerance is not None:
         body["decay_tolerance"] = decay_tolerance
-    _call(_client().put, f"/queues/{name}", body)
+    call(client().put, f"/queues/{name}", body)
     console.print(f"queue {name} set")
 
 
 @queue_app.command("grant")
 def queue_grant(queue: str, username: str, priority: str = typer.Argument(..., help="high, normal, low")) -> None:
     """Let a user submit jobs up to a priority class in a queue."""
-    _call(_client().put, f"/queues/{queue}/grants/{username}", {"max_priority": priority})
+    call(client().put, f"/queues/{queue}/grants/{username}", {"max_priority": priority})
     console.print(f"{username} may submit up to {priority} in {queue}")
 
 
 @queue_app.command("revoke-grant")
 def queue_revoke_grant(queue: str, username: str) -> None:
-    _call(_client().delete, f"/queues/{queue}/grants/{username}")
+    call(client().delete, f"/queues/{queue}/grants/{username}")
     console.print(f"{username} is back to the queue's own limit in {queue}")
 
 
 @queue_app.command("ls")
-def queue_ls() -> None:
+def queue_ls(output: Format = OUTPUT) -> None:
+    emit(call(client().get, "/queues"), output, _queues_table)
+
+
+def _queues_table(rows: list[dict]) -> None:
     t = Table("QUEUE", "ACCOUNT", "WEIGHT", "QUOTAS g/d/c", "USER CAPS", "IN USE", box=None)
-    for q in _call(_client().get, "/queues"):
+    for q in rows:
         caps = ", ".join(f"{k}={v}" for k, v in q["user_caps"].items() if v is not None)
         t.add_row(
             q["name"], q["account"], f"{q['weight']:g}", _quotas(q["quotas"]), caps or "-", _vec(q["usage"]["in_use"])
         )
     console.print(t)
 
+
+register_jobs(app)
+app.add_typer(nodes_admin_app, name="node")
 
 from caldera.sim.cli import app as sim_app  # noqa: E402 - sub-app mounted after the commands above
 

@@ -1,0 +1,255 @@
+"""The Python SDK: ``Client(url, token)`` with one method per API call. The CLI is written on it, so one HTTP layer
+serves both and one suite tests both.
+
+Errors are typed: ``NotFound``, ``Forbidden``, ``Unauthorized``, ``Conflict``, ``Invalid`` (with ``.errors``, the
+API's field errors as ``[{"field": ..., "reason": ...}]``), all subclasses of ``ApiError``.
+
+There is no async client: every call is one short request except ``logs(follow=True)``, an iterator that a thread
+or ``asyncio.to_thread`` runs well; a second class would double the surface for no researcher's workflow we know.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ENDED = ("Succeeded", "Failed", "Cancelled", "Lost")
+
+
+class ApiError(Exception):
+    """An answer of the API with a status of 400 or more; ``errors`` lists the fields it refused and why."""
+
+    def __init__(self, status: int, detail: str, errors: list[dict] | None = None):
+        super().__init__(f"{status}: {detail}")
+        self.status, self.detail, self.errors = status, detail, errors or []
+
+
+class Invalid(ApiError):
+    """400/422: the request (a spec, a form) is refused; ``errors`` says which fields."""
+
+
+class Unauthorized(ApiError):
+    """401: not logged in, or the token expired or was revoked."""
+
+
+class Forbidden(ApiError):
+    """403: logged in, but not allowed (another user's job, an admin route)."""
+
+
+class NotFound(ApiError):
+    """404: no such job, image, template, user; or an id prefix that matches none."""
+
+
+class Conflict(ApiError):
+    """409: the object exists or is in a state that forbids it; also an ambiguous id prefix."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: Invalid,
+    422: Invalid,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+}
+
+
+def error_for(status: int, detail: str, errors: list[dict] | None = None) -> ApiError:
+    return _BY_STATUS.get(status, ApiError)(status, detail, errors)
+
+
+def config_path() -> Path:
+    base = os.environ.get("CALDERA_CONFIG_DIR") or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "caldera"
+    )
+    return Path(base) / "credentials.json"
+
+
+def load_credentials() -> dict[str, str]:
+    """The CLI's credentials file, overridden by CALDERA_URL and CALDERA_TOKEN."""
+    creds: dict[str, str] = {}
+    path = config_path()
+    if path.exists():
+        creds = json.loads(path.read_text())
+    if os.environ.get("CALDERA_URL"):
+        creds["url"] = os.environ["CALDERA_URL"]
+    if os.environ.get("CALDERA_TOKEN"):
+        creds["token"] = os.environ["CALDERA_TOKEN"]
+    return creds
+
+
+def save_credentials(url: str, token: str, username: str) -> Path:
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # a token is a password
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"url": url, "token": token, "username": username}, fh)
+    os.replace(tmp, path)
+    return path
+
+
+def forget_credentials() -> Path | None:
+    path = config_path()
+    if not path.exists():
+        return None
+    path.unlink()
+    return path
+
+
+def _params(**params: Any) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+class Client:
+    """``Client()`` uses the CLI's credentials (``caldera login``, or CALDERA_URL/CALDERA_TOKEN); ``Client(url,
+    token)`` a token of ``caldera tokens create``. Jobs, images and templates are the API's own JSON objects."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
+        if url is None or token is None:
+            creds = load_credentials()
+            url = url or creds.get("url")
+            token = token or creds.get("token")
+            if not url:
+                raise Unauthorized(401, "not logged in: run `caldera login` first")
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    @classmethod
+    def from_config(cls) -> Client:
+        creds = load_credentials()
+        if not creds.get("url") or not creds.get("token"):
+            raise Unauthorized(401, "not logged in: run `caldera login` first")
+        return cls(creds["url"], creds["token"])
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- the one HTTP layer ------------------------------------------------------------------------------------
+    @staticmethod
+    def _check(resp: httpx.Response) -> Any:
+        if resp.status_code >= 400:
+            try:
+                body = resp.json()
+                detail, errors = str(body.get("detail", resp.text)), body.get("errors")
+            except (ValueError, AttributeError):
+                detail, errors = resp.text, None
+            raise error_for(resp.status_code, detail, errors)
+        return resp.json() if resp.content else None
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self._check(self.http.get(f"/api/v1{path}", params=_params(**params)))
+
+    def post(self, path: str, body: Any = None) -> Any:
+        return self._check(self.http.post(f"/api/v1{path}", json=body))
+
+    def put(self, path: str, body: Any) -> Any:
+        return self._check(self.http.put(f"/api/v1{path}", json=body))
+
+    def delete(self, path: str) -> Any:
+        return self._check(self.http.delete(f"/api/v1{path}"))
+
+    def stream(self, path: str, **params: Any) -> Iterator[bytes]:
+        with self.http.stream("GET", f"/api/v1{path}", params=_params(**params), timeout=None) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                self._check(resp)
+            yield from resp.iter_raw()
+
+    # ---- jobs --------------------------------------------------------------------------------------------------
+    def submit(self, spec: Any = None, *, yaml_text: str | None = None, **overrides: Any) -> dict:
+        """Submit a job from a ``JobSpec``, a dict, or YAML text; keyword arguments override the spec's fields."""
+        if yaml_text is not None:
+            import yaml
+
+            spec = yaml.safe_load(yaml_text)
+        if hasattr(spec, "model_dump"):
+            spec = spec.model_dump(mode="json", exclude_none=True)
+        if not isinstance(spec, dict):
+            raise TypeError("a job spec is a JobSpec, a mapping, or YAML text of one")
+        return self.post("/jobs", {**spec, **_params(**overrides)})
+
+    def jobs(self, *, all: bool = False, state: list[str] | None = None, limit: int | None = None) -> list[dict]:
+        return self.get("/jobs", all=all or None, state=state or None, limit=limit)
+
+    def resolve_job(self, job_id: str) -> str:
+        """A whole job id from a unique prefix of one, as git resolves commits."""
+        try:
+            return self.get(f"/jobs/{job_id}")["id"]
+        except NotFound:
+            pass
+        try:
+            listed = self.jobs(all=True, limit=5000)
+        except Forbidden:
+            listed = self.jobs(limit=5000)
+        matches = sorted({j["id"] for j in listed if j["id"].startswith(job_id)})
+        if not matches:
+            raise NotFound(404, f"no job {job_id!r}")
+        if len(matches) > 1:
+            raise Conflict(409, f"{job_id!r} is the start of {len(matches)} jobs: {', '.join(matches[:10])}")
+        return matches[0]
+
+    def job(self, job_id: str) -> dict:
+        """A job with its events; ``job_id`` may be a unique prefix."""
+        return self.get(f"/jobs/{self.resolve_job(job_id)}")
+
+    def why(self, job_id: str) -> dict:
+        return self.get(f"/jobs/{self.resolve_job(job_id)}/why")
+
+    def cancel(self, job_id: str) -> dict:
+        return self.post(f"/jobs/{self.resolve_job(job_id)}/cancel")
+
+    def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 1.0) -> dict:
+        """The job once it ended; ``TimeoutError`` after ``timeout`` seconds."""
+        job_id, t0 = self.resolve_job(job_id), time.monotonic()
+        while True:
+            j = self.get(f"/jobs/{job_id}")
+            if j["state"] in ENDED:
+                return j
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"{job_id} still {j['state']} after {timeout:g}s")
+            time.sleep(poll_s)
+
+    def logs(self, job_id: str, *, follow: bool = False, rank: int | None = None) -> Iterator[bytes]:
+        """The job's output as it comes; with ``follow`` until the job ends."""
+        job_id = self.resolve_job(job_id)
+        yield from self.stream(f"/jobs/{job_id}/logs", follow=str(follow).lower(), rank=rank)
+
+    # ---- images, templates, usage, nodes ------------------------------------------------------------------------
+    def images(self) -> list[dict]:
+        return self.get("/images")
+
+    def image(self, image_id: str) -> dict:
+        return self.get(f"/images/{image_id}")
+
+    def snapshot(self, job_id: str, name: str, **form: Any) -> dict:
+        """Save a running job's container as an image."""
+        return self.post("/images/snapshots", {"job_id": self.resolve_job(job_id), "name": name, **form})
+
+    def templates(self) -> list[dict]:
+        return self.get("/templates")
+
+    def template(self, template_id: int) -> dict:
+        return self.get(f"/templates/{template_id}")
+
+    def usage(self) -> dict:
+        return self.get("/usage")
+
+    def nodes(self) -> list[dict]:
+        return self.get("/nodes")
+
+    def me(self) -> dict:
+        return self.get("/me")
