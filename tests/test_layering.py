@@ -42,7 +42,9 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [base])])
+                base = ".".join(
+                    [*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [base])]
+                )
             out.add(base)
             out.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known)
     return {m for m in out if m == "caldera" or m.startswith("caldera.")}

@@ -8,7 +8,6 @@ import typer
 
 from caldera.cli.common import call, client, console, err
 from caldera.cli.output import OUTPUT, Format, emit
-
 from caldera.images.form import CUDA, CUDNN, PYTHONS
 from caldera.images.ready import DEFAULT_READY, READY
 
