@@ -142,6 +142,17 @@ class Settings(BaseSettings):
     image_build_timeout_s: float = Field(3600.0, gt=0, description="a build running longer fails")
     snapshot_max_mib: int = Field(10240, ge=1, description="a session snapshot larger than this is refused")
 
+    # observability (docs/observability.md): the node agent and the Prometheus it feeds
+    metrics_source: str = Field(
+        "nvml", description="where GPU metrics come from: an entry point of caldera.metric_sources (nvml, fake)"
+    )
+    metrics_interval_s: float = Field(5.0, ge=0.5, le=3600, description="seconds between the agent's samples")
+    metrics_port: int = Field(8651, ge=1, le=65535, description="port the agent exposes its series on (127.0.0.1)")
+    prometheus_url: str | None = Field(
+        None, max_length=256, description="a site's own Prometheus; the one `caldera up` starts when empty"
+    )
+    prometheus_timeout_s: float = Field(2.0, gt=0, le=60, description="a query to Prometheus longer than this fails")
+
     @field_validator("trusted_proxies", mode="before")
     @classmethod
     def _networks(cls, value: object) -> list[str]:
