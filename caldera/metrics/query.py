@@ -64,8 +64,8 @@ class Prometheus:
             m = r["metric"]
             return m.get("job", ""), m.get("node", ""), m.get("gpu", "")
 
-        n = {key(r): int(float(r["value"][1])) for r in counts}
         try:
+            n = {key(r): int(float(r["value"][1])) for r in counts}
             return [GpuUtilisation(*key(r), float(r["value"][1]), n.get(key(r), 0)) for r in means]
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise MetricsUnavailable(f"Prometheus at {self.url} answered an unreadable value") from exc
