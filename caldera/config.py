@@ -151,6 +151,8 @@ class Settings(BaseSettings):
     prometheus_url: str | None = Field(
         None, max_length=256, description="a site's own Prometheus; the one `caldera up` starts when empty"
     )
+    prometheus_port: int = Field(8652, ge=1, le=65535, description="port of the Prometheus `caldera up` starts")
+    metrics_retention_days: int = Field(90, ge=1, le=3650, description="days Prometheus keeps the series")
     prometheus_timeout_s: float = Field(2.0, gt=0, le=60, description="a query to Prometheus longer than this fails")
 
     @field_validator("trusted_proxies", mode="before")
