@@ -4,6 +4,7 @@ fake source and through NVML (a fake NVML library), scraped over HTTP from 127.0
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -29,9 +30,9 @@ def _settings(tmp_path: Path, **kw) -> Settings:
     return Settings(data_dir=tmp_path, runtime="local", fake_gpus=[FakeGpu(model="a100")] * 2, **kw)
 
 
-def _holding(job: str, gpus: tuple[int, ...], run_dir: Path | None, start: float, end: float | None = None,
+def _holding(job: str, gpus: tuple[int, ...], workdir: Path | None, start: float, end: float | None = None,
              pids: tuple[int, ...] = ()) -> Holding:  # fmt: skip
-    return Holding(job, f"u-{job}", "lab", "default", gpus, start, end, pids, run_dir)
+    return Holding(job, f"u-{job}", "lab", "default", gpus, start, end, pids, workdir)
 
 
 def _series(agent: Agent, name: str) -> dict[tuple, float]:
@@ -65,20 +66,20 @@ def serve():
 
 
 def test_a_job_that_loads_a_fake_gpu_shows_its_series_and_its_process_tree(tmp_path, serve):
-    run_dir = tmp_path / "runs" / "j1"
-    run_dir.mkdir(parents=True)
+    workdir = tmp_path / "runs" / "j1"
+    workdir.mkdir(parents=True)
     # a real job: a shell whose child burns CPU, allocates memory, and writes its declared load
     script = (
-        f"import json,time; open({str(run_dir / LOAD_FILE)!r},'w').write(json.dumps({{'utilisation': 75, "
+        f"import json,time; open({str(workdir / LOAD_FILE)!r},'w').write(json.dumps({{'utilisation': 75, "
         "'memory_mib': 3000}));\nx=bytearray(64*2**20)\nend=time.time()+30\nwhile time.time()<end: pass"
     )
     job = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "$0"; true', script])
     try:
         deadline = time.time() + 10
-        while not (run_dir / LOAD_FILE).exists() and time.time() < deadline:
+        while not (workdir / LOAD_FILE).exists() and time.time() < deadline:
             time.sleep(0.1)
         time.sleep(0.5)
-        holding = _holding("j1", (1,), run_dir, time.time() - 5, pids=(job.pid,))
+        holding = _holding("j1", (1,), workdir, time.time() - 5, pids=(job.pid,))
         agent = serve(Agent("n1", FakeSource(_settings(tmp_path)), lambda: [holding]))
         agent.sample_once()
         util = _series(agent, "caldera_gpu_utilisation_percent")
@@ -121,6 +122,17 @@ def test_a_fake_load_file_that_is_garbage_or_huge_reads_as_idle(tmp_path):
         (tmp_path / LOAD_FILE).write_bytes(content)
         (s0, _) = source.sample([_holding("j", (0,), tmp_path, 0)], 1.0)
         assert (s0.utilisation, s0.memory_used) == (0.0, 0)
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"utilisation": 60}')
+    (tmp_path / LOAD_FILE).unlink()
+    (tmp_path / LOAD_FILE).symlink_to(secret)  # a file of the host's the job cannot read itself: not followed
+    (s0, _) = source.sample([_holding("j", (0,), tmp_path, 0)], 1.0)
+    assert s0.utilisation == 0.0
+    (tmp_path / LOAD_FILE).unlink()
+    os.mkfifo(tmp_path / LOAD_FILE)  # a FIFO nobody writes would block a reader: not opened as a file
+    (s0, _) = source.sample([_holding("j", (0,), tmp_path, 0)], 1.0)
+    assert s0.utilisation == 0.0
+    (tmp_path / LOAD_FILE).unlink()
     (tmp_path / LOAD_FILE).write_text('{"utilisation": 900, "memory_mib": 999999}')
     (s0, _) = source.sample([_holding("j", (0,), tmp_path, 0)], 1.0)
     assert (s0.utilisation, s0.memory_used) == (100.0, 16384 * 2**20)  # clamped to the device

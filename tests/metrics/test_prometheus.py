@@ -34,10 +34,10 @@ def test_a_job_loading_a_fake_gpu_is_in_the_real_prometheus(tmp_path):
         metrics_port=_free_port(),
         prometheus_port=_free_port(),
     )
-    run_dir = tmp_path / "runs" / "j1"
-    run_dir.mkdir(parents=True)
-    (run_dir / LOAD_FILE).write_text(json.dumps({"utilisation": 80, "memory_mib": 2000}))
-    holding = Holding("j1", "alice", "lab", "default", (1,), time.time(), run_dir=run_dir)
+    workdir = tmp_path / "runs" / "j1"
+    workdir.mkdir(parents=True)
+    (workdir / LOAD_FILE).write_text(json.dumps({"utilisation": 80, "memory_mib": 2000}))
+    holding = Holding("j1", "alice", "lab", "default", (1,), time.time(), workdir=workdir)
     agent = Agent("n1", FakeSource(settings), lambda: [holding])
     agent.start(settings.metrics_interval_s)
     server = agent.serve(settings.metrics_port)

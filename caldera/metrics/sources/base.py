@@ -23,7 +23,7 @@ class Holding:
     start: float
     end: float | None = None
     pids: tuple[int, ...] = ()
-    run_dir: Path | None = None
+    workdir: Path | None = None
     cgroup: Path | None = None
 
     def holds(self, gpu: int, at: float) -> bool:
