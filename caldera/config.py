@@ -144,7 +144,9 @@ class Settings(BaseSettings):
 
     # observability (docs/observability.md): the node agent and the Prometheus it feeds
     metrics_source: str = Field(
-        "nvml", description="where GPU metrics come from: an entry point of caldera.metric_sources (nvml, fake)"
+        default_factory=lambda data: "fake" if data.get("fake_gpus") else "nvml",
+        description="where GPU metrics come from: an entry point of caldera.metric_sources; fake where fake_gpus "
+        "are declared, else nvml",
     )
     metrics_interval_s: float = Field(5.0, ge=0.5, le=3600, description="seconds between the agent's samples")
     metrics_port: int = Field(8651, ge=1, le=65535, description="port the agent exposes its series on (127.0.0.1)")

@@ -157,6 +157,20 @@ def test_nvml_source_attributes_a_shared_gpu_by_the_processes_using_it(tmp_path,
     assert set(_series(agent, "caldera_gpu_sm_clock_mhz").values()) == {1410.0}
 
 
+def _entry_points_installed(tmp_path: Path, monkeypatch) -> dict[str, str]:
+    """pyproject.toml's metric sources, as an installed distribution would declare them (an editable install made
+    before this group existed does not)."""
+    declared = tomllib.loads(Path("pyproject.toml").read_text())["project"]["entry-points"][sources.GROUP]
+    dist = tmp_path / "caldera_metrics_test-0.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text("Name: caldera-metrics-test\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text(
+        f"[{sources.GROUP}]\n" + "".join(f"{k} = {v}\n" for k, v in declared.items())
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return declared
+
+
 def test_metric_sources_are_entry_points_and_say_why_they_cannot_start(tmp_path, monkeypatch):
     declared = tomllib.loads(Path("pyproject.toml").read_text())["project"]["entry-points"][sources.GROUP]
     assert set(declared) == {"nvml", "fake"}
