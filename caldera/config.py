@@ -142,6 +142,21 @@ class Settings(BaseSettings):
     image_build_timeout_s: float = Field(3600.0, gt=0, description="a build running longer fails")
     snapshot_max_mib: int = Field(10240, ge=1, description="a session snapshot larger than this is refused")
 
+    # observability (docs/observability.md): the node agent and the Prometheus it feeds
+    metrics_source: str = Field(
+        default_factory=lambda data: "fake" if data.get("fake_gpus") else "nvml",
+        description="where GPU metrics come from: an entry point of caldera.metric_sources; fake where fake_gpus "
+        "are declared, else nvml",
+    )
+    metrics_interval_s: float = Field(5.0, ge=0.5, le=3600, description="seconds between the agent's samples")
+    metrics_port: int = Field(8651, ge=1, le=65535, description="port the agent exposes its series on (127.0.0.1)")
+    prometheus_url: str | None = Field(
+        None, max_length=256, description="a site's own Prometheus; the one `caldera up` starts when empty"
+    )
+    prometheus_port: int = Field(8652, ge=1, le=65535, description="port of the Prometheus `caldera up` starts")
+    metrics_retention_days: int = Field(90, ge=1, le=3650, description="days Prometheus keeps the series")
+    prometheus_timeout_s: float = Field(2.0, gt=0, le=60, description="a query to Prometheus longer than this fails")
+
     @field_validator("trusted_proxies", mode="before")
     @classmethod
     def _networks(cls, value: object) -> list[str]:

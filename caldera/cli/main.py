@@ -51,6 +51,7 @@ def up(
 
     from caldera.config import FakeGpu, Settings
     from caldera.server.identity import isolation_problem
+    from caldera.server.metrics import start as start_metrics
     from caldera.server.platform import Platform
     from caldera.server.serve import serve
     from caldera.server.tenancy import bootstrap
@@ -107,11 +108,16 @@ def up(
             "(shown once; change it with `caldera passwd`)"
         )
     registry_proc = _start_registry(settings)
+    agent, prometheus_proc, said = start_metrics(platform)
+    console.print(f"  {said}")
     try:
         serve(platform)
     finally:
-        if registry_proc is not None:
-            registry_proc.terminate()
+        for proc in (registry_proc, prometheus_proc):
+            if proc is not None:
+                proc.terminate()
+        if agent is not None:
+            agent.stop()
 
 
 @app.command("settings")

@@ -1,0 +1,73 @@
+"""The platform's own Prometheus: Debian's ``prometheus`` run on 127.0.0.1:``prometheus_port`` with a generated
+configuration that scrapes the node agent, its data under ``<data_dir>/prometheus``, when the binary is installed
+and no ``prometheus_url`` names a site's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+from caldera.config import Settings
+from caldera.images.registry import _dies_with
+from caldera.metrics.query import MetricsUnavailable, Prometheus
+
+
+def url(settings: Settings) -> str:
+    return settings.prometheus_url or f"http://127.0.0.1:{settings.prometheus_port}"
+
+
+def client(settings: Settings) -> Prometheus:
+    return Prometheus(url(settings), settings.prometheus_timeout_s)
+
+
+def config(settings: Settings, agents: list[str]) -> dict:
+    """Scrape each agent (host:port) at the agent's own interval. ``honor_labels``: the agent's ``job`` label (a
+    Caldera job) wins over Prometheus' own scrape-job label, which would otherwise rename it ``exported_job``."""
+    interval = f"{max(1, round(settings.metrics_interval_s))}s"
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "scrape_configs": [
+            {"job_name": "caldera-agent", "honor_labels": True, "static_configs": [{"targets": agents}]}
+        ],
+    }
+
+
+def start_local(
+    settings: Settings, agents: list[str], binary: str = "prometheus", wait_s: float = 20.0
+) -> subprocess.Popen | None:
+    """Starts Prometheus when none is given by URL and the binary is installed; None otherwise."""
+    if settings.prometheus_url or shutil.which(binary) is None:
+        return None
+    root = settings.data_dir / "prometheus"
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    conf = root / "prometheus.yml"
+    conf.write_text(json.dumps(config(settings, agents)))  # JSON is YAML
+    log = open(root / "prometheus.log", "ab")  # noqa: SIM115 - the child holds it
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={conf}",
+            f"--storage.tsdb.path={root / 'data'}",
+            f"--storage.tsdb.retention.time={settings.metrics_retention_days}d",
+            f"--web.listen-address=127.0.0.1:{settings.prometheus_port}",
+        ],
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_dies_with(os.getpid()),  # prctl only, before exec
+    )
+    log.close()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            client(settings).instant("up")
+            return proc
+        except MetricsUnavailable:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise MetricsUnavailable(f"prometheus did not start; see {root / 'prometheus.log'}") from None
+            time.sleep(0.2)
