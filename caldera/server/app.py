@@ -30,6 +30,7 @@ from caldera.server.errors import CalderaError
 from caldera.server.headers import DOCS_CSP, SecurityHeadersMiddleware, platform_headers
 from caldera.server.limits import BodyLimitMiddleware
 from caldera.server.loop import SchedulerLoop
+from caldera.server.notifications import Dispatcher
 from caldera.server.platform import Platform
 from caldera.server.ratelimit import LoginThrottle
 
@@ -40,12 +41,15 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         loop = SchedulerLoop(platform)
         app.state.loop = loop
         app.state.builds = BuildQueue(platform)  # its worker starts with the first build
+        dispatcher = Dispatcher(platform)
         if run_loop:
             loop.start()
+            dispatcher.start()
         try:
             yield
         finally:
             loop.stop()
+            dispatcher.stop()
             app.state.builds.stop()
 
     app = FastAPI(
