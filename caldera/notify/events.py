@@ -6,16 +6,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-JOB_STARTED_AFTER_WAIT = "job_started_after_wait"
-JOB_SUCCEEDED = "job_succeeded"
-JOB_FAILED = "job_failed"
-JOB_PREEMPTED = "job_preempted"
-JOB_LOST = "job_lost"
-RUNTIME_LIMIT_WARNING = "runtime_limit_warning"
-APPROVAL_REQUESTED = "approval_requested"
-APPROVAL_DECIDED = "approval_decided"
-IMAGE_BUILD_FINISHED = "image_build_finished"
-IDLE_WARNING = "idle_warning"
+from caldera.core.notify_events import (
+    APPROVAL_DECIDED,
+    APPROVAL_REQUESTED,
+    EVENTS,
+    IDLE_WARNING,
+    IMAGE_BUILD_FINISHED,
+    JOB_FAILED,
+    JOB_LOST,
+    JOB_PREEMPTED,
+    JOB_STARTED_AFTER_WAIT,
+    JOB_SUCCEEDED,
+    RUNTIME_LIMIT_WARNING,
+)
 
 PORTAL = "portal"
 EMAIL = "email"
@@ -41,7 +44,7 @@ TEXTS: dict[str, tuple[str, str]] = {
         "Your job %(job)s has not used its GPUs for %(window)s; it will be stopped in %(grace)s unless it is used.",
     ),
 }
-EVENTS = tuple(TEXTS)
+assert set(TEXTS) == set(EVENTS), "every event has its text"
 
 # what a user gets before choosing: everything in the portal, the end of a job and requests by e-mail too
 DEFAULT_CHANNELS: dict[str, list[str]] = {

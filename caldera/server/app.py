@@ -17,6 +17,7 @@ from caldera.server import (
     api_auth,
     api_images,
     api_jobs,
+    api_notifications,
     api_ssh_keys,
     api_templates,
     audit,
@@ -111,6 +112,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     routers = (
         api_auth.router,
         api_ssh_keys.router,
+        api_notifications.router,
         api_jobs.router,
         api_images.router,
         api_admin.router,
