@@ -251,3 +251,24 @@ def test_a_notifier_is_a_plugin_found_by_entry_point(tmp_path, monkeypatch):
     made = registry.create_notifiers(make_settings(tmp_path))
     assert type(made["chat"]).__name__ == "Chat"
     sys.modules.pop("site_chat", None)
+
+
+def test_portal_page_lists_and_saves_settings(platform_api):
+    from tests.portal import browser_for, post_form
+
+    p, api = platform_api
+    api.user(api.login("admin", "admin-password"), "hana")
+    hana = api.login("hana", "password-123")
+    _fail_job(p, api, hana)
+    browser = browser_for(api.client, "hana", "password-123")
+    html = browser.get("/notifications").text
+    assert 'id="unread" class="count">1<' in html and "Job train-1 failed" in html
+    form = {"email": "hana@lab.example", "webhook_url": "", "language": "zh", "job_failed.email": "on"}
+    assert post_form(browser, "/notifications/settings", form).status_code == 303
+    prefs = api.client.get("/api/v1/notifications/settings", headers=hana).json()
+    assert prefs["language"] == "zh" and prefs["channels"]["job_failed"] == ["email"]
+    assert prefs["channels"]["job_succeeded"] == []
+    bad = post_form(browser, "/notifications/settings", {**form, "webhook_url": "gopher://x"})
+    assert bad.status_code == 400
+    assert post_form(browser, "/notifications/read-all", {}).status_code == 303
+    assert api.client.get("/api/v1/notifications", headers=hana).json()["unread"] == 0
