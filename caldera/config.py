@@ -141,6 +141,22 @@ class Settings(BaseSettings):
     image_build_memory_mib: int = Field(4096, ge=256, description="memory one image build may use")
     image_build_timeout_s: float = Field(3600.0, gt=0, description="a build running longer fails")
     snapshot_max_mib: int = Field(10240, ge=1, description="a session snapshot larger than this is refused")
+    # notifications (docs/governance.md): channels are entry points of caldera.notifiers
+    smtp_host: str | None = Field(None, max_length=256, description="SMTP server for e-mail; no e-mail when empty")
+    smtp_port: int = Field(25, ge=1, le=65535, description="port of the SMTP server")
+    smtp_from: str = Field("caldera@localhost", max_length=254, description="sender address of notifications")
+    smtp_starttls: bool = Field(False, description="upgrade the SMTP connection with STARTTLS")
+    smtp_username: str | None = Field(None, max_length=256, description="SMTP login; none when empty")
+    smtp_password: str | None = Field(None, max_length=256, description="SMTP password")
+    notify_timeout_s: float = Field(10.0, gt=0, description="one delivery attempt (SMTP, webhook) gives up after this")
+    notify_max_attempts: int = Field(8, ge=1, description="deliveries tried this often, then marked failed")
+    notify_retry_base_s: float = Field(30.0, gt=0, description="first retry delay; doubles each attempt (max 1 h)")
+    webhook_allowed_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="non-public networks webhooks may reach (all public ones may)"
+    )
+    notify_wait_threshold_s: float = Field(
+        600.0, ge=0, description="a job that waited longer than this tells its user when it starts"
+    )
 
     # observability (docs/observability.md): the node agent and the Prometheus it feeds
     metrics_source: str = Field(
@@ -157,7 +173,7 @@ class Settings(BaseSettings):
     metrics_retention_days: int = Field(90, ge=1, le=3650, description="days Prometheus keeps the series")
     prometheus_timeout_s: float = Field(2.0, gt=0, le=60, description="a query to Prometheus longer than this fails")
 
-    @field_validator("trusted_proxies", mode="before")
+    @field_validator("trusted_proxies", "webhook_allowed_networks", mode="before")
     @classmethod
     def _networks(cls, value: object) -> list[str]:
         """Each an address or a network; a wildcard is refused: trusting everyone is trusting no limit."""

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from caldera.core.notify_events import NotifyEvent
 from caldera.core.resources import Resources
 from caldera.core.tenancy import PriorityClass
 
@@ -91,6 +92,10 @@ class JobSpec(BaseModel):
         True,
         strict=True,
         description="false: the job is not preempted for jobs with less attained service (batch jobs only)",
+    )
+    notify: bool | list[NotifyEvent] | None = Field(
+        None,
+        description="false: tell me about this job only in the portal; a list: only these events by e-mail/webhook",
     )
 
     @field_validator("command", mode="before")

@@ -228,3 +228,48 @@ class Environment(Base):
     inside: Mapped[str] = mapped_column(Text, default="")
     added_by: Mapped[str] = mapped_column(String(64))
     added_at: Mapped[float] = mapped_column(Float)
+
+
+class NotificationSettings(Base):
+    """Where and in which language a user is told about their jobs; ``channels`` maps an event kind to the
+    channels chosen for it (an event missing from it gets ``caldera.notify.events.DEFAULT_CHANNELS``)."""
+
+    __tablename__ = "notification_settings"
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    email: Mapped[str] = mapped_column(String(254), default="")
+    webhook_url: Mapped[str] = mapped_column(String(2048), default="")
+    language: Mapped[str] = mapped_column(String(8), default="en")
+    channels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class Notification(Base):
+    """One thing a user was told, rendered in their language: the portal's list (unread until ``read_at``)."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (Index("ix_notifications_user", "user_id", "id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(32))
+    job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    subject: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    in_portal: Mapped[bool] = mapped_column(Boolean, default=True)
+    read_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class OutboxMessage(Base):
+    """A notification waiting for (or past) delivery on an outside channel (e-mail, webhook): the loop never
+    waits on a mail server; the dispatcher retries with backoff until ``sent`` or ``failed``."""
+
+    __tablename__ = "notification_outbox"
+    __table_args__ = (Index("ix_outbox_due", "state", "next_try_at"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    notification_id: Mapped[int] = mapped_column(ForeignKey("notifications.id", ondelete="CASCADE"))
+    channel: Mapped[str] = mapped_column(String(32))
+    target: Mapped[str] = mapped_column(String(2048))
+    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending | sent | failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_try_at: Mapped[float] = mapped_column(Float)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -17,6 +17,7 @@ from caldera.server import (
     api_auth,
     api_images,
     api_jobs,
+    api_notifications,
     api_ssh_keys,
     api_templates,
     audit,
@@ -30,6 +31,7 @@ from caldera.server.errors import CalderaError
 from caldera.server.headers import DOCS_CSP, SecurityHeadersMiddleware, platform_headers
 from caldera.server.limits import BodyLimitMiddleware
 from caldera.server.loop import SchedulerLoop
+from caldera.server.notifications import Dispatcher
 from caldera.server.platform import Platform
 from caldera.server.ratelimit import LoginThrottle
 
@@ -40,12 +42,15 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         loop = SchedulerLoop(platform)
         app.state.loop = loop
         app.state.builds = BuildQueue(platform)  # its worker starts with the first build
+        dispatcher = Dispatcher(platform)
         if run_loop:
             loop.start()
+            dispatcher.start()
         try:
             yield
         finally:
             loop.stop()
+            dispatcher.stop()
             app.state.builds.stop()
 
     app = FastAPI(
@@ -107,6 +112,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     routers = (
         api_auth.router,
         api_ssh_keys.router,
+        api_notifications.router,
         api_jobs.router,
         api_images.router,
         api_admin.router,

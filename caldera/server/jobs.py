@@ -17,7 +17,7 @@ from caldera.db.models import Job, JobEventRow, User
 from caldera.images import catalogue
 from caldera.runtime.base import Handle
 from caldera.scheduler.quota import never_fits
-from caldera.server import tenancy
+from caldera.server import notifications, tenancy
 from caldera.server.errors import Forbidden, Invalid, NotFound
 from caldera.server.platform import Platform
 
@@ -51,6 +51,7 @@ def record(
             details=params,
         )
     )
+    notifications.on_transition(db, job, to, message, now)
 
 
 def note(db: Session, job: Job, reason: str, message: str, params: dict[str, Any] | None = None) -> None:

@@ -32,7 +32,7 @@ from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import valid_decisions
-from caldera.server import cordons, identity, tenancy, user_keys
+from caldera.server import cordons, identity, notifications, tenancy, user_keys
 from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
 from caldera.server.learned_runtimes import expected_runtimes
@@ -265,6 +265,7 @@ class SchedulerLoop:
             if obs.phase is Phase.RUNNING and job.state == JobState.STARTING.value:
                 said = {"detail": obs.message} if obs.message else {}  # the runtime's own words, kept as a value
                 record(db, job, JobState.RUNNING, "Running", obs.message or "all processes running", now, said)
+                notifications.on_running(db, job, self.p.settings.notify_wait_threshold_s, now)
             elif obs.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.LOST):
                 if obs.reason in ("Preempted", "Evicted") and job.stop_requested is None:
                     # the runtime's own admission ended it (Kueue reclaiming quota): requeued like our preemption

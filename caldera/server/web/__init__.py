@@ -16,6 +16,7 @@ from caldera.server.web import (
     auth_pages,
     image_pages,
     jobs_pages,
+    notification_pages,
     template_pages,
 )
 from caldera.server.web.render import STATIC, page
@@ -26,6 +27,7 @@ def install(app: FastAPI) -> None:
     for r in (
         auth_pages.router,
         account_pages.router,
+        notification_pages.router,
         jobs_pages.router,
         template_pages.router,
         image_pages.router,
