@@ -7,13 +7,12 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Set as AbstractSet
-from operator import attrgetter
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.tenancy import QueueConfig
+from caldera.scheduler.caldera_options import EPS, CalderaOptions
 from caldera.scheduler.engine import CycleBase, Victim
 from caldera.scheduler.quota import deserved
 from caldera.scheduler.reasons import (
@@ -22,13 +21,6 @@ from caldera.scheduler.reasons import (
     num,
 )
 from caldera.scheduler.snapshot import Reason, SchedJob, Snapshot
-
-if TYPE_CHECKING:
-    from caldera.scheduler.caldera_policy import CalderaPolicy
-
-_EPS = 1e-9
-_GKEY = attrgetter("priority", "queue", "user")
-_CLASS = {3: "high", 2: "normal", 1: "low", 0: "best-effort"}
 
 
 class _Queue:
@@ -79,7 +71,7 @@ class _Queue:
 
     def headroom_open(self) -> bool:
         for k in self.gpu_keys_guar:
-            if self.guar[k] - self.used_nb.get(k, 0.0) - self.claimed.get(k, 0.0) >= 1 - _EPS:
+            if self.guar[k] - self.used_nb.get(k, 0.0) - self.claimed.get(k, 0.0) >= 1 - EPS:
                 return True
         return False
 
@@ -91,13 +83,13 @@ class _Queue:
         above its guarantee after losing ``gpus`` more."""
         k = self.share_key(key)
         used = self.used_nb.get(k, 0.0) - self.chosen.get(k, 0.0) - taken
-        return used > self.des.get(k, 0.0) + _EPS and used - gpus >= self.guar.get(k, 0.0) - _EPS
+        return used > self.des.get(k, 0.0) + EPS and used - gpus >= self.guar.get(k, 0.0) - EPS
 
     def keeps_guarantee(self, key: str, taken: float, gpus: int) -> bool:
         """Still at or above its guarantee on ``key`` after losing ``gpus`` (and ``taken`` already)."""
         k = self.share_key(key)
         used = self.used_nb.get(k, 0.0) - self.chosen.get(k, 0.0) - taken
-        return used - gpus >= self.guar.get(k, 0.0) - _EPS
+        return used - gpus >= self.guar.get(k, 0.0) - EPS
 
 
 def _add(d: dict[str, float], k: str, x: float) -> None:
@@ -119,7 +111,7 @@ class Admission(CycleBase):
     directed_groups: set[int]
     _contrib: dict[str, float]
 
-    def __init__(self, pol: CalderaPolicy, snap: Snapshot) -> None:
+    def __init__(self, pol: CalderaOptions, snap: Snapshot) -> None:
         super().__init__(snap, pol.default_runtime_estimate_s)
         self.pol = pol
         self.thr = pol.starvation_threshold_s
@@ -197,7 +189,7 @@ class Admission(CycleBase):
         r = self.rcache.get(ck)
         if r is None:
             msg = f"queue at its capability for {key} ({num(used)} of {num(cap)} used)"
-            if need and used < cap - _EPS:
+            if need and used < cap - EPS:
                 msg += f", this job needs {num(need)}"
             d = {"resource": key, "used": num(used), "limit": num(cap), "queue": q.name}
             if need:
@@ -245,13 +237,13 @@ class Admission(CycleBase):
                 if not need_g:
                     continue
                 if model is None:
-                    if used.get(key, 0.0) + need_g > cap + _EPS:
+                    if used.get(key, 0.0) + need_g > cap + EPS:
                         if ex is None:
                             ex = set()
                         ex.add(key[4:])
                     continue
                 need = need_g if key == GPU + "/" + model else 0
-            if need and used.get(key, 0.0) + need > cap + _EPS:
+            if need and used.get(key, 0.0) + need > cap + EPS:
                 return self._capability_reason(q, key, used.get(key, 0.0), cap, need), None
         if not ex:
             return None, None

@@ -13,8 +13,9 @@ import numpy as np
 
 from caldera.core.resources import GPU
 from caldera.core.tenancy import PriorityClass
-from caldera.scheduler.caldera_admission import _EPS, _GKEY, patience_s
+from caldera.scheduler.caldera_admission import patience_s
 from caldera.scheduler.caldera_aging import find_promotions
+from caldera.scheduler.caldera_options import EPS, GROUP_KEY
 from caldera.scheduler.caldera_reservations import Reservations
 from caldera.scheduler.engine import rank_of
 from caldera.scheduler.fairshare import FairShare
@@ -31,7 +32,7 @@ class Ordering(Reservations):
         n = len(queued)
         gmap: defaultdict[tuple, int] = defaultdict(count().__next__)
         # group = (priority, queue, user)
-        gi = np.fromiter(map(gmap.__getitem__, map(_GKEY, queued)), dtype=np.intp, count=n)
+        gi = np.fromiter(map(gmap.__getitem__, map(GROUP_KEY, queued)), dtype=np.intp, count=n)
         groups = list(gmap)
         unset: list[int] = []  # jobs without queued_since
         qs = queued_since(queued, unset)
@@ -125,7 +126,7 @@ class Ordering(Reservations):
         for k, (_, qn, u) in enumerate(groups):
             q = self.gq[k]
             cap = q.cap.get(GPU)
-            if cap is not None and q.used.get(GPU, 0.0) >= cap - _EPS:
+            if cap is not None and q.used.get(GPU, 0.0) >= cap - EPS:
                 self.block(k, self._capability_reason(q, GPU, q.used.get(GPU, 0.0), cap, 0), True)
             if q.has_caps:
                 us = self.users.get((qn, u))

@@ -72,11 +72,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
 
 from caldera.core.resources import CPU, GPU, MEMORY
-from caldera.scheduler.caldera_admission import _EPS, _Queue
+from caldera.scheduler.caldera_admission import _Queue
 from caldera.scheduler.caldera_aging import promote_starved_batch, promote_waiting
+from caldera.scheduler.caldera_options import EPS, CalderaOptions
 from caldera.scheduler.caldera_ordering import Ordering
 from caldera.scheduler.engine import _RANK_BY_VALUE, Victim
 from caldera.scheduler.reasons import (
@@ -85,111 +85,10 @@ from caldera.scheduler.reasons import (
 from caldera.scheduler.snapshot import Decisions, Reason, SchedJob, Snapshot
 
 
-class CalderaPolicy:
-    """Multi-tenant policy (see the module docstring).
-
-    Options: ``starvation_threshold_s`` (300; None disables reservations and starvation ordering),
-    ``starvation_factor`` (1: a job is starving once it waited the threshold or this many times its expected run
-    time, whichever is longer), ``default_runtime_estimate_s`` (3600; for running jobs with neither
-    ``max_runtime_s`` nor ``expected_runtime_s``), ``max_reservations`` (0 per cycle: off by default, since
-    holding nodes idle for starving jobs cost more than it gave on every trace measured, see README; 4 is the usual
-    setting where large gangs must be guaranteed a start), ``priority_preemption`` (True: a higher class preempts
-    lower ones of the same queue), ``reclaim`` (True), ``fair_share`` (True; False orders by ``queued_since`` within
-    a class), ``max_preemptions_per_cycle`` (32: a safety valve against preemption storms, e.g. after a burst of
-    high-priority submissions; jobs that would need more wait for the next cycle, when the victims of this one are
-    already counted as soon-free), ``las_thresholds_gpu_s`` (1 and 10 GPU-hours: the attained-service levels of
-    least-attained-service among batch jobs; None turns it off), ``las_min_run_s`` (0: a batch job is not
-    preempted for less attained service before it has run this long since its last start; protecting young jobs
-    this way cost average JCT on every trace measured, even with 5 minutes lost per preemption),
-    ``las_across_queues`` (``"guarantee"``: least-attained-service may take from any queue that stays at its
-    guarantee; ``"share"``: only from queues above their deserved share, which on Gavel's trace left short jobs of
-    a small-share queue waiting behind long ones, 2% worse JCT and Jain 0.34), ``aging_threshold_s`` (300: seconds
-    after which a low or best-effort job is treated as normal, :mod:`caldera_aging`; None turns it off; on
-    Alibaba's trace 1,800 s took caldera from 12.8 d to 42 h average JCT and bounded the p99 wait, 600 s to
-    39.6 h; with ``las_best_effort``, 600 s -> 300 s took 2 x 8 / 3 x 8 from 38.88 h / 32.69 h to 38.92 h /
-    32.67 h and Jain's index over the classes from 0.598 / 0.655 to 0.779 / 0.775), ``aging_factor`` (0: or that
-    many times its expected run time, when longer; with run times learned
-    per user the estimate of a user whose jobs mostly take minutes is dominated by a few long ones, and 2x kept
-    minute-long best-effort pods waiting two hours on Alibaba's trace), ``within_level`` (see Order) and
-    ``speed_placement`` (False: a job that names no GPU model goes where it fits best whatever its speed there;
-    True: to the fastest model free, by ``SchedJob.speeds``; on Gavel's trace on 10 x 8 V100 + 10 x 8 P100 + 12 x 8
-    K80 that took average JCT from 237.0 h to 241.1 h, as the early jobs took the fast GPUs whatever their gain,
-    while p99 wait fell from 1.5 h to 0.3 h; keeping the fast GPUs for jobs that gain most, Gavel's idea, as a
-    greedy rule left them idle: 265 h), ``las_victims_by`` (see admission, step 4: ``"attained"`` took Gavel's
-    trace on 48 x 8 from the same schedule as Tiresias to 113.035 h against its 113.037 h),
-    ``las_starvation_factor`` (3: a preempted batch job that has waited this many times the wall time it ran, at
-    least ``starvation_threshold_s``, goes back to the lowest level and, started so, is no LAS victim for a third
-    of the time it waited past that, :func:`caldera_aging.promote_starved_batch`; None turns it off; on the whole
-    Philly trace it took the 32-GPU gangs of one account from a mean slowdown of 44 to a few, Jain's index over
-    accounts from 0.525 to 0.901 and average JCT from 4.45 h to 4.34 h; 1 gave Jain 0.944 at 4.40 h, and 5% more
-    JCT on Philly's first 1,500 jobs on 20 x 8), ``las_best_effort`` (True: least-attained-service among
-    best-effort jobs, admission step 4; on Alibaba's trace 2 x 8 / 3 x 8 average JCT 39.10 h / 32.82 h -> 38.88 h /
-    32.69 h, Jain's index 0.604 / 0.604 -> 0.598 / 0.655, with aging after 600 s), ``max_preemptions_per_job``
-    (100: a job preempted that many times is no least-attained-service victim any more, admission step 4; None: no
-    bound. A valve against preemption storms: on Alibaba's trace one pod was preempted 350 times in 1,500 jobs on
-    2 x 8; with 100, average JCT 38.92 h -> 38.93 h on 2 x 8, 32.67 h -> 32.96 h on 3 x 8 (Tiresias 41.13 h /
-    33.52 h), preemptions 1,619 -> 1,561 and 1,566 -> 1,418, p99 JCT 47.9 d -> 55.8 d on 2 x 8; tighter bounds cost
-    the lead: 20 took 3 x 8 to 36.66 h and Jain's index to 0.297, 5 took Philly's 20 x 8 from 28.34 h to 31.17 h
-    with more preemptions (313 against 241), other jobs being preempted in their place. Philly's and Gavel's
-    cases, at most 12 preemptions of one job, are unchanged).
-    """
+class CalderaPolicy(CalderaOptions):
+    """Multi-tenant policy (see the module docstring; its settings: :class:`CalderaOptions`)."""
 
     name = "caldera"
-
-    def __init__(
-        self,
-        *,
-        starvation_threshold_s: float | None = 300.0,
-        default_runtime_estimate_s: float = 3600.0,
-        max_reservations: int = 0,
-        priority_preemption: bool = True,
-        reclaim: bool = True,
-        fair_share: bool = True,
-        max_preemptions_per_cycle: int | None = 32,
-        starvation_factor: float = 1.0,
-        las_thresholds_gpu_s: Sequence[float] | None = (3600.0, 36000.0),
-        las_min_run_s: float = 0.0,
-        las_across_queues: str = "guarantee",
-        aging_threshold_s: float | None = 300.0,
-        aging_factor: float = 0.0,
-        within_level: str = "attained",
-        speed_placement: bool = False,
-        las_victims_by: str = "attained",
-        las_starvation_factor: float | None = 3.0,
-        las_best_effort: bool = True,
-        max_preemptions_per_job: int | None = 100,
-    ) -> None:
-        self.starvation_threshold_s = starvation_threshold_s
-        self.default_runtime_estimate_s = float(default_runtime_estimate_s)
-        self.max_reservations = int(max_reservations)
-        self.priority_preemption = bool(priority_preemption)
-        self.reclaim = bool(reclaim)
-        self.fair_share = bool(fair_share)
-        self.max_preemptions_per_cycle = max_preemptions_per_cycle
-        self.starvation_factor = float(starvation_factor)
-        self.las_thresholds_gpu_s = (
-            None if las_thresholds_gpu_s is None else tuple(sorted(float(t) for t in las_thresholds_gpu_s))
-        )
-        self.las_min_run_s = float(las_min_run_s)
-        if las_across_queues not in ("share", "guarantee"):
-            raise ValueError("las_across_queues must be 'share' or 'guarantee'")
-        self.las_across_queues = las_across_queues
-        self.aging_threshold_s = aging_threshold_s
-        self.aging_factor = float(aging_factor)
-        if within_level not in ("fair_share", "attained"):
-            raise ValueError("within_level must be 'fair_share' or 'attained'")
-        self.within_level = within_level
-        self.speed_placement = bool(speed_placement)
-        if las_victims_by not in ("attained", "youngest"):
-            raise ValueError("las_victims_by must be 'attained' or 'youngest'")
-        self.las_victims_by = las_victims_by
-        if las_starvation_factor is not None and not float(las_starvation_factor) > 0:
-            raise ValueError("las_starvation_factor must be above 0 (None turns it off)")
-        self.las_starvation_factor = None if las_starvation_factor is None else float(las_starvation_factor)
-        self.las_best_effort = bool(las_best_effort)
-        if max_preemptions_per_job is not None and int(max_preemptions_per_job) < 0:
-            raise ValueError("max_preemptions_per_job must be 0 or more (None: no bound)")
-        self.max_preemptions_per_job = None if max_preemptions_per_job is None else int(max_preemptions_per_job)
 
     def __call__(self, snapshot: Snapshot) -> Decisions:
         next_promotion = math.inf
@@ -375,7 +274,7 @@ class _Cycle(Ordering):
                 nb[mk] = nb.get(mk, 0.0) + gpus
                 refresh = bool(was) and not q.headroom_open()
             cap = q.cap.get(GPU)
-            if cap is not None and used[GPU] >= cap - _EPS:
+            if cap is not None and used[GPU] >= cap - EPS:
                 r = self._capability_reason(q, GPU, used[GPU], cap, 0)
                 for gk in q.groups:
                     self.block(gk, r, True)

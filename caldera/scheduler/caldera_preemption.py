@@ -10,7 +10,8 @@ from collections.abc import Iterable, Iterator
 from operator import attrgetter
 
 from caldera.core.resources import GPU
-from caldera.scheduler.caldera_admission import _CLASS, _EPS, Admission, _add, _Queue
+from caldera.scheduler.caldera_admission import Admission, _add, _Queue
+from caldera.scheduler.caldera_options import CLASS_NAMES, EPS
 from caldera.scheduler.engine import Victim, rank_of
 from caldera.scheduler.reasons import (
     PREEMPT_BEST_EFFORT,
@@ -88,7 +89,7 @@ class Preemption(Admission):
             if used > 0 and (
                 GPU not in q.des
                 or any(
-                    q.used_nb.get(k, 0.0) - q.chosen.get(k, 0.0) > d + _EPS
+                    q.used_nb.get(k, 0.0) - q.chosen.get(k, 0.0) > d + EPS
                     for k, d in q.des.items()
                     if k == GPU or k.startswith(GPU + "/")
                 )
@@ -206,7 +207,7 @@ class Preemption(Admission):
             be, las = self.be_avail, self.las_avail if self.las_on and job.las else 0
         if rank and pol.reclaim and (self.reclaimable > 0 or self.be_avail > 0):  # best-effort: interactive too
             gq = q.guar.get(ckey, 0.0)
-            reclaim_ok = gq > 0 and (q.used_nb.get(ckey, 0.0) + q.claimed.get(ckey, 0.0) + need <= gq + _EPS)
+            reclaim_ok = gq > 0 and (q.used_nb.get(ckey, 0.0) + q.claimed.get(ckey, 0.0) + need <= gq + EPS)
         low = sum(q.rank_gpus[1:rank]) if pol.priority_preemption else 0
         bound: float = self.idx.free_gpus(model) + sum(v.gpus for v in directed) + self.anon_open + be
         if reclaim_ok:
@@ -472,7 +473,7 @@ class Preemption(Admission):
             code = PREEMPT_BEST_EFFORT
             msg = (
                 f"best-effort job {v.id} (queue {v.queue}) preempted by job {job.id} (queue {job.queue}, "
-                f"{_CLASS[rank]}): best-effort jobs run only on idle capacity"
+                f"{CLASS_NAMES[rank]}): best-effort jobs run only on idle capacity"
             )
         elif v.rank == 0:
             code = PREEMPT_RECLAIM
@@ -484,7 +485,7 @@ class Preemption(Admission):
         elif v.queue == job.queue:
             code = PREEMPT_PRIORITY
             msg = (
-                f"job {v.id} ({_CLASS[v.rank]}) preempted by higher-priority job {job.id} ({_CLASS[rank]}) "
+                f"job {v.id} ({CLASS_NAMES[v.rank]}) preempted by higher-priority job {job.id} ({CLASS_NAMES[rank]}) "
                 f"in queue {job.queue}"
             )
         else:
@@ -492,7 +493,7 @@ class Preemption(Admission):
             sk = vq.share_key(ckey)
             vused = vq.used_nb.get(sk, 0.0) - vq.chosen.get(sk, 0.0)
             msg = (
-                f"job {v.id} (queue {v.queue}, {_CLASS[v.rank]}) preempted by job {job.id} (queue {job.queue}): "
+                f"job {v.id} (queue {v.queue}, {CLASS_NAMES[v.rank]}) preempted by job {job.id} (queue {job.queue}): "
                 f"queue {job.queue} is below its {ckey} guarantee ({num(q.used_nb.get(ckey, 0.0))} of "
                 f"{num(q.guar.get(ckey, 0.0))} used) and queue {v.queue} is above its deserved share "
                 f"({num(vused)} of {num(vq.des.get(sk, 0.0))})"

@@ -4,7 +4,7 @@ that free up first held for it; other jobs may use them only if their runtime li
 
 from __future__ import annotations
 
-from caldera.scheduler.caldera_admission import _EPS
+from caldera.scheduler.caldera_options import EPS
 from caldera.scheduler.caldera_preemption import Preemption
 from caldera.scheduler.reasons import (
     BACKFILL_BLOCKED,
@@ -213,7 +213,7 @@ class Reservations(Preemption):
                 st[2] += c_mem
                 c = (st[0] & st[3]).bit_count() // g
                 if cpu > 0:
-                    c = min(c, int((st[1] + _EPS) // cpu))
+                    c = min(c, int((st[1] + EPS) // cpu))
                 if mem > 0:
                     c = min(c, st[2] // mem)
                 c = max(c, 0)

@@ -24,7 +24,7 @@ from operator import attrgetter
 
 from caldera.core.cluster import Allocation, Node
 from caldera.core.resources import Resources
-from caldera.scheduler.snapshot import SchedJob
+from caldera.scheduler.job import SchedJob
 
 _EPS = 1e-9
 _BIG = 1 << 30
