@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from markupsafe import escape
 from typer.testing import CliRunner
 
-from caldera.cli import client as cli_client
+from caldera import client as cli_client
 from caldera.cli.main import app as cli
 from caldera.runtime.kubernetes import kueue
 from caldera.server.web import i18n
