@@ -214,7 +214,6 @@ def test_jobs_survive_a_sigkilled_server_and_are_reattached(settings, tmp_path) 
         from pathlib import Path
         from caldera.config import Settings
         from caldera.core.spec import JobSpec
-from caldera.images.ready import base_tag
         from caldera.runtime.base import LaunchRequest
         from caldera.runtime.container.runtime import ContainerRuntime
         rt = ContainerRuntime(Settings(data_dir=Path({str(settings.data_dir)!r})))
