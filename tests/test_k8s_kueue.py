@@ -133,3 +133,24 @@ def test_a_job_short_of_the_gpu_total_is_told_so_whatever_flavor_kueue_names_las
     # room in the total: Kueue's own reason stands (without the ClusterQueue too)
     assert kueue.workload_reasons(_waiting(last, 2), _cluster_queue(4, 2))[0].code == kueue.KUEUE_PENDING
     assert kueue.workload_reasons(_waiting(last, 2))[0].code == kueue.KUEUE_PENDING
+
+
+def test_the_gpu_total_reads_quantities_as_the_api_server_writes_them():
+    """The API server gives quantities back in its own form: an unlimited borrowing limit of a million is "1M"."""
+    cq = {
+        "spec": {
+            "resourceGroups": [
+                {
+                    "flavors": [
+                        {
+                            "resources": [
+                                {"name": kueue.GPU_TOTAL_RESOURCE, "nominalQuota": "4", "borrowingLimit": "1M"},
+                            ]
+                        }
+                    ]
+                }
+            ]
+        },
+        "status": {"flavorsReservation": [{"resources": [{"name": kueue.GPU_TOTAL_RESOURCE, "total": "3"}]}]},
+    }
+    assert kueue.gpu_total(cq) == {"quota": 1_000_004, "in_use": 3}

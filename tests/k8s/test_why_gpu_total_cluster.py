@@ -39,7 +39,9 @@ def test_a_job_short_of_the_gpu_total_says_so_in_every_view(k8s_cluster, platfor
     def total_reason():
         k.tick()
         why = c.get(f"/api/v1/jobs/{second}/why", headers=alice).json()
-        return next((r for r in why["pending"] if r["code"] == kueue.KUEUE_GPU_TOTAL_USED_UP), None)
+        reason = next((r for r in why["pending"] if r["code"] == kueue.KUEUE_GPU_TOTAL_USED_UP), None)
+        # the queue's use comes from a ClusterQueue watch, which may lag Kueue's verdict by a moment
+        return reason if reason and reason["details"].get("in_use") == 4 else None
 
     reason = wait_for(total_reason, 60, what="the GPU total's reason in /why")
     assert c.get(f"/api/v1/jobs/{second}", headers=alice).json()["state"] == "Starting"  # waiting in Kueue

@@ -294,6 +294,14 @@ def counts_gpu_total(workload: Mapping[str, Any]) -> bool | None:
     return GPU_TOTAL_RESOURCE in flavors if GPU_RESOURCE in flavors else None
 
 
+def _count(quantity: Any) -> int:
+    """A Kubernetes quantity as a whole number: the API server writes them in its own form ("1M" for the million
+    that stands for an unlimited quota, "4", "500m")."""
+    from kubernetes.utils.quantity import parse_quantity  # the client is this runtime's own, imported lazily
+
+    return int(parse_quantity(quantity))
+
+
 def gpu_total(cluster_queue: Mapping[str, Any] | None) -> dict[str, int]:
     """A ClusterQueue's GPU total: its quota (nominal plus what it may borrow) and what its admitted workloads
     hold, as ``quota`` and ``in_use`` (each absent when the queue does not say)."""
@@ -302,12 +310,12 @@ def gpu_total(cluster_queue: Mapping[str, Any] | None) -> dict[str, int]:
         for flavor in group.get("flavors") or []:
             for r in flavor.get("resources") or []:
                 if r.get("name") == GPU_TOTAL_RESOURCE:
-                    out["quota"] = int(float(r.get("nominalQuota", 0))) + int(float(r.get("borrowingLimit", 0)))
+                    out["quota"] = _count(r.get("nominalQuota", 0)) + _count(r.get("borrowingLimit", 0))
     status = (cluster_queue or {}).get("status") or {}
     for flavor in status.get("flavorsReservation") or status.get("flavorsUsage") or []:
         for r in flavor.get("resources") or []:
             if r.get("name") == GPU_TOTAL_RESOURCE:
-                out["in_use"] = int(float(r.get("total", 0)))
+                out["in_use"] = _count(r.get("total", 0))
     return out
 
 
@@ -320,7 +328,7 @@ def _short_of_gpu_total(
     last flavor ("flavor gpu-h100 doesn't match node affinity"); then the ClusterQueue's reservations tell."""
     total = gpu_total(cluster_queue)
     requests = ((workload.get("status") or {}).get("resourceRequests")) or []
-    asked = sum(int(float((r.get("resources") or {}).get(GPU_TOTAL_RESOURCE, 0))) for r in requests)
+    asked = sum(_count((r.get("resources") or {}).get(GPU_TOTAL_RESOURCE, 0)) for r in requests)
     over = total["in_use"] + asked - total["quota"] if asked and {"quota", "in_use"} <= total.keys() else None
     named = _MORE_NEEDED.search(reason.message) if reason.details.get("resources") == [GPU_TOTAL_RESOURCE] else None
     if named is None and not (over and over > 0):
