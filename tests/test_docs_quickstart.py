@@ -83,8 +83,9 @@ def test_every_quick_start_command_runs(quickstart_server, tmp_path):
     seen: dict[str, str] = {}
     for cmd in [c for b in sh_blocks(PAGE.read_text())[1:] for c in commands(b)]:
         run = cmd.replace(PAGE_URL, srv.url).replace("<id>", job_id)
+        password = "admin-password\n"  # what `caldera login` asks for
         r = subprocess.run(
-            ["bash", "-c", run], cwd=work, env=env, input="admin-password\n", capture_output=True, text=True, timeout=120
+            ["bash", "-c", run], cwd=work, env=env, input=password, capture_output=True, text=True, timeout=120
         )
         assert r.returncode == 0, (cmd, r.stdout, r.stderr)
         seen[cmd] = r.stdout

@@ -9,9 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
-
 
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess:
@@ -24,7 +22,7 @@ def build(root: Path, site: Path) -> subprocess.CompletedProcess:
 def test_the_docs_build_strict_and_every_page_is_in_the_nav(tmp_path):
     r = build(ROOT, tmp_path / "site")
     assert r.returncode == 0, r.stderr
-    assert "not included in the \"nav\"" not in r.stderr, r.stderr
+    assert 'not included in the "nav"' not in r.stderr, r.stderr
     quick = (tmp_path / "site" / "quickstart" / "index.html").read_text()
     assert "Start the platform" in quick and "job.yaml" in quick
     assert (tmp_path / "site" / "zh" / "quickstart" / "index.html").exists()  # the zh site, English where untranslated
