@@ -52,6 +52,11 @@ def test_the_quick_start_parses_into_the_commands_it_shows():
     assert all(c.startswith(("caldera ", "cat > ")) for c in cmds), cmds
 
 
+def test_the_chinese_quick_start_shows_the_same_commands():
+    """docs/quickstart.zh.md is the zh site's page: the commands this test runs, in the same order."""
+    assert sh_blocks((ROOT / "docs" / "quickstart.zh.md").read_text()) == sh_blocks(PAGE.read_text())
+
+
 @pytest.fixture
 def quickstart_server(tmp_path):
     """`caldera up` with the arguments the page gives `scripts/up`, which hands them on to it."""
