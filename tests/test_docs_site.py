@@ -4,6 +4,7 @@ link: the same site with one link pointing nowhere fails."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,3 +41,13 @@ def test_a_broken_link_fails_the_build(tmp_path):
     page.write_text(page.read_text() + "\nSee [nowhere](no-such-page.md).\n")
     r = build(copy, tmp_path / "site")
     assert r.returncode != 0 and "no-such-page.md" in r.stderr, r.stderr
+
+
+def test_every_link_of_the_readme_and_changelog_reaches_a_file():
+    """README.md and CHANGELOG.md are outside the site, so the strict build does not see their links."""
+    for name in ("README.md", "CHANGELOG.md"):
+        links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / name).read_text())
+        local = [link for link in links if "://" not in link]
+        missing = [link for link in local if not (ROOT / link).exists()]
+        assert not missing, (name, missing)
+    assert "docs/quickstart.md" in (ROOT / "README.md").read_text()
