@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+AUTO_RUNTIME = "auto"  # the setting ``runtime`` when nobody chose one
+
 
 class FakeGpu(BaseModel):
     """A GPU an admin declares on a host without one, so everything can be tested on CPU."""
@@ -23,13 +25,6 @@ class FakeGpu(BaseModel):
 def _default_data_dir() -> Path:
     """~/.caldera"""
     return Path(os.path.expanduser("~/.caldera"))
-
-
-def _default_runtime() -> str:
-    """container where podman and its base image are usable, else local"""
-    from caldera.runtime.default import default_name  # lazily: podman is probed only when no runtime is set
-
-    return default_name()
 
 
 def _default_traces_dir() -> Path:
@@ -79,8 +74,9 @@ class Settings(BaseSettings):
     fair_share_half_life_s: float = Field(7 * 24 * 3600, description="half-life of past GPU usage in fair share")
     policy: str = Field("caldera", description="scheduling policy: caldera, tiresias or fifo")
     runtime: str = Field(
-        default_factory=_default_runtime,
-        description="which backend runs jobs: an entry point of caldera.runtimes; container where podman is usable",
+        AUTO_RUNTIME,
+        description="which backend runs jobs: an entry point of caldera.runtimes; auto: container where podman and its "
+        "base image are usable, else local (chosen when the platform starts: caldera.runtime.default)",
     )
     initial_admin_password: str | None = Field(None, description="first admin's password; generated when empty")
     traces_dir: Path = Field(default_factory=_default_traces_dir, description="job traces for caldera sim")

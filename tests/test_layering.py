@@ -8,7 +8,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "caldera"
 
-BELOW_THE_SERVER = ("caldera.core", "caldera.images", "caldera.db", "caldera.errors", "caldera.runtime.default")
+BELOW_THE_SERVER = (
+    "caldera.core",
+    "caldera.images",
+    "caldera.db",
+    "caldera.errors",
+    "caldera.runtime",
+    "caldera.scheduler",
+    "caldera.sim",
+    "caldera.config",
+)
 NO_CIRCLE_THROUGH = (
     "caldera.config",
     "caldera.runtime.registry",
@@ -16,7 +25,10 @@ NO_CIRCLE_THROUGH = (
     "caldera.errors",
     "caldera.db.membership",
     "caldera.images",
+    "caldera.sim",
 )
+# the modules everything else stands on: they import no module of ours
+FOUNDATIONS = ("caldera.config", "caldera.core")
 
 
 def _module_name(path: Path) -> str:
@@ -91,6 +103,38 @@ def test_the_checks_see_a_dependency_and_a_circle():
     """The walk finds what it must: the server imports the images package, and a made-up circle is one."""
     graph = _graph()
     assert "caldera.images.catalogue" in _reaches(graph, "caldera.server.app")
-    assert "caldera.runtime.default" in graph["caldera.config"]  # a lazy import, inside a function
-    looped = {**graph, "caldera.runtime.default": graph["caldera.runtime.default"] | {"caldera.config"}}
+    assert "caldera.runtime.container.probe" in graph["caldera.runtime.default"]  # a lazy import, in a function
+    looped = {**graph, "caldera.config": graph["caldera.config"] | {"caldera.runtime.default"}}
     assert "caldera.config" in _reaches(looped, "caldera.config")
+
+
+def test_the_settings_and_the_domain_import_nothing_above_them():
+    """``caldera.config`` named the default runtime by importing the runtimes (lazily), so the settings and the
+    runtime registry reached each other; the choice is now made above both (``caldera.runtime.default``)."""
+    graph = _graph()
+    found = [
+        f"{name} imports {m}"
+        for name in graph
+        if _in(name, FOUNDATIONS)
+        for m in graph[name]
+        if not _in(m, FOUNDATIONS)
+    ]
+    assert not found, found
+
+
+def test_kubernetes_is_imported_by_its_runtime_only():
+    """The ``kubernetes`` client is the ``kubernetes`` extra, not a dependency: only its runtime may import it."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("kubernetes")]
+    assert any(d.startswith("kubernetes") for d in project["optional-dependencies"]["kubernetes"])
+    importers = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            if any(n == "kubernetes" or n.startswith("kubernetes.") for n in names):
+                importers.append(name)
+    assert importers and all(_in(m, ("caldera.runtime.kubernetes",)) for m in importers), importers

@@ -93,7 +93,7 @@ def up(
         f"[bold green]Caldera[/bold green] at [link]{settings.url}[/link]  (data in {settings.data_dir}); "
         f"labs at {settings.lab_url_template}"
     )
-    console.print(f"  runtime: {settings.runtime} ({_runtime_why(runtime)})")
+    console.print(f"  runtime: {platform.settings.runtime} ({_runtime_why(runtime)})")
     for n in nodes:
         models = ", ".join(sorted({d.model for d in n.gpus})) or "no GPUs"
         console.print(f"  node {n.name}: {n.cpu:g} CPUs, {n.memory_mib // 1024} GiB, {len(n.gpus)} GPUs ({models})")

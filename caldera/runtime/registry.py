@@ -10,6 +10,7 @@ from importlib.metadata import entry_points
 
 from caldera.config import Settings
 from caldera.runtime.base import LaunchError, Runtime
+from caldera.runtime.default import resolved
 
 GROUP = "caldera.runtimes"
 
@@ -21,6 +22,7 @@ def available() -> list[str]:
 def create_runtime(settings: Settings) -> Runtime:
     """The runtime of that name; ``LaunchError("RuntimeUnavailable")`` when none is installed by that name or it
     cannot start here (its client library missing, its cluster unreachable)."""
+    settings = resolved(settings)
     found = [ep for ep in entry_points(group=GROUP) if ep.name == settings.runtime]
     if not found:
         raise LaunchError(

@@ -14,6 +14,7 @@ from caldera.config import Settings
 from caldera.core.cluster import Node
 from caldera.db.engine import make_engine, migrate, session_factory
 from caldera.runtime.base import LaunchError, Runtime
+from caldera.runtime.default import resolved
 from caldera.runtime.local.owner import platform_dir
 from caldera.runtime.registry import create_runtime, launched_by
 from caldera.server.errors import Unavailable
@@ -36,6 +37,7 @@ class Platform:
 
     @classmethod
     def create(cls, settings: Settings, runtime: Runtime | None = None) -> Platform:
+        settings = resolved(settings)  # the runtime named, where it was auto
         _lay_out_data_dir(settings)
         engine = make_engine(settings.db_url)
         migrate(engine)

@@ -7,20 +7,28 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from caldera.scheduler.registry import POLICIES, get_policy
+from caldera.scheduler.snapshot import Policy
 from caldera.sim.cluster import ClusterSpec
 from caldera.sim.metrics import compute_metrics, write_job_results
-from caldera.sim.simulator import DEFAULT_HALF_LIFE_S, SimOptions, SimProgress, Simulator, load_queue_file
+from caldera.sim.simulator import (
+    DEFAULT_HALF_LIFE_S,
+    SimOptions,
+    SimProgress,
+    SimResult,
+    Simulator,
+    load_queue_file,
+)
 from caldera.sim.traces import TraceJob, load_trace, summarize, trace_path
 
 DEFAULT_OUT = Path("out/sim")
@@ -143,32 +151,12 @@ def run_sim(
     """
     console = console or Console()
     say = (lambda *a, **k: None) if quiet else console.print
-    # cluster
-    if isinstance(cluster, ClusterSpec):
-        spec = cluster
-    elif cluster:
-        spec = ClusterSpec.parse(cluster, cpu_per_node, int(memory_gib_per_node * 1024))
-    elif nodes_csv:
-        spec = ClusterSpec.from_alibaba_nodes(nodes_csv)
-    else:
-        spec = ClusterSpec.uniform(nodes, gpus_per_node, gpu_model, cpu_per_node, int(memory_gib_per_node * 1024))
-    # trace
+    view = {"out_dir": out_dir, "series_points": series_points, "console": None if quiet else console}
+    spec = cluster_spec(cluster, nodes_csv, nodes, gpus_per_node, gpu_model, cpu_per_node, memory_gib_per_node)
     t0 = time.perf_counter()
-    if isinstance(trace, (str, Path)):
-        trace_name = str(trace)
-        jobs = load_trace(
-            trace, traces_dir=traces_dir, gpus_per_node=spec.max_gpus_per_node, limit=limit, **(trace_options or {})
-        )
-    else:
-        trace_name = "custom"
-        jobs = sorted(trace, key=lambda j: (j.submit_time_s, j.id))
-        if limit is not None:
-            jobs = jobs[:limit]
-    jobs = _scaled(jobs, time_scale, arrival_scale)
+    trace_name, jobs = load_jobs(trace, spec, traces_dir, limit, time_scale, arrival_scale, trace_options)
     load_s = time.perf_counter() - t0
     say(f"[bold]{trace_name}[/]: {len(jobs):,} jobs loaded in {load_s:.2f} s; cluster {spec.describe()}")
-
-    queues = load_queue_file(queue_file) if queue_file else None
     options = SimOptions(
         tick_s=tick_s,
         wake_hints=wake_hints,
@@ -177,7 +165,7 @@ def run_sim(
         preempt_grace_s=preempt_grace_s,
         restart_overhead_s=restart_overhead_s,
         share=share,
-        queues=queues,
+        queues=load_queue_file(queue_file) if queue_file else None,
         strict=strict,
         max_time_s=max_time_s,
         runtime_estimate=runtime_estimate,
@@ -186,41 +174,11 @@ def run_sim(
         node_repair_s=node_repair_s,
         failure_seed=failure_seed,
     )
-    results: list[dict[str, Any]] = []
-    wall: dict[str, float] = {}
-    for name in policies:
-        policy = get_policy(name, **((policy_options or {}).get(name, {})))
-        w0 = time.perf_counter()
-        if quiet:
-            res = Simulator(jobs, spec, policy, options).run()
-        else:
-            with _progress(console) as bar:
-                task = bar.add_task(f"{name}", total=max(len(jobs), 1), sim="")
-
-                def show(p: SimProgress, task: TaskID = task) -> None:
-                    bar.update(
-                        task,
-                        completed=p.finished,
-                        total=max(p.total, 1),
-                        sim=f"day {p.now_s / 86400:.1f}, {p.queued:,} queued, {p.running:,} running, "
-                        f"{p.cycles:,} cycles",
-                    )
-
-                res = Simulator(jobs, spec, policy, options, progress=show).run()
-        m = compute_metrics(res, series_points=series_points)
-        if out_dir is not None:
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
-            m["jobs_csv"] = str(write_job_results(res, Path(out_dir) / f"jobs_{name}.csv"))
-        m["policy"] = name  # the registry name, even if the object calls itself otherwise
-        wall[name] = time.perf_counter() - w0
-        m["sim"]["total_wall_s"] = wall[name]
-        results.append(m)
-        say(
-            f"  {name}: {m['jobs']['completed']:,} jobs done, {res.cycles:,} cycles, "
-            f"{wall[name]:.1f} s wall ({res.policy_s:.1f} s in the policy)"
-        )
-        if m["invalid_decisions"]:
-            say(f"  [yellow]{name}: decisions that could not be applied: {m['invalid_decisions']}[/]")
+    results = [
+        measure(name, get_policy(name, **((policy_options or {}).get(name, {}))), jobs, spec, options, say, **view)
+        for name in policies
+    ]
+    wall = {m["policy"]: m["sim"]["total_wall_s"] for m in results}
 
     config = {
         "trace": trace_name,
@@ -231,38 +189,142 @@ def run_sim(
         "cluster": spec.to_dict(),
         "policies": list(policies),
         "policy_options": policy_options or {},
-        "tick_s": tick_s,
-        "wake_hints": wake_hints,
-        "cycle_quantum_s": cycle_quantum_s,
-        "half_life_s": half_life_s,
-        "preempt_grace_s": preempt_grace_s,
-        "restart_overhead_s": restart_overhead_s,
-        "share": share,
-        "runtime_estimate": runtime_estimate,
-        "locality_slowdown": locality_slowdown,
-        "node_mtbf_s": node_mtbf_s,
-        "node_repair_s": node_repair_s,
-        "failure_seed": failure_seed,
+        **{name: getattr(options, name) for name in _OPTIONS_IN_CONFIG},
         "queue_file": str(queue_file) if queue_file else None,
         "max_time_s": max_time_s,
     }
-    out: dict[str, Any] = {"config": config, "results": results, "json": None, "png": None}
+    title = f"{trace_name} on {spec.describe()}"
     if not quiet:
-        console.print(comparison_table(results, f"{trace_name} on {spec.describe()}", wall))
+        console.print(comparison_table(results, title, wall))
+    out: dict[str, Any] = {"config": config, "results": results, "json": None, "png": None}
     if out_dir is not None:
-        d = Path(out_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        jpath = d / "results.json"
-        jpath.write_text(json.dumps({"config": config, "results": results}, indent=1))
-        out["json"] = str(jpath)
-        if plot:
-            from caldera.sim.plot import plot_comparison
-            from caldera.sim.plot_distributions import plot_distributions
-
-            title = f"{trace_name} on {spec.describe()}"
-            out["png"] = str(plot_comparison(results, d / "comparison.png", title))
-            out["distributions_png"] = str(plot_distributions(results, d / "distributions.png", title))
+        out.update(write_comparison(Path(out_dir), config, results, title if plot else None))
         say(f"wrote {out['json']}" + (f", {out['png']} and {out['distributions_png']}" if out["png"] else ""))
+    return out
+
+
+# the replay options results.json repeats, in its order
+_OPTIONS_IN_CONFIG = (
+    "tick_s",
+    "wake_hints",
+    "cycle_quantum_s",
+    "half_life_s",
+    "preempt_grace_s",
+    "restart_overhead_s",
+    "share",
+    "runtime_estimate",
+    "locality_slowdown",
+    "node_mtbf_s",
+    "node_repair_s",
+    "failure_seed",
+)
+
+
+def cluster_spec(
+    cluster: str | ClusterSpec | None,
+    nodes_csv: str | Path | None,
+    nodes: int,
+    gpus_per_node: int,
+    gpu_model: str,
+    cpu_per_node: float,
+    memory_gib_per_node: float,
+) -> ClusterSpec:
+    """The simulated cluster: ``cluster`` (a spec or ``"64x8:v100,16x4:a100"``), else an Alibaba-style node list,
+    else ``nodes`` x ``gpus_per_node`` ``gpu_model``."""
+    if isinstance(cluster, ClusterSpec):
+        return cluster
+    if cluster:
+        return ClusterSpec.parse(cluster, cpu_per_node, int(memory_gib_per_node * 1024))
+    if nodes_csv:
+        return ClusterSpec.from_alibaba_nodes(nodes_csv)
+    return ClusterSpec.uniform(nodes, gpus_per_node, gpu_model, cpu_per_node, int(memory_gib_per_node * 1024))
+
+
+def load_jobs(
+    trace: str | Path | Sequence[TraceJob],
+    spec: ClusterSpec,
+    traces_dir: str | Path | None,
+    limit: int | None,
+    time_scale: float,
+    arrival_scale: float,
+    trace_options: dict[str, Any] | None,
+) -> tuple[str, list[TraceJob]]:
+    """The trace's name (``custom`` for a list of jobs) and its first ``limit`` jobs, in submission order, scaled."""
+    if isinstance(trace, (str, Path)):
+        jobs = load_trace(
+            trace, traces_dir=traces_dir, gpus_per_node=spec.max_gpus_per_node, limit=limit, **(trace_options or {})
+        )
+        return str(trace), _scaled(jobs, time_scale, arrival_scale)
+    jobs = sorted(trace, key=lambda j: (j.submit_time_s, j.id))
+    if limit is not None:
+        jobs = jobs[:limit]
+    return "custom", _scaled(jobs, time_scale, arrival_scale)
+
+
+def measure(
+    name: str,
+    policy: Policy,
+    jobs: Sequence[TraceJob],
+    spec: ClusterSpec,
+    options: SimOptions,
+    say: Callable[..., None],
+    out_dir: str | Path | None,
+    series_points: int,
+    console: Console | None,
+) -> dict[str, Any]:
+    """The replay under the policy called ``name``: its metrics, and its per-job CSV ``jobs_<name>.csv`` in
+    ``out_dir``."""
+    w0 = time.perf_counter()
+    res = replay(name, jobs, spec, policy, options, console)
+    m = compute_metrics(res, series_points=series_points)
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        m["jobs_csv"] = str(write_job_results(res, Path(out_dir) / f"jobs_{name}.csv"))
+    m["policy"] = name  # the registry name, even if the object calls itself otherwise
+    m["sim"]["total_wall_s"] = wall = time.perf_counter() - w0
+    say(
+        f"  {name}: {m['jobs']['completed']:,} jobs done, {res.cycles:,} cycles, "
+        f"{wall:.1f} s wall ({res.policy_s:.1f} s in the policy)"
+    )
+    if m["invalid_decisions"]:
+        say(f"  [yellow]{name}: decisions that could not be applied: {m['invalid_decisions']}[/]")
+    return m
+
+
+def replay(
+    name: str, jobs: Sequence[TraceJob], spec: ClusterSpec, policy: Policy, options: SimOptions, console: Console | None
+) -> SimResult:
+    """The replay under the policy called ``name``, with a progress bar on ``console`` (none without one)."""
+    if console is None:
+        return Simulator(jobs, spec, policy, options).run()
+    with _progress(console) as bar:
+        task = bar.add_task(name, total=max(len(jobs), 1), sim="")
+
+        def show(p: SimProgress) -> None:
+            bar.update(
+                task,
+                completed=p.finished,
+                total=max(p.total, 1),
+                sim=f"day {p.now_s / 86400:.1f}, {p.queued:,} queued, {p.running:,} running, {p.cycles:,} cycles",
+            )
+
+        return Simulator(jobs, spec, policy, options, progress=show).run()
+
+
+def write_comparison(
+    d: Path, config: dict[str, Any], results: list[dict[str, Any]], plot_title: str | None
+) -> dict[str, str | None]:
+    """``results.json`` and, with a title, ``comparison.png`` and ``distributions.png`` in ``d``; their paths."""
+    d.mkdir(parents=True, exist_ok=True)
+    jpath = d / "results.json"
+    jpath.write_text(json.dumps({"config": config, "results": results}, indent=1))
+    out: dict[str, str | None] = {"json": str(jpath), "png": None}
+    if plot_title is not None:
+        from caldera.sim.plot import plot_comparison
+        from caldera.sim.plot_distributions import plot_distributions
+
+        out["png"] = str(plot_comparison(results, d / "comparison.png", plot_title))
+        out["distributions_png"] = str(plot_distributions(results, d / "distributions.png", plot_title))
     return out
 
 

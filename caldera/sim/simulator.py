@@ -38,7 +38,7 @@ from caldera.core.cluster import Allocation, Node
 from caldera.core.resources import GPU, Resources
 from caldera.core.tenancy import QueueConfig, Quota
 from caldera.scheduler.placement import ClusterIndex
-from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
+from caldera.scheduler.snapshot import Decisions, Policy, Preempt, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import FreeCapacity, Problem, preemption_problem
 from caldera.sim.cluster import ClusterSpec
 from caldera.sim.failures import NodeFailures
@@ -382,367 +382,423 @@ class Simulator:
         gc_was_enabled = gc.isenabled()
         gc.disable()  # see _GC_OBJECTS
         try:
-            return self._run(wall0)
+            return Replay(self, wall0).run()
         finally:
             if gc_was_enabled:
                 gc.enable()
 
-    def _run(self, wall0: float) -> SimResult:
-        opt = self.opt
-        factor = _decay_factor_function()
-        half_life = opt.half_life_s
-        tick = opt.tick_s if opt.tick_s and opt.tick_s > 0 else None
-        quantum = opt.cycle_quantum_s if opt.cycle_quantum_s and opt.cycle_quantum_s > 0 else None
-        strict = opt.strict
-        policy = self.policy
 
-        capacity = ClusterIndex(self.nodes)  # free capacity, indexed, kept up to date for the policies
-        free = FreeCapacity(self.nodes)  # the same, as the decision checks read it
+class Replay:
+    """One replay of a :class:`Simulator`'s jobs: the state kept between events, one method per kind of event
+    (an arrival, a completion, the end of a victim's grace, a node failing, a node repaired), and the scheduling
+    cycle that follows an instant's events (a preemption and a start are a method each).
 
-        jobs: dict[str, SimJob] = {}
-        queued: dict[str, SchedJob] = {}
-        running: dict[str, SimJob] = {}
-        running_sj: dict[str, SchedJob] = {}
+    Each instant: charge decayed usage for the time since the last one, apply every event due by then, and run a
+    cycle when they changed anything or a periodic cycle is due; the replay ends when nothing is left to happen,
+    at ``max_time_s``, or when the queue is stuck."""
+
+    def __init__(self, sim: Simulator, wall0: float) -> None:
+        opt = self.opt = sim.opt
+        self.sim = sim
+        self.wall0 = wall0
+        self.factor = _decay_factor_function()
+        self.tick = opt.tick_s if opt.tick_s and opt.tick_s > 0 else None
+        self.quantum = opt.cycle_quantum_s if opt.cycle_quantum_s and opt.cycle_quantum_s > 0 else None
+        self.max_time = opt.max_time_s if opt.max_time_s is not None else math.inf
+
+        self.capacity = ClusterIndex(sim.nodes)  # free capacity, indexed, kept up to date for the policies
+        self.free = FreeCapacity(sim.nodes)  # the same, as the decision checks read it
+        self.jobs: dict[str, SimJob] = {}
+        self.queued: dict[str, SchedJob] = {}
+        self.running: dict[str, SimJob] = {}
+        self.running_sj: dict[str, SchedJob] = {}
         # per running job: (SchedJob, attained at t=0 extrapolated, GPUs): attained(t) = c + t * g, one multiply-add
         # per running job per cycle
-        attained_of: dict[str, tuple[SchedJob, float, int]] = {}
-        heap: list[tuple[float, int, int, str, int]] = []
-        seq = 0
-        user_usage: dict[str, float] = {}
-        queue_usage: dict[str, float] = {}
-        user_gpus: dict[str, int] = {}
-        queue_gpus: dict[str, int] = {}
-        allocated = 0
-        alloc_t: list[float] = [0.0]
-        alloc_g: list[int] = [0]
-        queue_t: list[float] = [0.0]
-        queue_n: list[int] = [0]
-        by_reason: dict[str, int] = {}
-        preempt_t: list[float] = []
-        invalid: dict[str, int] = {}
-        arrivals = self.arrivals
-        n_arr = len(arrivals)
-        ai = 0
-        last_charge = arrivals[0].submit_time_s if arrivals else 0.0
-        next_tick = math.inf
-        inf = math.inf
-        cycles = tick_cycles = collections = 0
-        last_cycle_t = -inf
-        same_instant = capped = 0
-        policy_s = 0.0
-        idle_cycles = 0
-        stopped = "done"
-        now = last_charge
-        restart = opt.restart_overhead_s
-        grace = opt.preempt_grace_s
-        est = opt.runtime_estimate
-        progress = self.progress
-        last_arrival = arrivals[-1].submit_time_s if arrivals else 0.0
-        finished = 0
-        next_report = wall0 + PROGRESS_EVERY_S
+        self.attained_of: dict[str, tuple[SchedJob, float, int]] = {}
+        self.heap: list[tuple[float, int, int, str, int]] = []  # (time, sequence, kind, job or node, attempt or key)
+        self.seq = 0
+        self.user_usage: dict[str, float] = {}
+        self.queue_usage: dict[str, float] = {}
+        self.user_gpus: dict[str, int] = {}
+        self.queue_gpus: dict[str, int] = {}
+        self.allocated = 0
+        self.alloc_t: list[float] = [0.0]
+        self.alloc_g: list[int] = [0]
+        self.queue_t: list[float] = [0.0]
+        self.queue_n: list[int] = [0]
+        self.by_reason: dict[str, int] = {}
+        self.preempt_t: list[float] = []
+        self.invalid: dict[str, int] = {}
 
-        def report() -> None:
-            progress(
-                SimProgress(
-                    now, last_arrival, finished, n_arr, len(queued), len(running), cycles, time.perf_counter() - wall0
-                )
-            )
+        self.arrivals = sim.arrivals
+        self.n_arr = len(self.arrivals)
+        self.ai = 0  # the next arrival
+        self.last_charge = self.arrivals[0].submit_time_s if self.arrivals else 0.0
+        self.now = self.last_charge
+        self.last_arrival = self.arrivals[-1].submit_time_s if self.arrivals else 0.0
+        self.next_tick = math.inf
+        self.last_cycle_t = -math.inf
+        self.cycles = self.tick_cycles = self.collections = 0
+        self.same_instant = self.capped = self.idle_cycles = 0
+        self.policy_s = 0.0
+        self.stopped = "done"
+        self.finished = 0
+        self.next_report = wall0 + PROGRESS_EVERY_S
 
-        def bad(problem: Problem) -> None:
-            if strict:
-                raise SimulationError(f"{self.policy_name} at t={now:.0f}: {problem.message}")
-            if problem.kind not in invalid:
-                log.warning("%s at t=%.0f: %s (further ones are only counted)", self.policy_name, now, problem.message)
-            invalid[problem.kind] = invalid.get(problem.kind, 0) + 1
-
-        def release(job: SimJob) -> None:
-            nonlocal allocated
-            sj = job.sj
-            free.give(sj.allocations)
-            capacity.release(sj.allocations)
-            allocated -= job.gpus
-            user_gpus[sj.user] -= job.gpus
-            queue_gpus[sj.queue] -= job.gpus
-            del running[sj.id]
-            del running_sj[sj.id]
-            del attained_of[sj.id]
-
-        def stop_and_requeue(job: SimJob, t: float) -> None:
-            """Release the victim and re-queue it with its remaining work (checkpointed at the request)."""
-            sj = job.sj
-            upto = job.preempt_at if job.preempt_at is not None else t
-            job.remaining_s = max(0.0, job.remaining_s - (upto - job.run_start) * job.speed) + restart
-            job.base_attained += (t - job.run_start) * job.gpus
-            release(job)
-            job.attempt += 1
-            job.run_start = None
-            job.preempt_at = None
-            sj.attained_gpu_s = job.base_attained
-            sj.started_at = None
-            sj.allocations = ()
-            sj.terminating = False
-            if _HAS_PREEMPTED_BY:
-                sj.preempted_by = None
-            sj.queued_since = t
-            if est is not None:
-                sj.max_runtime_s = job.remaining_s * est
-            if job.estimate is not None:  # what is left of it, at least the restart
-                sj.expected_runtime_s = max(job.estimate - (job.trace.duration_s - job.remaining_s), restart, 60.0)
-            queued[sj.id] = sj
-
-        failures = NodeFailures(
-            self.node_model, opt.node_failures, opt.node_mtbf_s, opt.node_repair_s, opt.failure_seed
+        self.failures = NodeFailures(
+            sim.node_model, opt.node_failures, opt.node_mtbf_s, opt.node_repair_s, opt.failure_seed
         )
-        down: dict[str, Allocation] = {}  # failed node -> the whole node, held so nothing starts there
-        repair_of: dict[int, float] = {}  # heap sequence number of a failure -> its repair time
-        n_failures = n_kills = 0
+        self.down: dict[str, Allocation] = {}  # failed node -> the whole node, held so nothing starts there
+        self.repair_of: dict[int, float] = {}  # heap sequence number of a failure -> its repair time
+        self.n_failures = self.n_kills = 0
+        # what each kind of heap event does; each says whether it changed anything
+        self.on_event = {
+            _COMPLETE: self.completion,
+            _RELEASE: self.grace_over,
+            _NODE_DOWN: self.node_down,
+            _NODE_UP: self.node_up,
+        }
 
-        def schedule_failure(f: tuple[float, str, float] | None) -> None:
-            nonlocal seq
-            if f is not None:
-                seq += 1
-                repair_of[seq] = f[2]
-                heapq.heappush(heap, (f[0], seq, _NODE_DOWN, f[1], seq))
+    # ------------------------------------------------------------------------------------------------ the loop
+    def run(self) -> SimResult:
+        for f in self.failures.first(self.now):
+            self.schedule_failure(f)
+        while self.instant():
+            pass
+        return self.result()
 
-        def node_down(name: str, t: float, key: int) -> None:
-            """Kill the jobs on the node (re-queued, losing the work since their last checkpoint) and hold the
-            node until its repair."""
-            nonlocal seq, n_failures, n_kills
-            repair = repair_of.pop(key)
-            if name in down:
-                return  # already down: the repair already scheduled stands
-            n_failures += 1
-            for job in [j for j in running.values() if any(a.node == name for a in j.sj.allocations)]:
-                if job.preempt_at is None:
-                    job.preempt_at = t - (t - job.run_start) % opt.checkpoint_interval_s
-                n_kills += 1
-                stop_and_requeue(job, t)
-            node = self.node_by_name[name]
-            whole = Allocation(name, tuple(d.index for d in node.gpus), node.cpu, node.memory_mib)
-            free.take((whole,))
-            capacity.occupy((whole,))
-            down[name] = whole
-            seq += 1
-            heapq.heappush(heap, (t + repair, seq, _NODE_UP, name, 0))
-
-        def node_up(name: str, t: float) -> None:
-            whole = down.pop(name)
-            free.give((whole,))
-            capacity.release((whole,))
-            schedule_failure(failures.after_repair(name, t))
-
-        def start(st: Start, t: float) -> bool:
-            nonlocal allocated, seq
-            problem = free.start_problem(st, queued)
-            if problem is not None:
-                bad(problem)
-                return False
-            allocs = st.allocations
-            job = jobs[st.job_id]
-            sj = job.sj
-            free.take(allocs)
-            capacity.occupy(allocs)
-            del queued[sj.id]
-            allocated += job.gpus
-            user_gpus[sj.user] = user_gpus.get(sj.user, 0) + job.gpus
-            queue_gpus[sj.queue] = queue_gpus.get(sj.queue, 0) + job.gpus
-            running[sj.id] = job
-            running_sj[sj.id] = sj
-            attained_of[sj.id] = (sj, job.base_attained - t * job.gpus, job.gpus)
-            job.run_start = t
-            job.speed = self._speed(job.trace, allocs)
-            if job.first_start is None:
-                job.first_start = t
-            sj.started_at = t
-            sj.allocations = tuple(allocs)
-            seq += 1
-            heapq.heappush(heap, (t + job.remaining_s / job.speed, seq, _COMPLETE, sj.id, job.attempt))
+    def instant(self) -> bool:
+        """The next instant: its events, then a cycle if they changed anything or a periodic one is due. False once
+        the replay is over."""
+        if self.failures.any and not self.queued and not self.running and self.ai >= self.n_arr:
+            return False  # only failures are left to happen
+        t = min(
+            self.arrivals[self.ai].submit_time_s if self.ai < self.n_arr else math.inf,
+            self.heap[0][0] if self.heap else math.inf,
+            self.next_tick,
+        )
+        if t == math.inf:
+            return False
+        if self.quantum is not None and t != self.next_tick:
+            t = math.ceil(t / self.quantum - 1e-12) * self.quantum
+        if t > self.max_time:
+            self.stopped = "max_time"
+            self.now = max(self.now, self.max_time)
+            return False
+        self.charge_usage(t)
+        changed = False
+        while self.heap and self.heap[0][0] <= t:
+            _, _, kind, key, n = heapq.heappop(self.heap)
+            changed = self.on_event[kind](key, t, n) or changed
+        while self.ai < self.n_arr and self.arrivals[self.ai].submit_time_s <= t:
+            self.arrival(self.arrivals[self.ai])
+            changed = True
+        changed = self.within_same_instant_cap(t, changed)
+        if not (changed or t == self.next_tick):
             return True
+        self.last_cycle_t = t
+        if not changed:
+            self.tick_cycles += 1
+        return self.cycle(t)
 
-        max_time = opt.max_time_s if opt.max_time_s is not None else inf
-        for f in failures.first(now):
-            schedule_failure(f)
-        while True:
-            if failures.any and not queued and not running and ai >= n_arr:
-                break  # only failures are left to happen
-            t_arr = arrivals[ai].submit_time_s if ai < n_arr else inf
-            t_evt = heap[0][0] if heap else inf
-            t = min(t_arr, t_evt, next_tick)
-            if t == inf:
-                break
-            if quantum is not None and t != next_tick:
-                t = math.ceil(t / quantum - 1e-12) * quantum
-            if t > max_time:
-                stopped = "max_time"
-                now = max(now, max_time)
-                break
+    def charge_usage(self, t: float) -> None:
+        """Charge decayed usage for [last charge, t] with the allocation that held over it."""
+        elapsed = t - self.last_charge
+        if elapsed > 0:
+            half_life = self.opt.half_life_s
+            self.user_usage = advance_usage(self.user_usage, self.user_gpus, elapsed, half_life, self.factor)
+            self.queue_usage = advance_usage(self.queue_usage, self.queue_gpus, elapsed, half_life, self.factor)
+            self.last_charge = t
+        self.now = t
 
-            # charge usage for [last_charge, t] with the allocation that held over it
-            elapsed = t - last_charge
-            if elapsed > 0:
-                user_usage = advance_usage(user_usage, user_gpus, elapsed, half_life, factor)
-                queue_usage = advance_usage(queue_usage, queue_gpus, elapsed, half_life, factor)
-                last_charge = t
-            now = t
+    def within_same_instant_cap(self, t: float, changed: bool) -> bool:
+        """Zero-grace releases call a cycle at the same instant; a policy that keeps preempting and restarting the
+        same jobs would loop there forever. After a few, wait for the next tick instead (as the live loop would),
+        and count it. Whether the instant's events still call a cycle."""
+        if changed and t == self.last_cycle_t and t != self.next_tick:
+            self.same_instant += 1
+            if self.same_instant > _MAX_SAME_INSTANT:
+                self.capped += 1
+                if self.next_tick <= t:
+                    self.next_tick = t + (self.tick or 1.0)
+                return False
+        elif changed or t == self.next_tick:
+            self.same_instant = 0
+        return changed
 
-            changed = False
-            while heap and heap[0][0] <= t:
-                _, _, kind, jid, attempt = heapq.heappop(heap)
-                if kind >= _NODE_DOWN:
-                    if kind == _NODE_DOWN:
-                        node_down(jid, t, attempt)
-                    else:
-                        node_up(jid, t)
-                    changed = True
-                    continue
-                job = jobs[jid]
-                if job.attempt != attempt or jid not in running:
-                    continue
-                if kind == _COMPLETE:
-                    job.base_attained += (t - job.run_start) * job.gpus
-                    job.sj.attained_gpu_s = job.base_attained
-                    job.remaining_s = 0.0
-                    job.finish = t
-                    finished += 1
-                    if self.history is not None:
-                        self.history.add(job.sj.user, job.trace.duration_s)
-                    release(job)
-                    job.attempt += 1
-                else:  # grace over: the victim is gone
-                    stop_and_requeue(job, t)
-                changed = True
-            while ai < n_arr and arrivals[ai].submit_time_s <= t:
-                job = self._make(arrivals[ai])
-                ai += 1
-                jobs[job.sj.id] = job
-                queued[job.sj.id] = job.sj
-                changed = True
+    # ---------------------------------------------------------------------------------------------- the events
+    def arrival(self, trace: TraceJob) -> None:
+        job = self.sim._make(trace)
+        self.ai += 1
+        self.jobs[job.sj.id] = job
+        self.queued[job.sj.id] = job.sj
 
-            if changed and t == last_cycle_t and t != next_tick:
-                # Zero-grace releases call a cycle at the same instant; a policy that keeps preempting and
-                # restarting the same jobs would loop there forever. After a few, wait for the next tick instead
-                # (as the live loop would), and count it.
-                same_instant += 1
-                if same_instant > _MAX_SAME_INSTANT:
-                    capped += 1
-                    if next_tick <= t:
-                        next_tick = t + (tick or 1.0)
-                    changed = False
-            elif changed or t == next_tick:
-                same_instant = 0
-            if changed or t == next_tick:
-                last_cycle_t = t
-                if not changed:
-                    tick_cycles += 1
-                # ---- one scheduling cycle
-                for sj, c, g in attained_of.values():
-                    sj.attained_gpu_s = c + t * g
-                snap = Snapshot(
-                    now=t,
-                    nodes=self.nodes,
-                    queued=list(queued.values()),
-                    running=list(running_sj.values()),
-                    queues=self.queues,
-                    user_usage=dict(user_usage),
-                    queue_usage=dict(queue_usage),
-                    capacity=capacity,
-                    explain=False,
-                )
-                p0 = time.perf_counter()
-                decisions: Decisions = policy(snap)
-                policy_s += time.perf_counter() - p0
-                cycles += 1
-                if progress is not None and cycles % 64 == 0 and time.perf_counter() >= next_report:
-                    report()
-                    next_report = time.perf_counter() + PROGRESS_EVERY_S
-                if gc.get_count()[0] > _GC_OBJECTS or cycles % _GC_CYCLES == 0:
-                    collections += 1
-                    gc.collect(2 if collections % 50 == 0 else 1)
-                acted = False
-                # Victims stop at the end of their grace; until then they hold their GPUs, so starts are judged as
-                # the live loop judges them. With no grace, a release event now: the cycle that follows at once
-                # can start their preemptors on the freed GPUs, as the live loop does when it sees them stop.
-                seen: set[str] = set()
-                for pre in decisions.preemptions:
-                    problem = preemption_problem(pre, running_sj, seen)
-                    if problem is not None:
-                        bad(problem)
-                        continue
-                    seen.add(pre.job_id)
-                    job = running[pre.job_id]
-                    job.preemptions += 1
-                    job.sj.preemptions = job.preemptions
-                    by_reason[pre.reason] = by_reason.get(pre.reason, 0) + 1
-                    preempt_t.append(t)
-                    acted = True
-                    job.sj.terminating = True
-                    if _HAS_PREEMPTED_BY:
-                        job.sj.preempted_by = pre.by_job_id
-                    job.preempt_at = t
-                    seq += 1
-                    heapq.heappush(heap, (t + grace, seq, _RELEASE, job.sj.id, job.attempt))
-                for st in decisions.starts:
-                    if start(st, t):
-                        acted = True
+    def completion(self, jid: str, t: float, attempt: int) -> bool:
+        job = self.jobs[jid]
+        if job.attempt != attempt or jid not in self.running:
+            return False  # an earlier attempt's
+        job.base_attained += (t - job.run_start) * job.gpus
+        job.sj.attained_gpu_s = job.base_attained
+        job.remaining_s = 0.0
+        job.finish = t
+        self.finished += 1
+        if self.sim.history is not None:
+            self.sim.history.add(job.sj.user, job.trace.duration_s)
+        self.release(job)
+        job.attempt += 1
+        return True
 
-                wake = decisions.wake_at if opt.wake_hints else None
-                del decisions, snap
+    def grace_over(self, jid: str, t: float, attempt: int) -> bool:
+        """A victim's grace is over: it is gone."""
+        job = self.jobs[jid]
+        if job.attempt != attempt or jid not in self.running:
+            return False
+        self.stop_and_requeue(job, t)
+        return True
 
-                if alloc_g[-1] != allocated:
-                    if alloc_t[-1] == t:
-                        alloc_g[-1] = allocated
-                    else:
-                        alloc_t.append(t)
-                        alloc_g.append(allocated)
-                if queue_n[-1] != len(queued):
-                    if queue_t[-1] == t:
-                        queue_n[-1] = len(queued)
-                    else:
-                        queue_t.append(t)
-                        queue_n.append(len(queued))
+    def node_down(self, name: str, t: float, key: int) -> bool:
+        """Kill the jobs on the node (re-queued, losing the work since their last checkpoint) and hold the node
+        until its repair."""
+        repair = self.repair_of.pop(key)
+        if name in self.down:
+            return True  # already down: the repair already scheduled stands
+        self.n_failures += 1
+        for job in [j for j in self.running.values() if any(a.node == name for a in j.sj.allocations)]:
+            if job.preempt_at is None:
+                job.preempt_at = t - (t - job.run_start) % self.opt.checkpoint_interval_s
+            self.n_kills += 1
+            self.stop_and_requeue(job, t)
+        node = self.sim.node_by_name[name]
+        whole = Allocation(name, tuple(d.index for d in node.gpus), node.cpu, node.memory_mib)
+        self.free.take((whole,))
+        self.capacity.occupy((whole,))
+        self.down[name] = whole
+        self.push(t + repair, _NODE_UP, name, 0)
+        return True
 
-                if not queued or tick is None or wake == inf:
-                    next_tick = inf
-                elif wake is None or wake <= t + tick:
-                    next_tick = t + tick
-                else:  # the first periodic cycle at or after the policy's wake-up time
-                    next_tick = t + tick * math.ceil((wake - t) / tick - 1e-6)
-                if queued and not heap and ai >= n_arr and not acted:
-                    idle_cycles += 1
-                    if idle_cycles >= max(1, opt.stuck_ticks) or next_tick == inf:
-                        stopped = "stuck"
-                        break
-                else:
-                    idle_cycles = 0
+    def node_up(self, name: str, t: float, _key: int) -> bool:
+        whole = self.down.pop(name)
+        self.free.give((whole,))
+        self.capacity.release((whole,))
+        self.schedule_failure(self.failures.after_repair(name, t))
+        return True
 
-        end = now
-        if progress is not None:
-            report()
-        for job in running.values():  # only on max_time: account what they got so far
+    # ------------------------------------------------------------------------------------------------ a cycle
+    def cycle(self, t: float) -> bool:
+        """Call the policy on a snapshot and apply its decisions. False when the replay is stuck."""
+        for sj, c, g in self.attained_of.values():
+            sj.attained_gpu_s = c + t * g
+        snap = Snapshot(
+            now=t,
+            nodes=self.sim.nodes,
+            queued=list(self.queued.values()),
+            running=list(self.running_sj.values()),
+            queues=self.sim.queues,
+            user_usage=dict(self.user_usage),
+            queue_usage=dict(self.queue_usage),
+            capacity=self.capacity,
+            explain=False,
+        )
+        p0 = time.perf_counter()
+        decisions: Decisions = self.sim.policy(snap)
+        self.policy_s += time.perf_counter() - p0
+        self.cycles += 1
+        if self.sim.progress is not None and self.cycles % 64 == 0 and time.perf_counter() >= self.next_report:
+            self.report()
+            self.next_report = time.perf_counter() + PROGRESS_EVERY_S
+        if gc.get_count()[0] > _GC_OBJECTS or self.cycles % _GC_CYCLES == 0:
+            self.collections += 1
+            gc.collect(2 if self.collections % 50 == 0 else 1)
+        acted = False
+        # Victims stop at the end of their grace; until then they hold their GPUs, so starts are judged as the
+        # live loop judges them. With no grace, a release event now: the cycle that follows at once can start
+        # their preemptors on the freed GPUs, as the live loop does when it sees them stop.
+        seen: set[str] = set()
+        for pre in decisions.preemptions:
+            acted = self.preempt(pre, t, seen) or acted
+        for st in decisions.starts:
+            acted = self.start(st, t) or acted
+        wake = decisions.wake_at if self.opt.wake_hints else None
+        del decisions, snap
+        self.record_series(t)
+        self.next_tick = self.next_tick_after(t, wake)
+        if self.queued and not self.heap and self.ai >= self.n_arr and not acted:
+            self.idle_cycles += 1
+            if self.idle_cycles >= max(1, self.opt.stuck_ticks) or self.next_tick == math.inf:
+                self.stopped = "stuck"
+                return False
+        else:
+            self.idle_cycles = 0
+        return True
+
+    def preempt(self, pre: Preempt, t: float, seen: set[str]) -> bool:
+        problem = preemption_problem(pre, self.running_sj, seen)
+        if problem is not None:
+            self.bad(problem)
+            return False
+        seen.add(pre.job_id)
+        job = self.running[pre.job_id]
+        job.preemptions += 1
+        job.sj.preemptions = job.preemptions
+        self.by_reason[pre.reason] = self.by_reason.get(pre.reason, 0) + 1
+        self.preempt_t.append(t)
+        job.sj.terminating = True
+        if _HAS_PREEMPTED_BY:
+            job.sj.preempted_by = pre.by_job_id
+        job.preempt_at = t
+        self.push(t + self.opt.preempt_grace_s, _RELEASE, job.sj.id, job.attempt)
+        return True
+
+    def start(self, st: Start, t: float) -> bool:
+        problem = self.free.start_problem(st, self.queued)
+        if problem is not None:
+            self.bad(problem)
+            return False
+        allocs = st.allocations
+        job = self.jobs[st.job_id]
+        sj = job.sj
+        self.free.take(allocs)
+        self.capacity.occupy(allocs)
+        del self.queued[sj.id]
+        self.allocated += job.gpus
+        self.user_gpus[sj.user] = self.user_gpus.get(sj.user, 0) + job.gpus
+        self.queue_gpus[sj.queue] = self.queue_gpus.get(sj.queue, 0) + job.gpus
+        self.running[sj.id] = job
+        self.running_sj[sj.id] = sj
+        self.attained_of[sj.id] = (sj, job.base_attained - t * job.gpus, job.gpus)
+        job.run_start = t
+        job.speed = self.sim._speed(job.trace, allocs)
+        if job.first_start is None:
+            job.first_start = t
+        sj.started_at = t
+        sj.allocations = tuple(allocs)
+        self.push(t + job.remaining_s / job.speed, _COMPLETE, sj.id, job.attempt)
+        return True
+
+    def record_series(self, t: float) -> None:
+        """GPUs allocated and jobs queued over time, one point per change."""
+        if self.alloc_g[-1] != self.allocated:
+            if self.alloc_t[-1] == t:
+                self.alloc_g[-1] = self.allocated
+            else:
+                self.alloc_t.append(t)
+                self.alloc_g.append(self.allocated)
+        if self.queue_n[-1] != len(self.queued):
+            if self.queue_t[-1] == t:
+                self.queue_n[-1] = len(self.queued)
+            else:
+                self.queue_t.append(t)
+                self.queue_n.append(len(self.queued))
+
+    def next_tick_after(self, t: float, wake: float | None) -> float:
+        """The next periodic cycle: none with nothing queued or when the policy says only an event can help,
+        else the first tick at or after the policy's wake-up time."""
+        tick = self.tick
+        if not self.queued or tick is None or wake == math.inf:
+            return math.inf
+        if wake is None or wake <= t + tick:
+            return t + tick
+        return t + tick * math.ceil((wake - t) / tick - 1e-6)
+
+    # ------------------------------------------------------------------------------------------- bookkeeping
+    def push(self, t: float, kind: int, key: str, n: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, key, n))
+
+    def release(self, job: SimJob) -> None:
+        sj = job.sj
+        self.free.give(sj.allocations)
+        self.capacity.release(sj.allocations)
+        self.allocated -= job.gpus
+        self.user_gpus[sj.user] -= job.gpus
+        self.queue_gpus[sj.queue] -= job.gpus
+        del self.running[sj.id]
+        del self.running_sj[sj.id]
+        del self.attained_of[sj.id]
+
+    def stop_and_requeue(self, job: SimJob, t: float) -> None:
+        """Release the victim and re-queue it with its remaining work (checkpointed at the request)."""
+        sj = job.sj
+        restart = self.opt.restart_overhead_s
+        upto = job.preempt_at if job.preempt_at is not None else t
+        job.remaining_s = max(0.0, job.remaining_s - (upto - job.run_start) * job.speed) + restart
+        job.base_attained += (t - job.run_start) * job.gpus
+        self.release(job)
+        job.attempt += 1
+        job.run_start = None
+        job.preempt_at = None
+        sj.attained_gpu_s = job.base_attained
+        sj.started_at = None
+        sj.allocations = ()
+        sj.terminating = False
+        if _HAS_PREEMPTED_BY:
+            sj.preempted_by = None
+        sj.queued_since = t
+        if self.opt.runtime_estimate is not None:
+            sj.max_runtime_s = job.remaining_s * self.opt.runtime_estimate
+        if job.estimate is not None:  # what is left of it, at least the restart
+            sj.expected_runtime_s = max(job.estimate - (job.trace.duration_s - job.remaining_s), restart, 60.0)
+        self.queued[sj.id] = sj
+
+    def schedule_failure(self, f: tuple[float, str, float] | None) -> None:
+        if f is not None:
+            self.seq += 1
+            self.repair_of[self.seq] = f[2]
+            heapq.heappush(self.heap, (f[0], self.seq, _NODE_DOWN, f[1], self.seq))
+
+    def bad(self, problem: Problem) -> None:
+        if self.opt.strict:
+            raise SimulationError(f"{self.sim.policy_name} at t={self.now:.0f}: {problem.message}")
+        if problem.kind not in self.invalid:
+            log.warning(
+                "%s at t=%.0f: %s (further ones are only counted)", self.sim.policy_name, self.now, problem.message
+            )
+        self.invalid[problem.kind] = self.invalid.get(problem.kind, 0) + 1
+
+    def report(self) -> None:
+        assert self.sim.progress is not None
+        self.sim.progress(
+            SimProgress(
+                self.now,
+                self.last_arrival,
+                self.finished,
+                self.n_arr,
+                len(self.queued),
+                len(self.running),
+                self.cycles,
+                time.perf_counter() - self.wall0,
+            )
+        )
+
+    def result(self) -> SimResult:
+        end = self.now
+        if self.sim.progress is not None:
+            self.report()
+        for job in self.running.values():  # only on max_time: account what they got so far
             job.sj.attained_gpu_s = job.base_attained + (end - job.run_start) * job.gpus
         return SimResult(
-            policy=self.policy_name,
-            cluster=self.cluster,
-            jobs=list(jobs.values()),
-            dropped=self.dropped,
-            not_arrived=n_arr - ai,
+            policy=self.sim.policy_name,
+            cluster=self.sim.cluster,
+            jobs=list(self.jobs.values()),
+            dropped=self.sim.dropped,
+            not_arrived=self.n_arr - self.ai,
             end_time=end,
-            alloc_t=alloc_t,
-            alloc_gpus=alloc_g,
-            queue_t=queue_t,
-            queue_len=queue_n,
-            total_gpus=self.total_gpus,
-            cycles=cycles,
-            tick_cycles=tick_cycles,
-            policy_s=policy_s,
-            wall_s=time.perf_counter() - wall0,
-            preemptions_by_reason=by_reason,
-            invalid_decisions=invalid,
-            stopped=stopped,
-            same_instant_capped=capped,
-            preempt_t=preempt_t,
-            node_failures=n_failures,
-            failure_kills=n_kills,
+            alloc_t=self.alloc_t,
+            alloc_gpus=self.alloc_g,
+            queue_t=self.queue_t,
+            queue_len=self.queue_n,
+            total_gpus=self.sim.total_gpus,
+            cycles=self.cycles,
+            tick_cycles=self.tick_cycles,
+            policy_s=self.policy_s,
+            wall_s=time.perf_counter() - self.wall0,
+            preemptions_by_reason=self.by_reason,
+            invalid_decisions=self.invalid,
+            stopped=self.stopped,
+            same_instant_capped=self.capped,
+            preempt_t=self.preempt_t,
+            node_failures=self.n_failures,
+            failure_kills=self.n_kills,
         )
 
 

@@ -69,7 +69,8 @@ def test_container_is_a_registered_runtime_and_the_default_only_where_usable(mon
 
     monkeypatch.delenv("CALDERA_RUNTIME", raising=False)
     monkeypatch.setattr(probe, "usable", lambda cs=None: False)
-    assert default.default_name() == "local" and Settings().runtime == "local"
+    assert Settings().runtime == "auto"  # chosen when the platform starts, not by the settings
+    assert default.default_name() == "local" and default.resolved(Settings()).runtime == "local"
     monkeypatch.setattr(probe, "usable", lambda cs=None: True)
-    assert default.default_name() == "container" and Settings().runtime == "container"
-    assert Settings(runtime="local").runtime == "local"  # an admin's choice wins
+    assert default.default_name() == "container" and default.resolved(Settings()).runtime == "container"
+    assert default.resolved(Settings(runtime="local")).runtime == "local"  # an admin's choice wins
