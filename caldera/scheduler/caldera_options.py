@@ -57,7 +57,9 @@ class CalderaOptions:
     33.52 h), preemptions 1,619 -> 1,561 and 1,566 -> 1,418, p99 JCT 47.9 d -> 55.8 d on 2 x 8; tighter bounds cost
     the lead: 20 took 3 x 8 to 36.66 h and Jain's index to 0.297, 5 took Philly's 20 x 8 from 28.34 h to 31.17 h
     with more preemptions (313 against 241), other jobs being preempted in their place. Philly's and Gavel's
-    cases, at most 12 preemptions of one job, are unchanged).
+    cases, at most 12 preemptions of one job, are unchanged). ``las_starvation_max_wait_s`` (None: the longest a
+    preempted batch job waits before ``las_starvation_factor``'s promotion, whatever it ran; a job started after
+    waiting that long stays protected to its end; see docs/scheduler-efficiency.md).
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class CalderaOptions:
         las_starvation_factor: float | None = 3.0,
         las_best_effort: bool = True,
         max_preemptions_per_job: int | None = 100,
+        las_starvation_max_wait_s: float | None = None,
     ) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
@@ -114,3 +117,6 @@ class CalderaOptions:
         if max_preemptions_per_job is not None and int(max_preemptions_per_job) < 0:
             raise ValueError("max_preemptions_per_job must be 0 or more (None: no bound)")
         self.max_preemptions_per_job = None if max_preemptions_per_job is None else int(max_preemptions_per_job)
+        if las_starvation_max_wait_s is not None and not float(las_starvation_max_wait_s) > 0:
+            raise ValueError("las_starvation_max_wait_s must be above 0 (None: no cap)")
+        self.las_starvation_max_wait_s = None if las_starvation_max_wait_s is None else float(las_starvation_max_wait_s)

@@ -95,8 +95,9 @@ class CalderaPolicy(CalderaOptions):
         if self.aging_threshold_s is not None:
             snapshot = promote_waiting(snapshot, self.aging_threshold_s, self.aging_factor)
         if self.las_starvation_factor is not None and self.las_thresholds_gpu_s is not None:
+            cap = math.inf if self.las_starvation_max_wait_s is None else self.las_starvation_max_wait_s
             snapshot, next_promotion = promote_starved_batch(
-                snapshot, self.starvation_threshold_s or 0.0, self.las_starvation_factor
+                snapshot, self.starvation_threshold_s or 0.0, self.las_starvation_factor, cap
             )
         return _Cycle.decide(self, snapshot, next_promotion)
 
