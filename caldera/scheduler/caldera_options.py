@@ -41,8 +41,11 @@ class CalderaOptions:
     True: to the fastest model free, by ``SchedJob.speeds``; on Gavel's trace on 10 x 8 V100 + 10 x 8 P100 + 12 x 8
     K80 that took average JCT from 237.0 h to 241.1 h, as the early jobs took the fast GPUs whatever their gain,
     while p99 wait fell from 1.5 h to 0.3 h; keeping the fast GPUs for jobs that gain most, Gavel's idea, as a
-    greedy rule left them idle: 265 h), ``las_victims_by`` (see admission, step 4: ``"attained"`` took Gavel's
-    trace on 48 x 8 from the same schedule as Tiresias to 113.035 h against its 113.037 h),
+    greedy rule left them idle: 265 h), ``las_victims_by`` (``"youngest"``, see admission, step 4; on sim_quality's
+    eight cases it met issue 30's criteria on both Philly sizes and cut the misses from 15 to 9, docs/
+    scheduler-efficiency.md; ``"attained"``, the default before, took Gavel's trace on 48 x 8 from the same schedule
+    as Tiresias to 113.035 h against its 113.037 h, but put the longest jobs off to the end: Alibaba 2 x 8's
+    makespan 8.6% past Tiresias'),
     ``las_starvation_factor`` (3: a preempted batch job that has waited this many times the wall time it ran, at
     least ``starvation_threshold_s``, goes back to the lowest level and, started so, is no LAS victim for a third
     of the time it waited past that, :func:`caldera_aging.promote_starved_batch`; None turns it off; on the whole
@@ -80,7 +83,7 @@ class CalderaOptions:
         aging_factor: float = 0.0,
         within_level: str = "attained",
         speed_placement: bool = False,
-        las_victims_by: str = "attained",
+        las_victims_by: str = "youngest",
         las_starvation_factor: float | None = 3.0,
         las_best_effort: bool = True,
         max_preemptions_per_job: int | None = 100,

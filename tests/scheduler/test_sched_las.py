@@ -143,17 +143,17 @@ def test_among_victims_of_one_level_the_largest_first_so_fewer_restart():
     assert got == [("pair", "new", "LeastAttainedService")]
 
 
-def test_among_equal_victims_the_one_with_most_attained_service_first():
-    """Two 1-GPU victims of the same level: the one that has run longest goes (the mirror of the queue's least
-    attained first: it is the least likely to finish soon), not the youngest; ``las_victims_by="youngest"``
-    takes the one that started last."""
+def test_among_equal_victims_the_youngest_first():
+    """Two 1-GPU victims of the same level: the one that started last goes, the one that has run longest keeps
+    running (so the longest jobs are not all put off to the end); ``las_victims_by="attained"`` takes the one with
+    the most attained service (the mirror of the queue's least attained first)."""
     run = [
         running("veteran", {"n0": [0]}, attained_gpu_s=2 * LONG, started_at=NOW - 7200),
         running("fresh", {"n0": [1]}, attained_gpu_s=LONG, started_at=NOW - 60),
     ]
     snap = snapshot(nodes(1, 2), [job("new")], run)
-    assert preempted(snap)[0] == [("veteran", "new", "LeastAttainedService")]
-    assert preempted(snap, las_victims_by="youngest")[0] == [("fresh", "new", "LeastAttainedService")]
+    assert preempted(snap)[0] == [("fresh", "new", "LeastAttainedService")]
+    assert preempted(snap, las_victims_by="attained")[0] == [("veteran", "new", "LeastAttainedService")]
 
 
 H = 3600.0
