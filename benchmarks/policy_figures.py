@@ -6,7 +6,9 @@ Runs, one after the other, with the date and time (UTC) each started and how lon
 
 * ``bench_schedule.py``: the cycle table (README "Benchmarks", scheduling cycle), with its calibration loop;
 * ``sim_quality.py OUT_DIR/quality --restart-overhead 300``: the eight-case table of README "Scheduling quality"
-  (average / p99 JCT, makespan, GPU allocation, preemptions and the most of one job, per policy);
+  (average / p99 JCT, makespan, GPU allocation, preemptions and the most of one job, per policy, and the issue-30
+  criteria each caldera row misses);
+* ``idle_capacity.py``: where idle GPUs go while jobs wait on Alibaba 2 x 8 (docs/scheduler-efficiency.md);
 * ``bench_sim.py OUT_DIR/philly``: the whole Philly replay (README "Benchmarks", trace replay); left out with
   ``--quick`` (it takes hours on the 2-core VM).
 
@@ -30,6 +32,7 @@ def steps(out: Path, quick: bool) -> list[list[str]]:
     runs = [
         ["bench_schedule.py"],
         ["sim_quality.py", str(out / "quality"), "--restart-overhead", "300"],
+        ["idle_capacity.py", "--trace", "alibaba", "--cluster", "2x8:v100", "--restart-overhead", "300"],
     ]
     if not quick:
         runs.append(["bench_sim.py", str(out / "philly")])

@@ -2,12 +2,19 @@
 
     python benchmarks/sim_quality.py [OUT_DIR] [--limit N] [--offset K] [--restart-overhead 300]
                                      [--policies fifo,tiresias,caldera] [--only TRACE] [--policy-options JSON]
+                                     [--variant NAME=JSON ...]
 
 For each (trace, cluster) it replays ``--limit`` jobs from the ``--offset``-th on (another window of the trace, to
 check that a result is not one slice's) under each policy, with ``--restart-overhead`` seconds of lost work
 charged per preemption, prints one table (policy x avg / p50 / p99 JCT, p99 wait, makespan, GPU allocation, Jain's
 fairness over accounts, preemptions and the most of any one job) and writes, per case, ``results.json``, the
 per-job CSVs and ``comparison.png`` under OUT_DIR (default ``out/sim_quality``), and ``tables.md`` with every table.
+
+``--variant NAME=JSON`` (repeatable) adds a row ``caldera, NAME``: caldera with those options on the same jobs (its
+files under the case's ``NAME/``). With Tiresias in the table, the last column says which of issue 30's criteria a
+caldera row misses against it: GPU allocation at least Tiresias' minus 1 point (``alloc``), makespan at most 2%
+longer (``makespan``), no more preemptions (``preemptions``), p99 JCT no worse (``p99``), average JCT lower
+(``avg``); ``met``: none.
 """
 
 from __future__ import annotations
@@ -51,22 +58,53 @@ def window(trace: str, offset: int, limit: int, traces_dir: str | None, options:
     return jobs
 
 
+def misses(m: dict, tiresias: dict) -> list[str]:
+    """Issue 30's criteria that a caldera result ``m`` misses against Tiresias' on the same jobs (see the module
+    docstring)."""
+    out = []
+    if m["gpu_allocation"]["mean"] < tiresias["gpu_allocation"]["mean"] - 0.01:
+        out.append("alloc")
+    if m["makespan_s"] > 1.02 * tiresias["makespan_s"]:
+        out.append("makespan")
+    if m["preemptions"]["total"] > tiresias["preemptions"]["total"]:
+        out.append("preemptions")
+    if m["jct_s"]["p99"] > tiresias["jct_s"]["p99"]:
+        out.append("p99")
+    if m["jct_s"]["mean"] >= tiresias["jct_s"]["mean"]:
+        out.append("avg")
+    return out
+
+
 def markdown(title: str, results: list[dict]) -> str:
+    tiresias = next((m for m in results if m["policy"] == "tiresias"), None)
     rows = [
         f"**{title}**",
         "",
         "| policy | avg JCT | p50 JCT | p99 JCT | p99 wait | makespan | GPU alloc | Jain | preemptions "
-        "| most of one job |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| most of one job | misses (issue 30) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for m in results:
+        missed = ""
+        if tiresias is not None and m["policy"].startswith("caldera"):
+            missed = ", ".join(misses(m, tiresias)) or "met"
         rows.append(
             f"| {m['policy']} | {fmt_s(m['jct_s']['mean'])} | {fmt_s(m['jct_s']['p50'])} | "
             f"{fmt_s(m['jct_s']['p99'])} | {fmt_s(m['queueing_delay_s']['p99'])} | {fmt_s(m['makespan_s'])} | "
             f"{100 * m['gpu_allocation']['mean']:.1f}% | {m['fairness']['jain_account_slowdown']:.3f} | "
-            f"{m['preemptions']['total']:,} | {m['preemptions']['max_per_job']:,} |"
+            f"{m['preemptions']['total']:,} | {m['preemptions']['max_per_job']:,} | {missed} |"
         )
     return "\n".join(rows) + "\n"
+
+
+def variant(text: str) -> tuple[str, dict]:
+    """``NAME=JSON`` of ``--variant``: a row name and caldera's options for it."""
+    name, sep, options = text.partition("=")
+    value = json.loads(options) if sep else None
+    if not name or not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("a variant is NAME={JSON object of caldera options}")
+    get_policy("caldera", **value)  # a bad option fails now, not minutes into a replay
+    return name, value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="only the cases whose trace name contains this")
     ap.add_argument("--traces-dir", default=None)
     ap.add_argument("--policy-options", type=json.loads, default=None, help='JSON: {"caldera": {"option": value}, ...}')
+    ap.add_argument(
+        "--variant", type=variant, action="append", default=[], help="NAME=JSON: a row of caldera with these options"
+    )
     args = ap.parse_args(argv)
     if args.policy_options is not None and not isinstance(args.policy_options, dict):
         ap.error("--policy-options: a JSON object of policy names, each with an object of options")
@@ -95,18 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and args.only not in trace:
             continue
         case_dir = out / f"{label}_{cluster.replace(':', '_')}"
-        res = run_sim(
-            window(trace, args.offset, args.limit, args.traces_dir, topts) if args.offset else trace,
-            policies,
+        jobs = window(trace, args.offset, args.limit, args.traces_dir, topts) if args.offset else trace
+        common = dict(
             traces_dir=args.traces_dir,
             cluster=cluster,
             limit=args.limit,
             restart_overhead_s=args.restart_overhead,
             trace_options=topts or None,
-            policy_options=args.policy_options,
-            out_dir=case_dir,
             console=console,
         )
+        res = run_sim(jobs, policies, policy_options=args.policy_options, out_dir=case_dir, **common)
+        for name, options in args.variant:
+            more = run_sim(jobs, ["caldera"], policy_options={"caldera": options}, out_dir=case_dir / name, **common)
+            res["results"] += [{**m, "policy": f"caldera, {name}"} for m in more["results"]]
         n = res["config"]["jobs"]
         which = f"jobs {args.offset:,}-{args.offset + n:,}" if args.offset else f"first {n:,} jobs"
         title = f"{label}, {which}, {cluster}, {args.restart_overhead:.0f} s per preemption"

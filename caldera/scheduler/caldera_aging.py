@@ -102,12 +102,12 @@ def find_promotions(
     unset: list[int],
     per_replica: np.ndarray,
     aging: tuple[float, float] | None,
-    starved: tuple[float, float, np.ndarray, np.ndarray, np.ndarray] | None,
+    starved: tuple[float, float, np.ndarray, np.ndarray, np.ndarray, float] | None,
 ) -> QueuedPromotions:
     """Which queued jobs are promoted now, from arrays over the queue: ``rank`` (each job's class rank), ``since``
     (its ``queued_since``, or ``submitted_at`` for the jobs at ``unset``), ``per_replica`` (GPUs per replica).
     ``aging``: (threshold, factor) of priority aging; ``starved``: (threshold, factor, each job's attained service
-    in least-attained-service (0 for the others), the jobs with some, their replicas) of
+    in least-attained-service (0 for the others), the jobs with some, their replicas, the longest patience) of
     :func:`promote_starved_batch`; None: the rule is off. A job's object is read only where the arrays do not tell
     (a pass over the objects of 100,000 jobs costs milliseconds)."""
     next_at = math.inf
@@ -124,14 +124,14 @@ def find_promotions(
                 patience = max(threshold_s, 0.0)
             normal, next_at = _due_now(cand, since[cand] + patience, now, next_at)
     if starved is not None:
-        threshold_s, factor, attained, served, replicas = starved
+        threshold_s, factor, attained, served, replicas, max_wait_s = starved
         gpus = per_replica[served] * replicas
         ok = gpus != 0
         if unset:
             ok &= ~np.isin(served, unset)
         cand, gpus = served[ok], gpus[ok]
         if len(cand):
-            due = since[cand] + np.maximum(threshold_s, factor * attained[cand] / gpus)
+            due = since[cand] + np.maximum(threshold_s, np.minimum(max_wait_s, factor * attained[cand] / gpus))
             lowest, next_at = _due_now(cand, due, now, next_at)
     return QueuedPromotions(queued, rank, normal, lowest, next_at)
 
@@ -191,7 +191,9 @@ def _due(job: SchedJob, threshold_s: float, factor: float) -> float:
     return since + patience_of(job, threshold_s, factor)
 
 
-def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> tuple[Snapshot, float]:
+def promote_starved_batch(
+    snap: Snapshot, threshold_s: float, factor: float, max_wait_s: float = math.inf
+) -> tuple[Snapshot, float]:
     """Bounded waiting under least-attained-service: a queued batch job preempted back into the queue that has
     waited ``factor`` times the wall time it ran (at least ``threshold_s``) goes back to the lowest level (its
     attained service counts as 0 in this cycle: first in the queue, and it may preempt any job above that level;
@@ -199,11 +201,13 @@ def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> 
     least-attained-service victim while the rule, with the service it gains, still holds at its start: for
     ``1 / factor`` of the time it waited past its patience (else a large gang at a high level is the first victim
     of the next arrival, and waits again). Protecting it for its whole run was measured and is far worse:
-    unpreemptible gangs held Philly's first 1,500 jobs on 20 x 8 at 66.7 h average JCT, against 28.3 h. Returns the
-    snapshot with those running jobs protected, and the earliest time a protection ends."""
+    unpreemptible gangs held Philly's first 1,500 jobs on 20 x 8 at 66.7 h average JCT, against 28.3 h.
+    ``max_wait_s`` caps the patience (``las_starvation_max_wait_s``): a job that ran for weeks is not kept waiting
+    three times that; started after waiting past the cap, it stays protected (the rule holds whatever it gains).
+    Returns the snapshot with those running jobs protected, and the earliest time a protection ends."""
 
     def due(job: SchedJob) -> float:
-        return _starved_at(job, threshold_s, factor)
+        return _starved_at(job, threshold_s, factor, max_wait_s)
 
     next_at = math.inf
     protected: list[SchedJob] = []
@@ -215,15 +219,18 @@ def promote_starved_batch(snap: Snapshot, threshold_s: float, factor: float) -> 
     running = _promote_running(snap, due, protect)
     for job in protected:  # until the service it gains takes its start past its patience
         assert job.started_at is not None and job.queued_since is not None
-        ends = snap.now + (job.started_at - job.queued_since) / factor - job.attained_gpu_s / job.gpus
+        waited = job.started_at - job.queued_since
+        if waited >= max_wait_s:
+            continue  # waited past the cap: protected to its end
+        ends = snap.now + waited / factor - job.attained_gpu_s / job.gpus
         if ends > snap.now:
             next_at = min(next_at, ends)
     return _with(snap, running), next_at
 
 
-def _starved_at(job: SchedJob, threshold_s: float, factor: float) -> float:
+def _starved_at(job: SchedJob, threshold_s: float, factor: float, max_wait_s: float = math.inf) -> float:
     """When a job that ran before and went back to the queue counts as starved; -inf for the others."""
     gpus = job.gpus
     if not job.las or job.interactive or not gpus or not job.attained_gpu_s or job.queued_since is None:
         return -math.inf
-    return job.queued_since + max(threshold_s, factor * job.attained_gpu_s / gpus)
+    return job.queued_since + max(threshold_s, min(max_wait_s, factor * job.attained_gpu_s / gpus))

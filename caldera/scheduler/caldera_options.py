@@ -41,8 +41,11 @@ class CalderaOptions:
     True: to the fastest model free, by ``SchedJob.speeds``; on Gavel's trace on 10 x 8 V100 + 10 x 8 P100 + 12 x 8
     K80 that took average JCT from 237.0 h to 241.1 h, as the early jobs took the fast GPUs whatever their gain,
     while p99 wait fell from 1.5 h to 0.3 h; keeping the fast GPUs for jobs that gain most, Gavel's idea, as a
-    greedy rule left them idle: 265 h), ``las_victims_by`` (see admission, step 4: ``"attained"`` took Gavel's
-    trace on 48 x 8 from the same schedule as Tiresias to 113.035 h against its 113.037 h),
+    greedy rule left them idle: 265 h), ``las_victims_by`` (``"youngest"``, see admission, step 4; on sim_quality's
+    eight cases it met issue 30's criteria on both Philly sizes and cut the misses from 15 to 9, docs/
+    scheduler-efficiency.md; ``"attained"``, the default before, took Gavel's trace on 48 x 8 from the same schedule
+    as Tiresias to 113.035 h against its 113.037 h, but put the longest jobs off to the end: Alibaba 2 x 8's
+    makespan 8.6% past Tiresias'),
     ``las_starvation_factor`` (3: a preempted batch job that has waited this many times the wall time it ran, at
     least ``starvation_threshold_s``, goes back to the lowest level and, started so, is no LAS victim for a third
     of the time it waited past that, :func:`caldera_aging.promote_starved_batch`; None turns it off; on the whole
@@ -57,7 +60,9 @@ class CalderaOptions:
     33.52 h), preemptions 1,619 -> 1,561 and 1,566 -> 1,418, p99 JCT 47.9 d -> 55.8 d on 2 x 8; tighter bounds cost
     the lead: 20 took 3 x 8 to 36.66 h and Jain's index to 0.297, 5 took Philly's 20 x 8 from 28.34 h to 31.17 h
     with more preemptions (313 against 241), other jobs being preempted in their place. Philly's and Gavel's
-    cases, at most 12 preemptions of one job, are unchanged).
+    cases, at most 12 preemptions of one job, are unchanged). ``las_starvation_max_wait_s`` (None: the longest a
+    preempted batch job waits before ``las_starvation_factor``'s promotion, whatever it ran; a job started after
+    waiting that long stays protected to its end; see docs/scheduler-efficiency.md).
     """
 
     def __init__(
@@ -78,10 +83,11 @@ class CalderaOptions:
         aging_factor: float = 0.0,
         within_level: str = "attained",
         speed_placement: bool = False,
-        las_victims_by: str = "attained",
+        las_victims_by: str = "youngest",
         las_starvation_factor: float | None = 3.0,
         las_best_effort: bool = True,
         max_preemptions_per_job: int | None = 100,
+        las_starvation_max_wait_s: float | None = None,
     ) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
@@ -114,3 +120,6 @@ class CalderaOptions:
         if max_preemptions_per_job is not None and int(max_preemptions_per_job) < 0:
             raise ValueError("max_preemptions_per_job must be 0 or more (None: no bound)")
         self.max_preemptions_per_job = None if max_preemptions_per_job is None else int(max_preemptions_per_job)
+        if las_starvation_max_wait_s is not None and not float(las_starvation_max_wait_s) > 0:
+            raise ValueError("las_starvation_max_wait_s must be above 0 (None: no cap)")
+        self.las_starvation_max_wait_s = None if las_starvation_max_wait_s is None else float(las_starvation_max_wait_s)

@@ -158,7 +158,8 @@ class Ordering(Reservations):
         starved = None
         if pol.las_starvation_factor is not None and pol.las_thresholds_gpu_s is not None and att is not None:
             assert served is not None and replicas is not None
-            starved = (pol.starvation_threshold_s or 0.0, pol.las_starvation_factor, att, served, replicas)
+            cap = math.inf if pol.las_starvation_max_wait_s is None else pol.las_starvation_max_wait_s
+            starved = (pol.starvation_threshold_s or 0.0, pol.las_starvation_factor, att, served, replicas, cap)
         promo = find_promotions(self.snap.queued, self.now, rank, since, unset, per_replica, aging, starved)
         self.next_promotion = min(self.next_promotion, promo.next_at)
         if len(promo.normal) == 0 and len(promo.lowest) == 0:

@@ -109,9 +109,11 @@ class FairShare:
         aq = set(active_queues)
         au = set(active_users)
         self.weights = {q: (queues[q].weight if q in queues else 1.0) for q in aq}
-        self.total_weight = sum(self.weights.values()) or 1.0
-        self.total_queue = sum(max(queue_usage.get(q, 0.0), 0.0) for q in aq)
-        self.total_user = sum(max(user_usage.get(u, 0.0), 0.0) for u in au)
+        # fsum: the exact sum, whatever order the sets give (a plain sum over a set of names rounded differently
+        # from one process to the next, with Python's per-process string hashing, and a replay's schedule with it)
+        self.total_weight = math.fsum(self.weights.values()) or 1.0
+        self.total_queue = math.fsum(max(queue_usage.get(q, 0.0), 0.0) for q in aq)
+        self.total_user = math.fsum(max(user_usage.get(u, 0.0), 0.0) for u in au)
         self.n_users = max(len(au), 1)
 
     def queue_factor(self, queue: str) -> float:

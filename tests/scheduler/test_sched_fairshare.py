@@ -114,3 +114,14 @@ def test_fair_share_can_be_turned_off():
     ]
     d = CalderaPolicy(fair_share=False)(snapshot(ns, q, run, user_usage={"heavy": 1e6}))
     assert [s.job_id for s in d.starts] == ["heavy-job"]
+
+
+def test_scores_do_not_depend_on_the_order_of_the_active_names():
+    """The totals are exact sums: a plain sum over a set of names rounded differently from one process to the next
+    (string hashing differs per process), so a replay's schedule did too. 1e16 + 1 + 1 loses both ones in float
+    arithmetic; 1 + 1 + 1e16 keeps them."""
+    usage = {"big": 1e16, "a": 1.0, "b": 1.0}
+    one = fairshare.FairShare({}, {}, usage, [], ["big", "a", "b"])
+    other = fairshare.FairShare({}, {}, usage, [], ["a", "b", "big"])
+    assert one.total_user == other.total_user == 1e16 + 2
+    assert one.score("q", "a") == other.score("q", "a")

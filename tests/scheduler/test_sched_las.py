@@ -143,17 +143,17 @@ def test_among_victims_of_one_level_the_largest_first_so_fewer_restart():
     assert got == [("pair", "new", "LeastAttainedService")]
 
 
-def test_among_equal_victims_the_one_with_most_attained_service_first():
-    """Two 1-GPU victims of the same level: the one that has run longest goes (the mirror of the queue's least
-    attained first: it is the least likely to finish soon), not the youngest; ``las_victims_by="youngest"``
-    takes the one that started last."""
+def test_among_equal_victims_the_youngest_first():
+    """Two 1-GPU victims of the same level: the one that started last goes, the one that has run longest keeps
+    running (so the longest jobs are not all put off to the end); ``las_victims_by="attained"`` takes the one with
+    the most attained service (the mirror of the queue's least attained first)."""
     run = [
         running("veteran", {"n0": [0]}, attained_gpu_s=2 * LONG, started_at=NOW - 7200),
         running("fresh", {"n0": [1]}, attained_gpu_s=LONG, started_at=NOW - 60),
     ]
     snap = snapshot(nodes(1, 2), [job("new")], run)
-    assert preempted(snap)[0] == [("veteran", "new", "LeastAttainedService")]
-    assert preempted(snap, las_victims_by="youngest")[0] == [("fresh", "new", "LeastAttainedService")]
+    assert preempted(snap)[0] == [("fresh", "new", "LeastAttainedService")]
+    assert preempted(snap, las_victims_by="attained")[0] == [("veteran", "new", "LeastAttainedService")]
 
 
 H = 3600.0
@@ -207,3 +207,34 @@ def test_a_job_preempted_max_preemptions_per_job_times_is_no_longer_a_victim_of_
     assert preempted(snapshot(nodes(1, 2), [job("new")], at_bound), max_preemptions_per_job=None)[0] == got
     with pytest.raises(ValueError):
         CalderaPolicy(max_preemptions_per_job=-1)
+
+
+def test_the_starvation_wait_cap_promotes_a_long_runner_after_the_cap():
+    # it ran 20 h (factor 3: a 60-h patience) and has waited 10 h; a cap of 8 h promotes it now, one of 12 h wakes
+    # the replay at 12 h
+    mid = [running("mid", {"n0": [0]}, attained_gpu_s=2 * H, started_at=NOW - H)]
+    starved = job("starved", attained_gpu_s=LONG, queued_since=NOW - 10 * H)
+    snap = snapshot(nodes(1, 1), [starved], mid)
+    assert preempted(snap)[0] == []
+    assert preempted(snap, las_starvation_max_wait_s=8 * H)[0] == [("mid", "starved", "LeastAttainedService")]
+    got, d = preempted(snap, las_starvation_max_wait_s=12 * H)
+    assert got == [] and d.wake_at is not None and d.wake_at <= NOW + 2 * H
+
+
+def test_a_job_started_after_waiting_past_the_cap_stays_protected():
+    # queued 30 h ago after 15 h of service, started 5 h ago: factor 3 alone never promoted it (45 h); waited past a
+    # 24-h cap, it is no least-attained-service victim however long it runs, and nothing needs waking for it
+    for cap, protected in ((24 * H, True), (None, False)):
+        resumed = running("resumed", {"n0": [0]}, attained_gpu_s=20 * H, started_at=NOW - 5 * H)
+        resumed.queued_since = NOW - 30 * H
+        snap = snapshot(nodes(1, 1), [job("new")], [resumed])
+        got, d = preempted(snap, las_starvation_max_wait_s=cap)
+        assert got == ([] if protected else [("resumed", "new", "LeastAttainedService")])
+        if protected:  # no protection ends: no wake-up for it (factor 1 without the cap protects it 5 h more)
+            assert d.wake_at == float("inf")
+            assert preempted(snap, las_starvation_factor=1.0)[1].wake_at == NOW + 5 * H
+
+
+def test_the_starvation_wait_cap_must_be_positive():
+    with pytest.raises(ValueError, match="las_starvation_max_wait_s must be above 0"):
+        CalderaPolicy(las_starvation_max_wait_s=0)

@@ -16,8 +16,8 @@ import policy_figures  # noqa: E402
 def test_every_step_is_a_script_that_accepts_its_arguments(tmp_path: Path) -> None:
     full = policy_figures.steps(tmp_path, quick=False)
     quick = policy_figures.steps(tmp_path, quick=True)
-    assert [s[0] for s in full] == ["bench_schedule.py", "sim_quality.py", "bench_sim.py"]
-    assert [s[0] for s in quick] == ["bench_schedule.py", "sim_quality.py"]
+    assert [s[0] for s in full] == ["bench_schedule.py", "sim_quality.py", "idle_capacity.py", "bench_sim.py"]
+    assert [s[0] for s in quick] == ["bench_schedule.py", "sim_quality.py", "idle_capacity.py"]
     for script, *args in full:
         # --help after the real arguments: argparse rejects an unknown option or a bad value before printing help
         r = subprocess.run(
