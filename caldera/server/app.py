@@ -15,6 +15,7 @@ from caldera.images.builds import BuildQueue
 from caldera.server import (
     api_admin,
     api_auth,
+    api_files,
     api_images,
     api_jobs,
     api_notifications,
@@ -22,6 +23,7 @@ from caldera.server import (
     api_templates,
     audit,
     authenticators,
+    files,
     lab_entry,
     node_admin,
     web,
@@ -43,14 +45,17 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         app.state.loop = loop
         app.state.builds = BuildQueue(platform)  # its worker starts with the first build
         dispatcher = Dispatcher(platform)
+        reconciler = files.Reconciler(platform, app.state.spaces)
         if run_loop:
             loop.start()
             dispatcher.start()
+            reconciler.start()
         try:
             yield
         finally:
             loop.stop()
             dispatcher.stop()
+            reconciler.stop()
             app.state.builds.stop()
 
     app = FastAPI(
@@ -62,6 +67,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.platform = platform
+    app.state.spaces = files.spaces_for(platform)
     s = platform.settings
     app.state.authenticators = [authenticators.LocalAccounts()]  # LDAP/OIDC plug in here
     app.state.login_throttle = LoginThrottle(
@@ -71,7 +77,11 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     app.add_middleware(
         CSRFMiddleware, public_url=s.url, lab_url_template=s.lab_url_template, secure=s.url.startswith("https")
     )
-    app.add_middleware(BodyLimitMiddleware, max_bytes=s.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=s.max_body_bytes,
+        larger=(("PATCH", api_files.UPLOAD_CHUNK_PATH, s.storage_chunk_bytes),),
+    )
     app.add_middleware(
         SecurityHeadersMiddleware,
         headers=platform_headers(s.lab_url("*")),
@@ -114,6 +124,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_ssh_keys.router,
         api_notifications.router,
         api_jobs.router,
+        api_files.router,
         api_images.router,
         api_admin.router,
         api_templates.router,

@@ -171,10 +171,19 @@ class Tree:
         finally:
             os.close(fd)
 
-    def read(self, names: tuple[str, ...], chunk: int = 1 << 20) -> Iterator[bytes]:
-        with self.open_file(names) as (fd, _):
-            while block := os.read(fd, chunk):
-                yield block
+    def reader(self, names: tuple[str, ...], chunk: int = 1 << 20) -> tuple[int, Iterator[bytes]]:
+        """The file's size and its bytes: opened (and refused) now, read as the iterator is consumed."""
+        opened = self.open_file(names)
+        fd, size = opened.__enter__()
+
+        def blocks() -> Iterator[bytes]:
+            try:
+                while block := os.read(fd, chunk):
+                    yield block
+            finally:
+                opened.__exit__(None, None, None)
+
+        return size, blocks()
 
     # -- changing ----------------------------------------------------------------------------------------------
 
