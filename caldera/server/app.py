@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
+from a2wsgi import WSGIMiddleware
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -27,6 +28,7 @@ from caldera.server import (
     lab_entry,
     node_admin,
     web,
+    webdav,
 )
 from caldera.server.csrf import CSRFMiddleware
 from caldera.server.errors import CalderaError
@@ -80,7 +82,10 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=s.max_body_bytes,
-        larger=(("PATCH", api_files.UPLOAD_CHUNK_PATH, s.storage_chunk_bytes),),
+        larger=(
+            ("PATCH", api_files.UPLOAD_CHUNK_PATH, s.storage_chunk_bytes),
+            ("PUT", webdav.ANY_PATH, s.storage_max_upload_bytes),
+        ),
     )
     app.add_middleware(
         SecurityHeadersMiddleware,
@@ -133,5 +138,6 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     )
     for r in (*routers, lab_entry.router):
         app.include_router(r)
+    app.mount(webdav.MOUNT, WSGIMiddleware(webdav.dav_app(platform, app.state.spaces)))
     web.install(app)
     return app

@@ -212,17 +212,30 @@ class Spaces:
         return upload
 
     def finish_upload(self, db: Session, opened: Opened, upload: StorageUpload) -> None:
-        """The complete part becomes the file: counted (refused if the quota no longer has room), then renamed
-        into place without replacing anything. Refused either way, the part is gone and nothing is visible."""
+        """The complete part becomes the file. Refused (the quota no longer has room, the name was taken since),
+        the part is gone and nothing is visible."""
         try:
-            self.reserve(db, opened.row, upload.size, 1)
-            try:
-                opened.tree.finish_part(upload.id, file_parts(upload.path))
-            except BaseException:
-                self.release(db, opened.row, upload.size, 1)
-                raise
+            self.commit_part(db, opened, upload.id, file_parts(upload.path), upload.size)
         finally:
             self.abort_upload(db, upload)
+
+    def commit_part(
+        self, db: Session, opened: Opened, part: str, names: tuple[str, ...], size: int, replaced: int | None = None
+    ) -> None:
+        """Count a complete part of ``size`` bytes and rename it to ``names``: a new name (a clash is refused), or
+        over a file of ``replaced`` bytes (WebDAV's PUT). Not counted unless it fits the quota."""
+        self.reserve(db, opened.row, size - (replaced or 0), 0 if replaced is not None else 1)
+        try:
+            opened.tree.finish_part(part, names, replace=replaced is not None)
+        except BaseException:
+            self.release(db, opened.row, size - (replaced or 0), 0 if replaced is not None else 1)
+            opened.tree.drop_part(part)
+            raise
+
+    def room(self, db: Session, opened: Opened) -> int:
+        """Bytes the space may still take."""
+        db.refresh(opened.row)
+        return self.quota(opened.row)[0] - opened.row.used_bytes
 
     def abort_upload(self, db: Session, upload: StorageUpload) -> None:
         row = db.get(StorageSpace, upload.space_id)

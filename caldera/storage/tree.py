@@ -21,6 +21,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
 from caldera.storage.paths import UPLOADS_DIR
@@ -148,8 +149,7 @@ class Tree:
                     continue
         return out, (page[-1] if more else None)
 
-    @contextmanager
-    def open_file(self, names: tuple[str, ...]) -> Iterator[tuple[int, int]]:
+    def _open_regular(self, names: tuple[str, ...]) -> tuple[int, int]:
         """A read descriptor of the regular file ``names`` and its size. A link, a FIFO or a device is refused
         (O_NONBLOCK: opening a FIFO a job planted does not hang the server)."""
         with self.folder(names[:-1]) as parent:
@@ -167,21 +167,26 @@ class Tree:
                 raise PathRefused(f"{names[-1]!r} is not a regular file")
             if self.owner is not None and st.st_uid != self.owner.uid:
                 raise PathRefused(f"{names[-1]!r} belongs to another user")
-            yield fd, st.st_size
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        return fd, st.st_size
+
+    def open_file(self, names: tuple[str, ...]) -> BinaryIO:
+        """The regular file ``names`` as a binary file object to read (and seek)."""
+        fd, _ = self._open_regular(names)
+        return os.fdopen(fd, "rb")
 
     def reader(self, names: tuple[str, ...], chunk: int = 1 << 20) -> tuple[int, Iterator[bytes]]:
         """The file's size and its bytes: opened (and refused) now, read as the iterator is consumed."""
-        opened = self.open_file(names)
-        fd, size = opened.__enter__()
+        fd, size = self._open_regular(names)
 
         def blocks() -> Iterator[bytes]:
             try:
                 while block := os.read(fd, chunk):
                     yield block
             finally:
-                opened.__exit__(None, None, None)
+                os.close(fd)
 
         return size, blocks()
 
@@ -272,8 +277,9 @@ class Tree:
         finally:
             os.close(fd)
 
-    def finish_part(self, upload_id: str, dst: tuple[str, ...]) -> None:
-        """Give the complete part its mode and owner and rename it to ``dst``; a name there already is a clash."""
+    def finish_part(self, upload_id: str, dst: tuple[str, ...], replace: bool = False) -> None:
+        """Give the complete part its mode and owner and rename it to ``dst``; a name there already is a clash,
+        unless ``replace`` (WebDAV's PUT): then the file, or a link, there is replaced, never written through."""
         with self._uploads() as up, self.folder(dst[:-1]) as target:
             fd = os.open(upload_id, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=up)
             try:
@@ -282,7 +288,18 @@ class Tree:
                     os.fchown(fd, self.owner.uid, self.owner.gid)
             finally:
                 os.close(fd)
-            _rename_noreplace(up, upload_id, target, dst[-1])
+            if replace:
+                if stat.S_ISDIR(self._lstat_or_none(target, dst[-1])):
+                    raise NameClash(f"{dst[-1]!r} is a folder")
+                os.rename(upload_id, dst[-1], src_dir_fd=up, dst_dir_fd=target)
+            else:
+                _rename_noreplace(up, upload_id, target, dst[-1])
+
+    def _lstat_or_none(self, fd: int, name: str) -> int:
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return 0
 
     def drop_part(self, upload_id: str) -> None:
         with self._uploads() as up:
