@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote
 
@@ -57,29 +58,43 @@ def _fs_errors() -> Iterator[None]:
         raise error from None
 
 
-def _open(db: Session, s: Spaces, user: User, space: str, need: Access) -> Opened:
-    with _fs_errors():
-        return s.open(db, user, space, need)
+@dataclass
+class Caller:
+    """The request's user (an admin for the admins' routes), database session and spaces."""
+
+    user: User
+    db: Session
+    spaces: Spaces
+
+    def open(self, space: str, need: Access) -> Opened:
+        with _fs_errors():
+            return self.spaces.open(self.db, self.user, space, need)
+
+
+def caller(user: User = Depends(current_user), db: Session = Depends(db_session), s: Spaces = Depends(spaces)):
+    return Caller(user, db, s)
+
+
+def admin_caller(admin: User = Depends(admin_user), db: Session = Depends(db_session), s: Spaces = Depends(spaces)):
+    return Caller(admin, db, s)
 
 
 # -- spaces ---------------------------------------------------------------------------------------------------
 
 
 @router.get("/spaces")
-def list_spaces(user: User = Depends(current_user), db: Session = Depends(db_session), s: Spaces = Depends(spaces)):
+def list_spaces(c: Caller = Depends(caller)):
     out = []
-    for ref in s.visible(db, user):
-        row = s.row(db, ref)
-        out.append(s.view(ref, row, s.access_of(db, user, ref, row)))
+    for ref in c.spaces.visible(c.db, c.user):
+        row = c.spaces.row(c.db, ref)
+        out.append(c.spaces.view(ref, row, c.spaces.access_of(c.db, c.user, ref, row)))
     return out
 
 
 @router.get("/spaces/{space}")
-def space_info(
-    space: SpaceName, user: User = Depends(current_user), db: Session = Depends(db_session), s: Spaces = Depends(spaces)
-):
-    opened = _open(db, s, user, space, Access.READ)
-    return s.view(opened.ref, opened.row, opened.access)
+def space_info(space: SpaceName, c: Caller = Depends(caller)):
+    opened = c.open(space, Access.READ)
+    return c.spaces.view(opened.ref, opened.row, opened.access)
 
 
 class QuotaIn(BaseModel):
@@ -91,17 +106,15 @@ class QuotaIn(BaseModel):
 def set_quota(
     space: SpaceName,
     body: QuotaIn,
-    admin: User = Depends(admin_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(admin_caller),
 ):
     """Admins set a space's quotas (null: the settings' default again)."""
-    opened = _open(db, s, admin, space, Access.READ)
+    opened = c.open(space, Access.READ)
     for field in body.model_fields_set:
         setattr(opened.row, field, getattr(body, field))
-    audit.record(db, admin, "set-space-quota", str(opened.ref), body.model_dump(exclude_unset=True))
-    db.commit()
-    return s.view(opened.ref, opened.row, opened.access)
+    audit.record(c.db, c.user, "set-space-quota", str(opened.ref), body.model_dump(exclude_unset=True))
+    c.db.commit()
+    return c.spaces.view(opened.ref, opened.row, opened.access)
 
 
 class MemberModeIn(BaseModel):
@@ -113,35 +126,31 @@ def set_member_mode(
     space: SpaceName,
     username: Annotated[str, Path(max_length=64)],
     body: MemberModeIn,
-    admin: User = Depends(admin_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(admin_caller),
 ):
-    opened = _open(db, s, admin, space, Access.READ)
+    opened = c.open(space, Access.READ)
     if opened.ref.kind is not Kind.ACCOUNT:
         raise Invalid("space", "only an account's space has members")
-    member = db.scalar(select(User).where(User.username == username))
+    member = c.db.scalar(select(User).where(User.username == username))
     if member is None:
         raise NotFound(f"no user {username!r}")
-    row = db.get(StorageMemberMode, (opened.row.id, member.id))
+    row = c.db.get(StorageMemberMode, (opened.row.id, member.id))
     if row is None:
-        db.add(StorageMemberMode(space_id=opened.row.id, user_id=member.id, mode=body.mode))
+        c.db.add(StorageMemberMode(space_id=opened.row.id, user_id=member.id, mode=body.mode))
     else:
         row.mode = body.mode
-    audit.record(db, admin, "set-space-access", str(opened.ref), {"username": username, "mode": body.mode})
-    db.commit()
+    audit.record(c.db, c.user, "set-space-access", str(opened.ref), {"username": username, "mode": body.mode})
+    c.db.commit()
     return {"space": str(opened.ref), "username": username, "mode": body.mode}
 
 
 @router.post("/spaces/{space}/reconcile")
-def reconcile(
-    space: SpaceName, admin: User = Depends(admin_user), db: Session = Depends(db_session), s: Spaces = Depends(spaces)
-):
+def reconcile(space: SpaceName, c: Caller = Depends(admin_caller)):
     """Walk the space now and set its usage from what is there (the server does it every storage_reconcile_s)."""
-    opened = _open(db, s, admin, space, Access.READ)
+    opened = c.open(space, Access.READ)
     with _fs_errors():
-        s.reconcile(db, opened.row)
-    return s.view(opened.ref, opened.row, opened.access)
+        c.spaces.reconcile(c.db, opened.row)
+    return c.spaces.view(opened.ref, opened.row, opened.access)
 
 
 # -- files ----------------------------------------------------------------------------------------------------
@@ -153,12 +162,10 @@ def list_folder(
     path: PathParam = "",
     after: Annotated[str, Query(max_length=1024)] = "",
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
-    user: User = Depends(current_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(caller),
 ):
     """One page of a folder in name order; ``next`` is the ``after`` of the next page (null on the last)."""
-    opened = _open(db, s, user, space, Access.READ)
+    opened = c.open(space, Access.READ)
     with _fs_errors():
         entries, nxt = opened.tree.list(parts(path), after=after, limit=limit)
     return {
@@ -173,11 +180,9 @@ def list_folder(
 def download(
     space: SpaceName,
     path: PathParam,
-    user: User = Depends(current_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(caller),
 ):
-    opened = _open(db, s, user, space, Access.READ)
+    opened = c.open(space, Access.READ)
     names = file_parts(path)
     with _fs_errors():
         size, blocks = opened.tree.reader(names)
@@ -200,13 +205,11 @@ class FolderIn(BaseModel):
 def mkdir(
     space: SpaceName,
     body: FolderIn,
-    user: User = Depends(current_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(caller),
 ):
-    opened = _open(db, s, user, space, Access.WRITE)
+    opened = c.open(space, Access.WRITE)
     with _fs_errors():
-        s.mkdir(db, opened, body.path, parents=body.parents)
+        c.spaces.mkdir(c.db, opened, body.path, parents=body.parents)
     return {"space": str(opened.ref), "path": "/".join(file_parts(body.path))}
 
 
@@ -219,12 +222,10 @@ class MoveIn(BaseModel):
 def move(
     space: SpaceName,
     body: MoveIn,
-    user: User = Depends(current_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(caller),
 ):
     """Rename or move within the space; a name already at ``dst`` is a clash (409), never replaced."""
-    opened = _open(db, s, user, space, Access.WRITE)
+    opened = c.open(space, Access.WRITE)
     with _fs_errors():
         opened.tree.move(file_parts(body.src), file_parts(body.dst))
     return {"space": str(opened.ref), "src": body.src, "dst": body.dst}
@@ -234,13 +235,11 @@ def move(
 def delete(
     space: SpaceName,
     path: PathParam,
-    user: User = Depends(current_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(caller),
 ):
-    opened = _open(db, s, user, space, Access.WRITE)
+    opened = c.open(space, Access.WRITE)
     with _fs_errors():
-        size, count = s.delete(db, opened, path)
+        size, count = c.spaces.delete(c.db, opened, path)
     return {"space": str(opened.ref), "freed_bytes": size, "freed_files": count}
 
 
@@ -260,25 +259,23 @@ def _upload_view(upload: StorageUpload, offset: int, space: str) -> dict:
 def start_upload(
     space: SpaceName,
     body: UploadIn,
-    user: User = Depends(current_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(caller),
 ):
     """Declare an upload; nothing is visible at ``path`` until its last byte arrived. With size 0 it is done."""
-    opened = _open(db, s, user, space, Access.WRITE)
+    opened = c.open(space, Access.WRITE)
     with _fs_errors():
-        upload = s.start_upload(db, user, opened, body.path, body.size)
+        upload = c.spaces.start_upload(c.db, c.user, opened, body.path, body.size)
         out = _upload_view(upload, 0, str(opened.ref))
         if upload.size == 0:
-            s.finish_upload(db, opened, upload)
+            c.spaces.finish_upload(c.db, opened, upload)
     return {**out, "done": body.size == 0}
 
 
-def _upload_of(db: Session, s: Spaces, user: User, space: str, upload_id: str) -> tuple[Opened, StorageUpload]:
+def _upload_of(c: Caller, space: str, upload_id: str) -> tuple[Opened, StorageUpload]:
     """The caller's own upload into a space they may still write."""
-    opened = _open(db, s, user, space, Access.WRITE)
-    upload = db.get(StorageUpload, upload_id)
-    if upload is None or upload.user_id != user.id or upload.space_id != opened.row.id:
+    opened = c.open(space, Access.WRITE)
+    upload = c.db.get(StorageUpload, upload_id)
+    if upload is None or upload.user_id != c.user.id or upload.space_id != opened.row.id:
         raise NotFound("no such upload")
     return opened, upload
 
@@ -287,12 +284,10 @@ def _upload_of(db: Session, s: Spaces, user: User, space: str, upload_id: str) -
 def upload_status(
     space: SpaceName,
     upload_id: UploadId,
-    user: User = Depends(current_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(caller),
 ):
     """Where to resume: ``offset`` is how many bytes the platform has."""
-    opened, upload = _upload_of(db, s, user, space, upload_id)
+    opened, upload = _upload_of(c, space, upload_id)
     with _fs_errors():
         return _upload_view(upload, opened.tree.part_size(upload.id), str(opened.ref))
 
@@ -301,13 +296,11 @@ def upload_status(
 def abort_upload(
     space: SpaceName,
     upload_id: UploadId,
-    user: User = Depends(current_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(caller),
 ):
-    _, upload = _upload_of(db, s, user, space, upload_id)
+    _, upload = _upload_of(c, space, upload_id)
     with _fs_errors():
-        s.abort_upload(db, upload)
+        c.spaces.abort_upload(c.db, upload)
     return {"id": upload_id, "aborted": True}
 
 
@@ -320,9 +313,7 @@ async def append_chunk(
     space: SpaceName,
     upload_id: UploadId,
     request: Request,
-    user: User = Depends(current_user),
-    db: Session = Depends(db_session),
-    s: Spaces = Depends(spaces),
+    c: Caller = Depends(caller),
 ):
     """Append the body at ``Upload-Offset`` (the platform's size of the upload, else 409 saying it). A body past
     the declared size, or a space whose quota no longer has room, ends the upload and leaves nothing behind."""
@@ -330,17 +321,17 @@ async def append_chunk(
     if not declared.isdigit() or len(declared) > 19:
         raise Invalid("Upload-Offset", "a header with the byte offset this chunk starts at is needed")
     offset = int(declared)
-    opened, upload = await run_in_threadpool(_upload_of, db, s, user, space, upload_id)
+    opened, upload = await run_in_threadpool(_upload_of, c, space, upload_id)
     try:
-        await run_in_threadpool(s.headroom, db, opened.row, upload.size, 1)
+        await run_in_threadpool(c.spaces.headroom, c.db, opened.row, upload.size, 1)
     except CalderaError:
-        await run_in_threadpool(s.abort_upload, db, upload)
+        await run_in_threadpool(c.spaces.abort_upload, c.db, upload)
         raise
     position = await run_in_threadpool(_append, opened, upload, offset, request)
     done = position == upload.size
     if done:
         with _fs_errors():
-            await run_in_threadpool(s.finish_upload, db, opened, upload)
+            await run_in_threadpool(c.spaces.finish_upload, c.db, opened, upload)
     return {"id": upload_id, "offset": position, "size": upload.size, "done": done}
 
 
