@@ -84,8 +84,13 @@ def test_webdav_with_rclone(server, tmp_path):
     # a wrong password, or a token used with another user's name
     assert rclone(server, tmp_path, "alice", "cal_wrong", "lsf", "cal:", check=False).returncode != 0
     assert rclone(server, tmp_path, "alice", bob, "lsf", "cal:", check=False).returncode != 0
-    r = httpx.request("PROPFIND", f"{server.url}/dav/", auth=("alice", "password-123"))
+    r = httpx.request("PROPFIND", f"{server.url}/dav/", auth=("alice", "password-123"), headers={"Depth": "1"})
     assert r.status_code == 401  # the password is not a token
+    r = httpx.request("PROPFIND", f"{server.url}/dav/personal/", auth=("alice", alice), headers={"Depth": "infinity"})
+    assert r.status_code == 403  # a whole space in one request: refused
+    dest = {"Destination": f"{server.url}/dav/account:vision/w.bin"}
+    r = httpx.request("MOVE", f"{server.url}/dav/personal:alice/proj/w.bin", auth=("alice", alice), headers=dest)
+    assert r.status_code == 403  # moves stay inside one space
 
     # links a job planted in alice's space are neither listed nor read
     home = server.data_dir / "workspaces" / "alice"

@@ -296,23 +296,38 @@ class TokenDomainController(BaseDomainController):
         return True
 
 
-def dav_app(platform: Platform, spaces: Spaces) -> WsgiDAVApp:
-    return WsgiDAVApp(
-        {
-            "mount_path": MOUNT,
-            "provider_mapping": {"/": SpacesProvider(platform, spaces)},
-            "http_authenticator": {
-                "domain_controller": TokenDomainController,
-                "accept_basic": True,
-                "accept_digest": False,
-                "default_to_digest": False,
-                "trusted_auth_header": None,
-            },
-            "caldera_platform": platform,
-            "property_manager": None,
-            "lock_storage": True,
-            "dir_browser": {"enable": False},
-            "logging": {"enable": False},
-            "verbose": 0,
-        }
+def dav_app(platform: Platform, spaces: Spaces) -> Any:
+    return _finite_depth(
+        WsgiDAVApp(
+            {
+                "mount_path": MOUNT,
+                "provider_mapping": {"/": SpacesProvider(platform, spaces)},
+                "http_authenticator": {
+                    "domain_controller": TokenDomainController,
+                    "accept_basic": True,
+                    "accept_digest": False,
+                    "default_to_digest": False,
+                    "trusted_auth_header": None,
+                },
+                "caldera_platform": platform,
+                "property_manager": None,
+                "lock_storage": True,
+                "dir_browser": {"enable": False},
+                "logging": {"enable": False},
+                "verbose": 0,
+            }
+        )
     )
+
+
+def _finite_depth(app: Any) -> Any:
+    """A PROPFIND of unbounded depth (the default when no Depth is sent) would walk a whole space in one request:
+    refused, as RFC 4918 allows; clients list one level at a time."""
+
+    def refuse_infinite(environ: dict, start_response: Any) -> Any:
+        if environ["REQUEST_METHOD"] == "PROPFIND" and environ.get("HTTP_DEPTH", "infinity").lower() == "infinity":
+            start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"PROPFIND with Depth: infinity is not served; ask for Depth: 0 or 1\n"]
+        return app(environ, start_response)
+
+    return refuse_infinite
