@@ -191,14 +191,14 @@ def test_a_quota_overrun_leaves_nothing_behind(env):
     api, admin, users, settings = env
     alice = fresh(env, "quentin")
     r = api.client.post("/api/v1/spaces/personal/uploads", json={"path": "huge", "size": 11 * 2**20}, headers=alice)
-    assert r.status_code == 507 and "quota" in r.json()["detail"]
+    assert r.status_code == 409 and "quota" in r.json()["detail"]
     r = api.client.post("/api/v1/spaces/personal/uploads", json={"path": "a.bin", "size": 3 * CHUNK}, headers=alice)
     url = f"/api/v1/spaces/personal/uploads/{r.json()['id']}"
     r = api.client.patch(url, content=b"x" * CHUNK, headers={**alice, "Upload-Offset": "0"})
     assert r.status_code == 200
     api.client.patch("/api/v1/spaces/personal:quentin", json={"quota_bytes": 2 * CHUNK}, headers=admin)
     r = api.client.patch(url, content=b"x" * CHUNK, headers={**alice, "Upload-Offset": str(CHUNK)})
-    assert r.status_code == 507
+    assert r.status_code == 409
     assert names(api, alice, "personal") == []
     home = settings.workspaces / "quentin"
     assert os.listdir(home / UPLOADS_DIR) == []  # the part is gone too
@@ -207,8 +207,8 @@ def test_a_quota_overrun_leaves_nothing_behind(env):
     api.client.patch("/api/v1/spaces/personal:quentin", json={"quota_bytes": None, "quota_files": 1}, headers=admin)
     assert api.client.post("/api/v1/spaces/personal/folders", json={"path": "d"}, headers=alice).status_code == 201
     r = api.client.post("/api/v1/spaces/personal/folders", json={"path": "e"}, headers=alice)
-    assert r.status_code == 507 and names(api, alice, "personal") == ["d"]
-    assert upload(api, alice, "personal", "f", b"1").status_code == 507
+    assert r.status_code == 409 and names(api, alice, "personal") == ["d"]
+    assert upload(api, alice, "personal", "f", b"1").status_code == 409
 
 
 def test_name_clashes_are_errors_not_overwrites(env):

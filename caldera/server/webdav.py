@@ -43,6 +43,8 @@ _USER = "caldera.user_id"
 
 
 def _dav_error(exc: CalderaError) -> DAVError:
+    if isinstance(exc, QuotaExceeded):
+        return DAVError(HTTP_INSUFFICIENT_STORAGE, exc.message)
     status = {403: HTTP_FORBIDDEN, 404: HTTP_NOT_FOUND, 409: HTTP_CONFLICT, 507: HTTP_INSUFFICIENT_STORAGE}
     return DAVError(status.get(exc.status, HTTP_BAD_REQUEST), exc.message)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from caldera.errors import CalderaError, Conflict, Forbidden, Invalid, NotFound
+from caldera.errors import Conflict, Forbidden, Invalid, NotFound
 
 
 class PathRefused(Invalid):
@@ -22,5 +22,8 @@ class NoAccess(Forbidden):
     pass
 
 
-class QuotaExceeded(CalderaError):
-    status = 507  # Insufficient Storage
+class QuotaExceeded(Conflict):
+    """409 in the API (the space's state refuses it: no 5xx for a user's request); WebDAV answers 507."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "QuotaExceeded")
