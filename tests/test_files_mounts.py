@@ -1,4 +1,4 @@
-"""Storage spaces mounted into a process job by a real `caldera up` as root: read-only unless granted, in the
+"""Storage spaces mounted into a job by a real `caldera up` as root, under the process and the container runtime: read-only unless granted, in the
 job's own mount namespace only; the host path of an account's space is closed to jobs; a mount the user may not
 have is refused at submission with its reason."""
 
@@ -11,10 +11,23 @@ import textwrap
 import httpx
 import pytest
 
+from tests import needs
+from tests.conftest import ServerProcess, free_port, kill_job_processes, server_env, traversable
 from tests.needs import root_user  # noqa: F401 - fixture
 from tests.test_server_process import token, until
 
-pytestmark = pytest.mark.usefixtures("root_user")
+pytestmark = [pytest.mark.usefixtures("root_user"), pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)]
+
+
+@pytest.fixture(params=["local", "container"])
+def server(request, tmp_path, db_url):
+    if request.param == "container":
+        needs.podman()
+    env = {**server_env(tmp_path, db_url), "CALDERA_RUNTIME": request.param}
+    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()
+    yield srv
+    srv.stop()
+    kill_job_processes(srv.data_dir)
 
 PROBE = textwrap.dedent("""
     import json, os, sys
@@ -77,6 +90,7 @@ def test_spaces_mounted_into_a_process_job(server):
     assert (gate.st_uid, gate.st_mode & 0o777) == (0, 0o700)
     assert (server.data_dir / "workspaces" / "alice" / "out.txt").read_text() == "from the job"
     assert not os.path.exists("/tmp/shared/data.txt")  # the host's /tmp never saw the mount
+    assert not os.path.exists("/tmp/me")
 
     # refused at submission, with the reason
     cases = [
