@@ -5,6 +5,7 @@ names that leave nothing behind and never answer 500; and a space in which a job
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -322,3 +323,21 @@ def test_listing_pages(env):
         after = r.json()["next"]
     assert seen == [f"f{i:02d}" for i in range(25)]
     assert api.client.get("/api/v1/spaces/personal/list", params={"limit": 0}, headers=alice).status_code == 400
+
+
+def test_the_background_reconciliation(env):
+    """What the server's thread runs: stale counters set from a walk, and uploads left for a day dropped."""
+    api, _, _, settings = env
+    olga = fresh(env, "olga")
+    r = api.client.post("/api/v1/spaces/personal/uploads", json={"path": "left.bin", "size": 10}, headers=olga)
+    upload_id = r.json()["id"]
+    (settings.workspaces / "olga" / "by-a-job.txt").write_bytes(b"12345")
+    spaces = api.client.app.state.spaces
+    with api.client.app.state.platform.session() as db:
+        assert spaces.reconcile_due(db, time.time()) >= 1
+        assert spaces.reconcile_due(db, time.time()) == 0  # fresh counters are not walked again
+        spaces.reconcile_due(db, time.time() + 2 * 86400)
+    space = api.client.get("/api/v1/spaces/personal", headers=olga).json()
+    assert (space["used_bytes"], space["used_files"]) == (5, 1)
+    assert api.client.get(f"/api/v1/spaces/personal/uploads/{upload_id}", headers=olga).status_code == 404
+    assert os.listdir(settings.workspaces / "olga" / UPLOADS_DIR) == []

@@ -1,6 +1,7 @@
-"""Storage spaces mounted into a job by a real `caldera up` as root, under the process and the container runtime: read-only unless granted, in the
-job's own mount namespace only; the host path of an account's space is closed to jobs; a mount the user may not
-have is refused at submission with its reason."""
+"""Storage spaces mounted into a job by a real `caldera up` as root, under the process and the container runtime:
+read-only unless granted, in the job's own mount namespace only; the host path of an account's space is closed to
+jobs; a mount the user may not have, or any job while the personal space is over its quota, is refused at
+submission with its reason."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def server(request, tmp_path, db_url):
     yield srv
     srv.stop()
     kill_job_processes(srv.data_dir)
+
 
 PROBE = textwrap.dedent("""
     import json, os, sys
@@ -113,3 +115,6 @@ def test_spaces_mounted_into_a_process_job(server):
     httpx.post(f"{server.url}/api/v1/spaces/personal:alice/reconcile", headers=admin)
     r = httpx.post(f"{server.url}/api/v1/jobs", json=spec, headers=alice)
     assert r.status_code == 400 and "quota" in r.text
+    assert [e["field"] for e in r.json()["errors"]] == ["workdir", "mounts.2.space"]
+    r = httpx.post(f"{server.url}/api/v1/jobs", json={**spec, "mounts": []}, headers=alice)
+    assert r.status_code == 400 and "personal space" in r.text  # every job works in it

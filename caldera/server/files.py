@@ -74,9 +74,14 @@ def _mount_target(spaces: Spaces, db: Session, user: User, mount: Mount) -> Spac
 
 
 def check_mounts(p: Platform, db: Session, user: User, spec: JobSpec) -> None:
-    """At submission: each mount the user may not have is refused with its reason."""
+    """At submission: each mount the user may not have is refused with its reason; and any job while the user's
+    personal space, where every job works, is over its quota."""
     spaces = spaces_for(p)
     errors = []
+    try:
+        spaces.headroom(db, spaces.row(db, SpaceRef(Kind.PERSONAL, user.username)), 0, 0)
+    except CalderaError as exc:
+        errors.append(field_error("workdir", f"your personal space (every job's working directory): {exc.message}"))
     for i, mount in enumerate(spec.mounts):
         try:
             ref = _mount_target(spaces, db, user, mount)
