@@ -103,11 +103,7 @@ class QuotaIn(BaseModel):
 
 
 @router.patch("/spaces/{space}")
-def set_quota(
-    space: SpaceName,
-    body: QuotaIn,
-    c: Caller = Depends(admin_caller),
-):
+def set_quota(space: SpaceName, body: QuotaIn, c: Caller = Depends(admin_caller)):
     """Admins set a space's quotas (null: the settings' default again)."""
     opened = c.open(space, Access.READ)
     for field in body.model_fields_set:
@@ -177,11 +173,7 @@ def list_folder(
 
 
 @router.get("/spaces/{space}/files")
-def download(
-    space: SpaceName,
-    path: PathParam,
-    c: Caller = Depends(caller),
-):
+def download(space: SpaceName, path: PathParam, c: Caller = Depends(caller)):
     opened = c.open(space, Access.READ)
     names = file_parts(path)
     with _fs_errors():
@@ -202,11 +194,7 @@ class FolderIn(BaseModel):
 
 
 @router.post("/spaces/{space}/folders", status_code=201)
-def mkdir(
-    space: SpaceName,
-    body: FolderIn,
-    c: Caller = Depends(caller),
-):
+def mkdir(space: SpaceName, body: FolderIn, c: Caller = Depends(caller)):
     opened = c.open(space, Access.WRITE)
     with _fs_errors():
         c.spaces.mkdir(c.db, opened, body.path, parents=body.parents)
@@ -219,11 +207,7 @@ class MoveIn(BaseModel):
 
 
 @router.post("/spaces/{space}/move")
-def move(
-    space: SpaceName,
-    body: MoveIn,
-    c: Caller = Depends(caller),
-):
+def move(space: SpaceName, body: MoveIn, c: Caller = Depends(caller)):
     """Rename or move within the space; a name already at ``dst`` is a clash (409), never replaced."""
     opened = c.open(space, Access.WRITE)
     with _fs_errors():
@@ -232,11 +216,7 @@ def move(
 
 
 @router.delete("/spaces/{space}/files")
-def delete(
-    space: SpaceName,
-    path: PathParam,
-    c: Caller = Depends(caller),
-):
+def delete(space: SpaceName, path: PathParam, c: Caller = Depends(caller)):
     opened = c.open(space, Access.WRITE)
     with _fs_errors():
         size, count = c.spaces.delete(c.db, opened, path)
@@ -256,11 +236,7 @@ def _upload_view(upload: StorageUpload, offset: int, space: str) -> dict:
 
 
 @router.post("/spaces/{space}/uploads", status_code=201)
-def start_upload(
-    space: SpaceName,
-    body: UploadIn,
-    c: Caller = Depends(caller),
-):
+def start_upload(space: SpaceName, body: UploadIn, c: Caller = Depends(caller)):
     """Declare an upload; nothing is visible at ``path`` until its last byte arrived. With size 0 it is done."""
     opened = c.open(space, Access.WRITE)
     with _fs_errors():
@@ -281,11 +257,7 @@ def _upload_of(c: Caller, space: str, upload_id: str) -> tuple[Opened, StorageUp
 
 
 @router.get("/spaces/{space}/uploads/{upload_id}")
-def upload_status(
-    space: SpaceName,
-    upload_id: UploadId,
-    c: Caller = Depends(caller),
-):
+def upload_status(space: SpaceName, upload_id: UploadId, c: Caller = Depends(caller)):
     """Where to resume: ``offset`` is how many bytes the platform has."""
     opened, upload = _upload_of(c, space, upload_id)
     with _fs_errors():
@@ -293,11 +265,7 @@ def upload_status(
 
 
 @router.delete("/spaces/{space}/uploads/{upload_id}")
-def abort_upload(
-    space: SpaceName,
-    upload_id: UploadId,
-    c: Caller = Depends(caller),
-):
+def abort_upload(space: SpaceName, upload_id: UploadId, c: Caller = Depends(caller)):
     _, upload = _upload_of(c, space, upload_id)
     with _fs_errors():
         c.spaces.abort_upload(c.db, upload)
@@ -309,12 +277,7 @@ class OffsetConflict(Conflict):
 
 
 @router.patch("/spaces/{space}/uploads/{upload_id}")
-async def append_chunk(
-    space: SpaceName,
-    upload_id: UploadId,
-    request: Request,
-    c: Caller = Depends(caller),
-):
+async def append_chunk(space: SpaceName, upload_id: UploadId, request: Request, c: Caller = Depends(caller)):
     """Append the body at ``Upload-Offset`` (the platform's size of the upload, else 409 saying it). A body past
     the declared size, or a space whose quota no longer has room, ends the upload and leaves nothing behind."""
     declared = request.headers.get("upload-offset", "")
