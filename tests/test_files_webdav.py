@@ -88,6 +88,13 @@ def test_webdav_with_rclone(server, tmp_path):
     assert r.status_code == 401  # the password is not a token
     r = httpx.request("PROPFIND", f"{server.url}/dav/personal/", auth=("alice", alice), headers={"Depth": "infinity"})
     assert r.status_code == 403  # a whole space in one request: refused
+    # a member's page or script is served as opaque bytes, never run on the platform's origin
+    page = b"<script>fetch('/api/v1/tokens', {method: 'POST'})</script>"
+    url = f"{server.url}/dav/account:vision/evil.html"
+    assert httpx.put(url, content=page, auth=("alice", alice)).status_code == 201
+    r = httpx.get(url, auth=("alice", alice))
+    assert r.content == page and r.headers["content-type"] == "application/octet-stream"
+    assert r.headers["x-content-type-options"] == "nosniff" and "sandbox" in r.headers["content-security-policy"]
     dest = {"Destination": f"{server.url}/dav/account:vision/w.bin"}
     r = httpx.request("MOVE", f"{server.url}/dav/personal:alice/proj/w.bin", auth=("alice", alice), headers=dest)
     assert r.status_code == 403  # moves stay inside one space

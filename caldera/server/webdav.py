@@ -8,7 +8,6 @@ Links and other non-files a job planted are not shown; ``/dav/`` lists the space
 
 from __future__ import annotations
 
-import mimetypes
 import os
 import re
 import secrets
@@ -189,7 +188,9 @@ class File(_InSpace, DAVNonCollection):
         return self.entry.size if self.entry else 0
 
     def get_content_type(self) -> str:
-        return mimetypes.guess_type(self.names[-1])[0] or "application/octet-stream"
+        """Never what the name says: a member's ``evil.html`` or ``.js`` served as such from the platform's own
+        origin would run there with the reader's session. Opaque bytes (with nosniff) are only ever saved."""
+        return "application/octet-stream"
 
     def get_last_modified(self) -> float | None:
         return self.entry.modified if self.entry else None
@@ -299,7 +300,7 @@ class TokenDomainController(BaseDomainController):
 
 
 def dav_app(platform: Platform, spaces: Spaces) -> Any:
-    return _finite_depth(
+    return _guarded(
         WsgiDAVApp(
             {
                 "mount_path": MOUNT,
@@ -322,14 +323,21 @@ def dav_app(platform: Platform, spaces: Spaces) -> Any:
     )
 
 
-def _finite_depth(app: Any) -> Any:
+def _guarded(app: Any) -> Any:
     """A PROPFIND of unbounded depth (the default when no Depth is sent) would walk a whole space in one request:
-    refused, as RFC 4918 allows; clients list one level at a time."""
+    refused, as RFC 4918 allows; clients list one level at a time. Every answer is sandboxed: nothing under /dav
+    runs as a page of the platform."""
 
-    def refuse_infinite(environ: dict, start_response: Any) -> Any:
+    def guarded(environ: dict, start_response: Any) -> Any:
         if environ["REQUEST_METHOD"] == "PROPFIND" and environ.get("HTTP_DEPTH", "infinity").lower() == "infinity":
             start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"PROPFIND with Depth: infinity is not served; ask for Depth: 0 or 1\n"]
-        return app(environ, start_response)
 
-    return refuse_infinite
+        def sandboxed(status: str, headers: list, exc_info: Any = None) -> Any:
+            headers = [(k, v) for k, v in headers if k.lower() != "content-security-policy"]
+            headers.append(("Content-Security-Policy", "sandbox; default-src 'none'"))
+            return start_response(status, headers, exc_info)
+
+        return app(environ, sandboxed)
+
+    return guarded
