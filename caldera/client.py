@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,7 @@ class Client:
             raise error_for(resp.status_code, detail, errors)
         return resp.json() if resp.content else None
 
-    def get(self, path: str, **params: Any) -> Any:
+    def get(self, path: str, /, **params: Any) -> Any:
         return self._check(self.http.get(f"/api/v1{path}", params=_params(**params)))
 
     def post(self, path: str, body: Any = None) -> Any:
@@ -159,8 +159,11 @@ class Client:
     def put(self, path: str, body: Any) -> Any:
         return self._check(self.http.put(f"/api/v1{path}", json=body))
 
-    def delete(self, path: str) -> Any:
-        return self._check(self.http.delete(f"/api/v1{path}"))
+    def delete(self, path: str, /, **params: Any) -> Any:
+        return self._check(self.http.delete(f"/api/v1{path}", params=_params(**params)))
+
+    def patch(self, path: str, body: Any) -> Any:
+        return self._check(self.http.patch(f"/api/v1{path}", json=body))
 
     def stream(self, path: str, **params: Any) -> Iterator[bytes]:
         with self.http.stream("GET", f"/api/v1{path}", params=_params(**params), timeout=None) as resp:
@@ -253,3 +256,117 @@ class Client:
 
     def me(self) -> dict:
         return self.get("/me")
+
+    # ---- files (docs/storage.md): ``space`` is personal, personal:<user>, account:<name> or public --------------
+    def spaces(self) -> list[dict]:
+        return self.get("/spaces")
+
+    def space(self, space: str = "personal") -> dict:
+        return self.get(f"/spaces/{space}")
+
+    def ls(self, path: str = "", space: str = "personal", page: int = 1000) -> Iterator[dict]:
+        """Every entry of a folder, fetched a page at a time."""
+        after: str | None = ""
+        while after is not None:
+            got = self.get(f"/spaces/{space}/list", path=path, after=after, limit=page)
+            yield from got["entries"]
+            after = got["next"]
+
+    def mkdir(self, path: str, space: str = "personal", parents: bool = False) -> dict:
+        return self.post(f"/spaces/{space}/folders", {"path": path, "parents": parents})
+
+    def move(self, src: str, dst: str, space: str = "personal") -> dict:
+        return self.post(f"/spaces/{space}/move", {"src": src, "dst": dst})
+
+    def remove(self, path: str, space: str = "personal") -> dict:
+        return self.delete(f"/spaces/{space}/files", path=path)
+
+    def upload(
+        self,
+        local: str | Path,
+        path: str,
+        space: str = "personal",
+        chunk_bytes: int = 8 * 2**20,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict:
+        """Upload a file in chunks. An upload interrupted before (the same file, unchanged, to the same place)
+        resumes where the platform's copy ends; ``progress(done, total)`` after each chunk."""
+        local = Path(local)
+        st = local.stat()
+        key = f"{self.url} {space} {path} {st.st_size} {st.st_mtime_ns}"
+        pending = _pending_uploads()
+        upload = None
+        if key in pending:
+            try:
+                upload = self.get(f"/spaces/{space}/uploads/{pending[key]}")
+            except NotFound:
+                upload = None
+        if upload is None:
+            upload = self.post(f"/spaces/{space}/uploads", {"path": path, "size": st.st_size})
+            if upload.get("done"):
+                return upload
+            _remember_upload(key, upload["id"])
+        offset, url = upload["offset"], f"/api/v1/spaces/{space}/uploads/{upload['id']}"
+        with local.open("rb") as fh:
+            fh.seek(offset)
+            while offset < st.st_size:
+                data = fh.read(chunk_bytes)
+                resp = self.http.patch(url, content=data, headers={"Upload-Offset": str(offset)}, timeout=None)
+                upload = self._check(resp)
+                offset = upload["offset"]
+                if progress:
+                    progress(offset, st.st_size)
+        _remember_upload(key, None)
+        return upload
+
+    def download(
+        self,
+        path: str,
+        local: str | Path,
+        space: str = "personal",
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Path:
+        """Download to ``local`` (through a temporary file beside it: a broken transfer leaves no partial file)."""
+        local = Path(local)
+        tmp = local.with_name(f".{local.name}.part")
+        url = f"/api/v1/spaces/{space}/files"
+        with self.http.stream("GET", url, params={"path": path}, timeout=None) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                self._check(resp)
+            total, done = int(resp.headers.get("content-length", 0)), 0
+            try:
+                with tmp.open("wb") as fh:
+                    for block in resp.iter_bytes():
+                        fh.write(block)
+                        done += len(block)
+                        if progress:
+                            progress(done, total)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+        os.replace(tmp, local)
+        return local
+
+
+def _uploads_path() -> Path:
+    return config_path().with_name("uploads.json")
+
+
+def _pending_uploads() -> dict[str, str]:
+    try:
+        return json.loads(_uploads_path().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _remember_upload(key: str, upload_id: str | None) -> None:
+    """Which upload carries which local file, so that an interrupted one resumes next time."""
+    pending = _pending_uploads()
+    if upload_id is None:
+        pending.pop(key, None)
+    else:
+        pending[key] = upload_id
+    path = _uploads_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_text(json.dumps(pending))

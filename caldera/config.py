@@ -137,6 +137,20 @@ class Settings(BaseSettings):
     image_build_memory_mib: int = Field(4096, ge=256, description="memory one image build may use")
     image_build_timeout_s: float = Field(3600.0, gt=0, description="a build running longer fails")
     snapshot_max_mib: int = Field(10240, ge=1, description="a session snapshot larger than this is refused")
+    # storage spaces (docs/storage.md): backends are entry points of caldera.storage_backends
+    storage_backend: str = Field("local", description="where spaces live: an entry point of caldera.storage_backends")
+    storage_dir: Path | None = Field(
+        None, description="account and public spaces (a shared file system on a cluster); <data_dir>/spaces if empty"
+    )
+    storage_quota_bytes: int = Field(100 * 2**30, ge=0, description="a space's size quota unless an admin set one")
+    storage_quota_files: int = Field(1_000_000, ge=0, description="a space's file-count quota unless an admin set one")
+    storage_max_upload_bytes: int = Field(2**40, ge=1, description="the largest file one upload may bring")
+    storage_chunk_bytes: int = Field(
+        64 * 2**20, ge=1024, description="the largest chunk of a resumable upload (one request body)"
+    )
+    storage_reconcile_s: float = Field(
+        3600.0, gt=0, description="each space's usage counters are checked by a walk this often"
+    )
     # notifications (docs/governance.md): channels are entry points of caldera.notifiers
     smtp_host: str | None = Field(None, max_length=256, description="SMTP server for e-mail; no e-mail when empty")
     smtp_port: int = Field(25, ge=1, le=65535, description="port of the SMTP server")
@@ -216,6 +230,10 @@ class Settings(BaseSettings):
     @property
     def workspaces(self) -> Path:
         return self.workspaces_dir or self.data_dir / "workspaces"
+
+    @property
+    def spaces_dir(self) -> Path:
+        return self.storage_dir or self.data_dir / "spaces"
 
     @property
     def scratch_dir(self) -> Path:

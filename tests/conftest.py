@@ -247,6 +247,8 @@ def server_env(tmp_path: Path, db_url: str) -> dict[str, str]:
         "CALDERA_RUN_JOBS_AS": RUN_JOBS_AS,
         # its own registry port: 8650 may be held by anything, e.g. a registry another run left behind
         "CALDERA_REGISTRY_PORT": str(free_port()),
+        "CALDERA_METRICS_PORT": str(free_port()),  # likewise the metrics agent's and Prometheus's
+        "CALDERA_PROMETHEUS_PORT": str(free_port()),
     }
 
 

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from caldera.cli.common import call, client, console, err, ts
+from caldera.cli.files import files_app
 from caldera.cli.images import images_app
 from caldera.cli.jobs import register as register_jobs
 from caldera.cli.nodes_admin import nodes_admin_app
@@ -25,6 +26,7 @@ queue_app = typer.Typer(help="Queues, quotas and caps.", no_args_is_help=True)
 app.add_typer(admin_app, name="admin")
 app.add_typer(queue_app, name="queue")
 app.add_typer(images_app, name="images")
+app.add_typer(files_app, name="files")
 
 
 # ---- the platform ------------------------------------------------------------------------------------------------

@@ -45,6 +45,30 @@ _NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"  # accounts and queues (core.tenancy)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+MAX_MOUNTS = 16
+_SPACE = r"^(personal|public|(personal|account):[A-Za-z0-9][A-Za-z0-9._-]{0,63})$"  # caldera.storage.spaces
+
+
+class Mount(BaseModel):
+    """A storage space seen by the job at ``at`` (docs/storage.md): read-only unless ``writable``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    space: str = Field(..., max_length=80, pattern=_SPACE, description="personal, account:<name> or public")
+    # an allowlist: the path reaches podman's --volume (where ':' and ',' separate options) and mount(2)
+    at: str = Field(..., max_length=MAX_PATH_CHARS, pattern=r"^(/[A-Za-z0-9._-]+)+/?$", description="a path in the job")
+    writable: bool = Field(False, strict=True, description="write access (your personal space only)")
+
+    @field_validator("at")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if ".." in v.split("/") or "." in v.split("/"):
+            raise ValueError("cannot contain '.' or '..' components")
+        if v.split("/")[1] in ("proc", "sys", "dev", "etc", "usr", "bin", "sbin", "lib", "lib64", "boot", "run"):
+            raise ValueError("cannot cover a system directory")
+        return v.rstrip("/")
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -92,6 +116,9 @@ class JobSpec(BaseModel):
         True,
         strict=True,
         description="false: the job is not preempted for jobs with less attained service (batch jobs only)",
+    )
+    mounts: list[Mount] = Field(
+        default_factory=list, max_length=MAX_MOUNTS, description="storage spaces to see inside the job"
     )
     notify: bool | list[NotifyEvent] | None = Field(
         None,
@@ -169,6 +196,8 @@ class JobSpec(BaseModel):
             raise ValueError(f"a {self.kind.value} job needs a command")
         if self.kind is not JobKind.DISTRIBUTED and (self.replicas != 1 or self.procs_per_replica != 1):
             raise ValueError("replicas and procs_per_replica apply to distributed jobs only")
+        if len({m.at for m in self.mounts}) != len(self.mounts):
+            raise ValueError("two mounts at the same path")
         if self.shareable and (self.resources.gpu != 1 or self.resources.gpu_memory_mib is None or self.replicas != 1):
             raise ValueError("a shareable job asks for one GPU (resources.gpu: 1) and its resources.gpu_memory_mib")
         return self

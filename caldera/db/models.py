@@ -273,3 +273,42 @@ class OutboxMessage(Base):
     next_try_at: Mapped[float] = mapped_column(Float)
     last_error: Mapped[str] = mapped_column(Text, default="")
     sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class StorageSpace(Base):
+    """A storage space (caldera.storage): ``kind`` personal, account or public and ``name`` its user or account
+    ("" for public). Quotas are the settings' defaults where null; the usage counters move with every write
+    through the platform and are set right by an occasional walk (``reconciled_at``)."""
+
+    __tablename__ = "storage_spaces"
+    __table_args__ = (UniqueConstraint("kind", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(64))
+    quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    quota_files: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    used_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    used_files: Mapped[int] = mapped_column(BigInteger, default=0)
+    reconciled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class StorageMemberMode(Base):
+    """A member's access to their account's space where an admin changed it from the default, read-write."""
+
+    __tablename__ = "storage_member_modes"
+    space_id: Mapped[int] = mapped_column(ForeignKey("storage_spaces.id", ondelete="CASCADE"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    mode: Mapped[str] = mapped_column(String(8))  # ro | rw
+
+
+class StorageUpload(Base):
+    """A resumable upload under way: its bytes are a part file in the space's upload folder, named by ``id``."""
+
+    __tablename__ = "storage_uploads"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    space_id: Mapped[int] = mapped_column(ForeignKey("storage_spaces.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    path: Mapped[str] = mapped_column(Text)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[float] = mapped_column(Float)

@@ -37,6 +37,8 @@ class LaunchRequest:
     run_as: RunAs | None = None  # None: as the server's own user (only when an admin chose run_jobs_as=server)
     home: Path | None = None  # the owner's own space: HOME, and the only host path the job may write
     authorized_keys: str = ""  # the owner's SSH public keys, one OpenSSH line each: for SSH into their own job
+    # storage spaces the spec mounts (caldera.server.files.host_mounts): (host path, path in the job, writable)
+    mounts: tuple[tuple[str, str, bool], ...] = ()
 
 
 @dataclass

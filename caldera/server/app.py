@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
+from a2wsgi import WSGIMiddleware
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -15,6 +16,7 @@ from caldera.images.builds import BuildQueue
 from caldera.server import (
     api_admin,
     api_auth,
+    api_files,
     api_images,
     api_jobs,
     api_notifications,
@@ -22,9 +24,11 @@ from caldera.server import (
     api_templates,
     audit,
     authenticators,
+    files,
     lab_entry,
     node_admin,
     web,
+    webdav,
 )
 from caldera.server.csrf import CSRFMiddleware
 from caldera.server.errors import CalderaError
@@ -43,14 +47,17 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         app.state.loop = loop
         app.state.builds = BuildQueue(platform)  # its worker starts with the first build
         dispatcher = Dispatcher(platform)
+        reconciler = files.Reconciler(platform, app.state.spaces)
         if run_loop:
             loop.start()
             dispatcher.start()
+            reconciler.start()
         try:
             yield
         finally:
             loop.stop()
             dispatcher.stop()
+            reconciler.stop()
             app.state.builds.stop()
 
     app = FastAPI(
@@ -62,6 +69,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.platform = platform
+    app.state.spaces = files.spaces_for(platform)
     s = platform.settings
     app.state.authenticators = [authenticators.LocalAccounts()]  # LDAP/OIDC plug in here
     app.state.login_throttle = LoginThrottle(
@@ -71,7 +79,14 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     app.add_middleware(
         CSRFMiddleware, public_url=s.url, lab_url_template=s.lab_url_template, secure=s.url.startswith("https")
     )
-    app.add_middleware(BodyLimitMiddleware, max_bytes=s.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=s.max_body_bytes,
+        larger=(
+            ("PATCH", api_files.UPLOAD_CHUNK_PATH, s.storage_chunk_bytes),
+            ("PUT", webdav.ANY_PATH, s.storage_max_upload_bytes),
+        ),
+    )
     app.add_middleware(
         SecurityHeadersMiddleware,
         headers=platform_headers(s.lab_url("*")),
@@ -114,6 +129,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_ssh_keys.router,
         api_notifications.router,
         api_jobs.router,
+        api_files.router,
         api_images.router,
         api_admin.router,
         api_templates.router,
@@ -122,5 +138,6 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
     )
     for r in (*routers, lab_entry.router):
         app.include_router(r)
+    app.mount(webdav.MOUNT, WSGIMiddleware(webdav.dav_app(platform, app.state.spaces)))
     web.install(app)
     return app

@@ -5,7 +5,8 @@ Contract (README "API security"; pages and their forms rely on it):
 * Checked: every state-changing request (any method but GET, HEAD, OPTIONS) that carries no ``Authorization:
   Bearer`` header and either carries the ``caldera_session`` cookie or is not under ``/api/`` (the pages' forms,
   ``/login`` included: a forged login is an attack too). Bearer-token requests are exempt: a page of another
-  site cannot add that header without a CORS preflight, which this server never answers.
+  site cannot add that header without a CORS preflight, which this server never answers. So are WebDAV's
+  requests under ``/dav/`` but POST (PUT, DELETE, MOVE, PROPFIND... are beyond a form, and need that preflight).
 * It passes when the request's ``Origin`` is the platform's own (``CALDERA_PUBLIC_URL``, or the scheme and
   ``Host`` the request came to; never a lab's origin). A request naming another origin is refused, whatever else
   it carries.
@@ -96,6 +97,8 @@ class CSRFMiddleware:
     def _checked(scope: Scope, headers: dict[str, str], cookies: dict[str, str]) -> bool:
         if scope["method"] in SAFE_METHODS or headers.get("authorization", "").lower().startswith("bearer "):
             return False
+        if scope["path"].startswith("/dav/") and scope["method"] != "POST":
+            return False  # WebDAV's methods (PUT, DELETE, MOVE...) are beyond a form: another site needs CORS
         return SESSION_COOKIE in cookies or not scope["path"].startswith("/api/")
 
     def _own(self, origin: str, headers: dict[str, str], scheme: str) -> bool:

@@ -17,7 +17,7 @@ from caldera.db.models import Job, JobEventRow, User
 from caldera.images import catalogue
 from caldera.runtime.base import Handle
 from caldera.scheduler.quota import never_fits
-from caldera.server import notifications, tenancy
+from caldera.server import files, notifications, tenancy
 from caldera.server.errors import Forbidden, Invalid, NotFound
 from caldera.server.platform import Platform
 
@@ -79,6 +79,7 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
         raise Invalid("account", f"unknown account {account!r}", "UnknownAccount", {"account": account}) from None
     if user.role != Role.ADMIN.value and not tenancy.is_member(db, user, account):
         raise Invalid("account", f"you are not a member of account {account!r}", "NotAMember", {"account": account})
+    files.check_mounts(p, db, user, spec)
     if spec.image:  # the runtime gets the catalogue's reference, never the user's string
         spec = spec.model_copy(update={"image": catalogue.resolve_job_image(db, p.settings, user, spec.image)})
     if spec.queue:

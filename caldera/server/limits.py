@@ -4,6 +4,7 @@ a body without one (chunked) is counted as it streams and cut off at the limit. 
 from __future__ import annotations
 
 import json
+import re
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -15,21 +16,30 @@ class BodyTooLarge(HTTPException):
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_bytes: int):
+    def __init__(self, app: ASGIApp, max_bytes: int, larger: tuple[tuple[str, re.Pattern[str], int], ...] = ()):
+        """``larger``: (method, path pattern, limit) of the routes that take more (file uploads)."""
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = larger
+
+    def limit_for(self, scope: Scope) -> int:
+        for method, pattern, limit in self.larger:
+            if scope["method"] == method and pattern.fullmatch(scope["path"]):
+                return limit
+        return self.max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        max_bytes = self.limit_for(scope)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None:
             if not declared.isdigit():
                 await _answer(send, 400, "invalid Content-Length")
                 return
-            if int(declared) > self.max_bytes:
-                await _answer(send, 413, BodyTooLarge(self.max_bytes).detail)
+            if int(declared) > max_bytes:
+                await _answer(send, 413, BodyTooLarge(max_bytes).detail)
                 return
         seen = 0
         started = False
@@ -39,8 +49,8 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)
+                if seen > max_bytes:
+                    raise BodyTooLarge(max_bytes)
             return message
 
         async def tracking(message: Message) -> None:

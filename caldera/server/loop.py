@@ -24,6 +24,7 @@ from caldera.core.spec import JobKind, JobSpec
 from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass
 from caldera.db.models import Job, Usage, User
+from caldera.errors import CalderaError
 from caldera.interference.snapshot import LivePredictions
 from caldera.runtime import gpu_share
 from caldera.runtime.base import Handle, LaunchRequest, Phase, Runtime
@@ -32,7 +33,7 @@ from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import valid_decisions
-from caldera.server import cordons, identity, notifications, tenancy, user_keys
+from caldera.server import cordons, files, identity, notifications, tenancy, user_keys
 from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
 from caldera.server.learned_runtimes import expected_runtimes
@@ -425,7 +426,8 @@ class SchedulerLoop:
             spec = JobSpec.model_validate(job.spec)
             run_as = identity.run_as(self.p.settings, db, owner)
             job.workdir = job.workdir or str(workdir_for(home, job.id, spec.workdir, spec.kind.value))
-        except (identity.IdentityError, ValueError) as exc:
+            mounts = files.host_mounts(self.p, db, owner, spec)  # access may have been taken away since submission
+        except (identity.IdentityError, ValueError, CalderaError) as exc:
             record(db, job, JobState.FAILED, "LaunchFailed", str(exc), now, {"error": str(exc)})
             job.finished_at = now
             db.commit()
@@ -453,6 +455,7 @@ class SchedulerLoop:
             run_as=run_as,
             home=home,
             authorized_keys=user_keys.authorized_keys(db, owner.id),
+            mounts=mounts,
         )
         self.launcher.submit(req)
 

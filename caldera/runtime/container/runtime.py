@@ -246,6 +246,7 @@ class ContainerRuntime:
                 *(a for m in mounts for a in ("--volume", f"{m}:{m}:rw")),
                 "--volume",
                 f"{scratch}:{scratch}:rw",
+                *(a for host, at, rw in req.mounts for a in ("--volume", f"{host}:{at}:{'rw' if rw else 'ro'}")),
                 *mps_args,
                 f"--workdir={workdir}",  # bound to its option: a path of the user's choosing
                 *env_args,

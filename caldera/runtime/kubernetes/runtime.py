@@ -124,6 +124,8 @@ class KubernetesRuntime:
 
     # -- launch -------------------------------------------------------------------------------------------------
     def launch(self, req: LaunchRequest) -> Handle:
+        if req.mounts:
+            raise LaunchError("MountsUnsupported", "this runtime does not mount storage spaces yet (docs/storage.md)")
         ns = m.namespace(self.ks, m.account_of(req))
         self._ensure_namespace(ns)
         data: dict[str, Any] = {

@@ -45,6 +45,7 @@ class Launch:
     gid: int | None = None
     private_tmp: str | None = None  # the job's own /tmp (a directory of its scratch); set: own PID + mount namespace
     keep: tuple[str, ...] = ()  # the job's own directories, kept in view if they lie below /tmp
+    mounts: tuple[tuple[str, str, bool], ...] = ()  # storage spaces: (host path, path in the job, writable)
 
 
 def write(rd: RunDir, rank: int, launch: Launch) -> None:
@@ -57,4 +58,5 @@ def read(rd: RunDir, rank: int) -> Launch:
     with open(path) as f:
         data = json.load(f)
     os.unlink(path)
-    return Launch(**{**data, "keep": tuple(data.get("keep", ()))})
+    mounts = tuple((str(h), str(a), bool(w)) for h, a, w in data.get("mounts", ()))
+    return Launch(**{**data, "keep": tuple(data.get("keep", ())), "mounts": mounts})

@@ -194,6 +194,8 @@ class LocalRuntime:
         spec = req.spec
         workdir = self._workdir(req)
         private = os.geteuid() == 0  # a root server gives every rank its own view of the host (see ``view``)
+        if req.mounts and not private:
+            raise LaunchError("MountsUnsupported", "storage spaces are mounted into process jobs by a root server only")
         # the job's own /tmp in its scratch; a lab's runtime directory there (or, without one, in its scratch)
         lab_runtime = Path("tmp", _LAB_RUNTIME) if private else Path("runtime")
         inside = ("tmp",) if private else ()
@@ -268,6 +270,7 @@ class LocalRuntime:
                     # the platform's part resolved (the shim follows no symlink on the way), the job's part as is
                     private_tmp=str(self.settings.scratch_dir.resolve() / scratch.name / "tmp") if private else None,
                     keep=tuple(os.path.abspath(p) for p in (req.home or workdir, scratch)),
+                    mounts=req.mounts,
                 )
                 prefix = holder.enter_prefix() if holder else []
                 proc = self._spawn(rd, r, prefix, launch)

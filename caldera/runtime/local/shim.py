@@ -101,7 +101,7 @@ def _init(launch: Launch, report: int) -> None:
 
         try:
             uid = os.getuid() if launch.uid is None else launch.uid
-            view.enter(launch.private_tmp, uid, list(launch.keep))  # type: ignore[arg-type]
+            view.enter(launch.private_tmp, uid, list(launch.keep), list(launch.mounts))  # type: ignore[arg-type]
             _drop_privileges(launch)
         except (OSError, ValueError) as exc:
             say(_spawn_error(exc, at_exec=False))

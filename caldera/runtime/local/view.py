@@ -22,7 +22,9 @@ import stat
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWPID = 0x20000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
+_MS_RDONLY, _MS_REMOUNT = 0x1, 0x20
 _MS_BIND, _MS_REC, _MS_SLAVE = 0x1000, 0x4000, 0x80000
+_PRIVATE_TOPS = ("/tmp", "/var/tmp")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -67,11 +69,11 @@ def _bind(source_fd: int, target_fd: int) -> None:
     _mount(f"/proc/self/fd/{source_fd}", f"/proc/self/fd/{target_fd}", None, _MS_BIND | _MS_REC)
 
 
-def enter(private_tmp: str, uid: int, keep: list[str]) -> None:
+def enter(private_tmp: str, uid: int, keep: list[str], mounts: list[tuple[str, str, bool]] = ()) -> None:
     """In PID 1 of the rank's new PID namespace, as root: a mount namespace of its own with ``private_tmp`` (a
     directory ``uid`` owns) on /tmp and /var/tmp, a fresh /dev/shm, and a /proc of the new PID namespace. The job's
     own directories in ``keep`` (its workspace and scratch: the platform's, so their last component is not the
-    job's to replace) stay where they are when they lie below /tmp or /var/tmp."""
+    job's to replace) stay where they are when they lie below /tmp or /var/tmp. Then the storage ``mounts``."""
     _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, _MS_REC | _MS_SLAVE)  # the host's mounts reach us, ours never reach the host
     # opened in the new namespace (a bind takes its source from its own), before /tmp is covered
@@ -79,6 +81,10 @@ def enter(private_tmp: str, uid: int, keep: list[str]) -> None:
         raise ValueError(f"{private_tmp} is not absolute")
     tmp = walk_nofollow("/", private_tmp)
     kept = {path: os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for path in keep}
+    # the spaces too, before /tmp is covered (a data directory may lie below it)
+    sources = [
+        (os.open(host, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC), at, w) for host, at, w in mounts
+    ]
     try:
         st = os.fstat(tmp)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
@@ -99,9 +105,36 @@ def enter(private_tmp: str, uid: int, keep: list[str]) -> None:
                         _bind(fd, target)
                     finally:
                         os.close(target)
+        for source, at, writable in sources:
+            _mount_space(source, at, writable)
     finally:
-        for fd in (tmp, *kept.values()):
+        for fd in (tmp, *kept.values(), *(source for source, _, _ in sources)):
             os.close(fd)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+
+
+def _mount_space(source: int, at: str, writable: bool) -> None:
+    """A storage space (``source``, a descriptor of the platform's path) bound at ``at``, read-only unless
+    ``writable``, in this namespace only. Below /tmp or /var/tmp (the job's own) the mount point is made, root's;
+    elsewhere it must be a directory the host has (an admin's /data, /shared): nothing is created in the host's
+    file system. The mount point is reached, before and after the bind, without following a link, so a link
+    another rank of the job planted binds or remounts nothing else."""
+    top = next((t for t in _PRIVATE_TOPS if os.path.commonpath([at, t]) == t), "/")
+    rel = os.path.relpath(at, top)
+    try:
+        target = walk_nofollow(top, rel, make_mode=0o711 if top != "/" else None)
+    except OSError as exc:
+        why = "below /tmp, or at a directory the host has" if top == "/" else "a folder, not a link"
+        raise OSError(exc.errno, f"cannot mount a space at {at}: it must be {why} ({exc.strerror})") from None
+    try:
+        _bind(source, target)
+    finally:
+        os.close(target)
+    mounted = walk_nofollow(top, rel)  # the root of the mount just made
+    try:
+        flags = _MS_BIND | _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | (0 if writable else _MS_RDONLY)
+        _mount(None, f"/proc/self/fd/{mounted}", None, flags)
+    finally:
+        os.close(mounted)

@@ -1,0 +1,1 @@
+"""Storage backends by name (setting ``storage_backend``), entry points of ``caldera.storage_backends``."""

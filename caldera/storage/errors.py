@@ -1,0 +1,29 @@
+"""The refusals storage gives, each an API answer with its reason (caldera.errors)."""
+
+from __future__ import annotations
+
+from caldera.errors import Conflict, Forbidden, Invalid, NotFound
+
+
+class PathRefused(Invalid):
+    def __init__(self, reason: str):
+        super().__init__("path", reason)
+
+
+class NoSuchPath(NotFound):
+    pass
+
+
+class NameClash(Conflict):
+    pass
+
+
+class NoAccess(Forbidden):
+    pass
+
+
+class QuotaExceeded(Conflict):
+    """409 in the API (the space's state refuses it: no 5xx for a user's request); WebDAV answers 507."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "QuotaExceeded")

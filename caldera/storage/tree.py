@@ -1,0 +1,345 @@
+"""A space's directory on a local or shared file system, reached only through descriptors.
+
+A job may have planted a symbolic link anywhere it can write, and may swap a folder for a link between two of our
+calls. So every operation opens the space's root, then each name below it with ``O_NOFOLLOW`` relative to the
+descriptor of its parent (openat), and acts on the last name through the parent's descriptor too: a link on the
+way is refused, a link at the end is listed, moved or deleted as the link it is, never read or written through.
+Creating never replaces (``O_EXCL``, ``renameat2(RENAME_NOREPLACE)``), so a name clash is an error.
+
+In a personal space, files and folders the platform makes are given to the owner's uid; a file is read only when
+that uid owns it, so a hard link a job made to a file it does not own is not served either.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import heapq
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
+from caldera.storage.paths import UPLOADS_DIR
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_RENAME_NOREPLACE = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    kind: str  # file, dir, link (never followed) or other (a socket, a FIFO, a device)
+    size: int
+    modified: float
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The uid and gid that own what the platform writes in a space (a personal space's owner); None: root's."""
+
+    uid: int
+    gid: int
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISLNK(mode):
+        return "link"
+    return "other"
+
+
+def _entry(name: str, st: os.stat_result) -> Entry:
+    return Entry(name, _kind(st.st_mode), st.st_size if stat.S_ISREG(st.st_mode) else 0, st.st_mtime)
+
+
+def _rename_noreplace(src_dir: int, src: str, dst_dir: int, dst: str) -> None:
+    ret = _libc.renameat2(src_dir, src.encode(), dst_dir, dst.encode(), _RENAME_NOREPLACE)
+    if ret != 0:
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise NameClash(f"{dst!r} already exists")
+        raise OSError(err, os.strerror(err))
+
+
+class Tree:
+    def __init__(self, root: str, owner: Owner | None = None, dir_mode: int = 0o755, file_mode: int = 0o644):
+        self.root, self.owner = root, owner
+        self.dir_mode, self.file_mode = dir_mode, file_mode
+
+    # -- reaching a folder -------------------------------------------------------------------------------------
+
+    @contextmanager
+    def folder(self, names: tuple[str, ...], create: bool = False) -> Iterator[int]:
+        """A descriptor of the folder ``names`` below the root, each step without following a link. With
+        ``create``, missing folders are made (the owner's)."""
+        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            for name in names:
+                if create:
+                    try:
+                        self._mkdir_at(fd, name)
+                    except FileExistsError:
+                        pass
+                nxt = self._open_dir_at(fd, name)
+                os.close(fd)
+                fd = nxt
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _open_dir_at(self, fd: int, name: str) -> int:
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            raise NoSuchPath(f"no {name!r} here") from None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise PathRefused(f"{name!r} is not a folder (a file or a symbolic link)") from None
+            raise
+
+    def _mkdir_at(self, fd: int, name: str) -> None:
+        os.mkdir(name, 0o700, dir_fd=fd)
+        sub = self._open_dir_at(fd, name)
+        try:
+            if self.owner is not None:
+                os.fchown(sub, self.owner.uid, self.owner.gid)
+            os.fchmod(sub, self.dir_mode)
+        finally:
+            os.close(sub)
+
+    # -- reading -----------------------------------------------------------------------------------------------
+
+    def stat(self, names: tuple[str, ...]) -> Entry:
+        if not names:
+            with self.folder(()) as fd:
+                return _entry("", os.fstat(fd))
+        with self.folder(names[:-1]) as fd:
+            return _entry(names[-1], self._lstat_at(fd, names[-1]))
+
+    def _lstat_at(self, fd: int, name: str) -> os.stat_result:
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise NoSuchPath(f"no {name!r} here") from None
+
+    def list(self, names: tuple[str, ...], after: str = "", limit: int = 1000) -> tuple[list[Entry], str | None]:
+        """One page of the folder's entries in name order, those after ``after``; and the name to continue after,
+        or None on the last page. One pass over the names and a stat of only this page's entries, so a folder of
+        100,000 files answers its first page quickly."""
+        with self.folder(names) as fd:
+            with os.scandir(fd) as it:
+                wanted = (e.name for e in it if e.name > after and not (not names and e.name == UPLOADS_DIR))
+                page = heapq.nsmallest(limit + 1, wanted)
+            more = len(page) > limit
+            page = page[:limit]
+            out = []
+            for name in page:
+                try:
+                    out.append(_entry(name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
+                except FileNotFoundError:  # gone since the scan
+                    continue
+        return out, (page[-1] if more else None)
+
+    def _open_regular(self, names: tuple[str, ...]) -> tuple[int, int]:
+        """A read descriptor of the regular file ``names`` and its size. A link, a FIFO or a device is refused
+        (O_NONBLOCK: opening a FIFO a job planted does not hang the server)."""
+        with self.folder(names[:-1]) as parent:
+            try:
+                fd = os.open(names[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+            except FileNotFoundError:
+                raise NoSuchPath(f"no {names[-1]!r} here") from None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise PathRefused(f"{names[-1]!r} is a symbolic link; it is not followed") from None
+                raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise PathRefused(f"{names[-1]!r} is not a regular file")
+            if self.owner is not None and st.st_uid != self.owner.uid:
+                raise PathRefused(f"{names[-1]!r} belongs to another user")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st.st_size
+
+    def open_file(self, names: tuple[str, ...]) -> BinaryIO:
+        """The regular file ``names`` as a binary file object to read (and seek)."""
+        fd, _ = self._open_regular(names)
+        return os.fdopen(fd, "rb")
+
+    def reader(self, names: tuple[str, ...], chunk: int = 1 << 20) -> tuple[int, Iterator[bytes]]:
+        """The file's size and its bytes: opened (and refused) now, read as the iterator is consumed."""
+        fd, size = self._open_regular(names)
+
+        def blocks() -> Iterator[bytes]:
+            try:
+                while block := os.read(fd, chunk):
+                    yield block
+            finally:
+                os.close(fd)
+
+        return size, blocks()
+
+    # -- changing ----------------------------------------------------------------------------------------------
+
+    def mkdir(self, names: tuple[str, ...], parents: bool = False) -> None:
+        with self.folder(names[:-1], create=parents) as fd:
+            try:
+                self._mkdir_at(fd, names[-1])
+            except FileExistsError:
+                raise NameClash(f"{names[-1]!r} already exists") from None
+
+    def move(self, src: tuple[str, ...], dst: tuple[str, ...]) -> None:
+        if dst[: len(src)] == src:
+            raise PathRefused("cannot move a folder into itself")
+        with self.folder(src[:-1]) as a, self.folder(dst[:-1]) as b:
+            self._lstat_at(a, src[-1])
+            _rename_noreplace(a, src[-1], b, dst[-1])
+
+    def delete(self, names: tuple[str, ...]) -> tuple[int, int]:
+        """Remove a file, a link (not what it points to) or a folder with all it holds; the bytes and entries
+        freed."""
+        with self.folder(names[:-1]) as fd:
+            st = self._lstat_at(fd, names[-1])
+            if not stat.S_ISDIR(st.st_mode):
+                os.unlink(names[-1], dir_fd=fd)
+                return (st.st_size if stat.S_ISREG(st.st_mode) else 0), 1
+            inner = os.open(names[-1], _DIR_FLAGS, dir_fd=fd)
+            try:
+                size, count = _usage(inner)
+            finally:
+                os.close(inner)
+            shutil.rmtree(names[-1], dir_fd=fd)  # descriptor-based: never follows a link out
+            return size, count + 1
+
+    def usage(self) -> tuple[int, int]:
+        """Bytes of regular files and number of entries below the root, by one walk that follows no link (the
+        reconciliation of the counters; the unfinished uploads are not counted)."""
+        with self.folder(()) as fd:
+            return _usage(fd, skip_top=UPLOADS_DIR)
+
+    # -- uploads: a part file in the platform's own folder, renamed into place when complete -------------------
+
+    @contextmanager
+    def _uploads(self) -> Iterator[int]:
+        """The platform's folder of unfinished uploads at the root: root's and 0700, so a job can remove it (it
+        owns the root of its personal space) but never read or change a part."""
+        with self.folder(()) as root:
+            try:
+                os.mkdir(UPLOADS_DIR, 0o700, dir_fd=root)
+            except FileExistsError:
+                pass
+            fd = self._open_dir_at(root, UPLOADS_DIR)
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != os.geteuid():
+                raise PathRefused(f"{UPLOADS_DIR} is not the platform's")
+            yield fd
+        finally:
+            os.close(fd)
+
+    def new_part(self, upload_id: str) -> None:
+        with self._uploads() as up:
+            os.close(os.open(upload_id, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=up))
+
+    def part_size(self, upload_id: str) -> int:
+        with self._uploads() as up:
+            try:
+                return os.stat(upload_id, dir_fd=up, follow_symlinks=False).st_size
+            except FileNotFoundError:
+                raise NoSuchPath("the upload's data is gone; start it again") from None
+
+    @contextmanager
+    def part_writer(self, upload_id: str, offset: int) -> Iterator[int]:
+        """A write descriptor of the part, positioned at ``offset``, which must be its size (the client resumes
+        where the platform stopped, never leaves a hole or writes twice)."""
+        with self._uploads() as up:
+            try:
+                fd = os.open(upload_id, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=up)
+            except FileNotFoundError:
+                raise NoSuchPath("the upload's data is gone; start it again") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size != offset:
+                raise OffsetMismatch(size)
+            os.lseek(fd, offset, os.SEEK_SET)
+            yield fd
+        finally:
+            os.close(fd)
+
+    def finish_part(self, upload_id: str, dst: tuple[str, ...], replace: bool = False) -> None:
+        """Give the complete part its mode and owner and rename it to ``dst``; a name there already is a clash,
+        unless ``replace`` (WebDAV's PUT): then the file, or a link, there is replaced, never written through."""
+        with self._uploads() as up, self.folder(dst[:-1]) as target:
+            fd = os.open(upload_id, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=up)
+            try:
+                os.fchmod(fd, self.file_mode)
+                if self.owner is not None:
+                    os.fchown(fd, self.owner.uid, self.owner.gid)
+            finally:
+                os.close(fd)
+            if replace:
+                if stat.S_ISDIR(self._lstat_or_none(target, dst[-1])):
+                    raise NameClash(f"{dst[-1]!r} is a folder")
+                os.rename(upload_id, dst[-1], src_dir_fd=up, dst_dir_fd=target)
+            else:
+                _rename_noreplace(up, upload_id, target, dst[-1])
+
+    def _lstat_or_none(self, fd: int, name: str) -> int:
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return 0
+
+    def drop_part(self, upload_id: str) -> None:
+        with self._uploads() as up:
+            try:
+                os.unlink(upload_id, dir_fd=up)
+            except FileNotFoundError:
+                pass
+
+
+class OffsetMismatch(Exception):
+    def __init__(self, size: int):
+        super().__init__(f"the upload is at byte {size}")
+        self.size = size
+
+
+def _usage(fd: int, skip_top: str | None = None) -> tuple[int, int]:
+    size = count = 0
+    for _, dirs, files, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+        if skip_top is not None:
+            dirs[:] = [d for d in dirs if d != skip_top]
+            skip_top = None
+        count += len(dirs) + len(files)
+        for name in files:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                size += st.st_size
+    return size, count
+
+
+def make_root(path: str, owner: Owner | None, mode: int) -> None:
+    """The space's root directory (its parents are the platform's), a real folder with ``mode`` and owner."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise RuntimeError(f"{path} is not a directory") from None
+        return
+    if owner is not None:
+        os.lchown(path, owner.uid, owner.gid)

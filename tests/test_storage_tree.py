@@ -1,0 +1,190 @@
+"""The path layer of storage spaces as an attacker meets it: every refused path shape, and a space in which a job
+planted links to /etc and to another space, a FIFO, a hard link to a file it does not own, and a folder swapped for
+a link. The platform never reads, writes, lists or deletes through any of them."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
+from caldera.storage.paths import UPLOADS_DIR, file_parts, parts
+from caldera.storage.tree import OffsetMismatch, Owner, Tree, make_root
+
+ROOT = os.geteuid() == 0
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["..", "../x", "a/../../x", "a/..", "/etc/passwd", "/", "a\0b", "a\nb", "tab\there", "x\x7f",
+     "a/" + "n" * 256, "é" * 128 + "/x", "x" * 5000, f"{UPLOADS_DIR}/abc", f"./{UPLOADS_DIR}"],
+)  # fmt: skip
+def test_refused_paths(path):
+    with pytest.raises(PathRefused):
+        parts(path)
+
+
+@pytest.mark.parametrize(
+    ("path", "names"),
+    [("a/b", ("a", "b")), ("./a//b/", ("a", "b")), ("with space/ünïcødé 文件", ("with space", "ünïcødé 文件")),
+     ("", ()), ("...", ("...",)), ("..a", ("..a",)), (f"sub/{UPLOADS_DIR}", ("sub", UPLOADS_DIR))],
+)  # fmt: skip
+def test_accepted_paths(path, names):
+    assert parts(path) == names
+
+
+def test_the_root_is_no_file():
+    with pytest.raises(PathRefused):
+        file_parts("./")
+
+
+@pytest.fixture
+def space(tmp_path) -> Tree:
+    root = tmp_path / "space"
+    make_root(str(root), None, 0o755)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "secret.txt").write_text("another space's file")
+    (root / "data").mkdir()
+    (root / "data" / "a.txt").write_text("hello")
+    # what a job planted
+    os.symlink("/etc/passwd", root / "passwd")
+    os.symlink("/etc", root / "etc")
+    os.symlink(str(tmp_path / "other"), root / "other")
+    os.symlink("../other/secret.txt", root / "data" / "rel")
+    os.mkfifo(root / "fifo")
+    return Tree(str(root))
+
+
+@pytest.mark.parametrize("path", ["passwd", "etc/passwd", "other/secret.txt", "data/rel", "etc/shadow"])
+def test_no_read_through_a_link(space, path):
+    with pytest.raises(PathRefused):
+        list(space.reader(parts(path)))
+
+
+@pytest.mark.parametrize("path", ["etc", "other", "data/rel"])
+def test_no_listing_through_a_link(space, path):
+    with pytest.raises(PathRefused):
+        space.list(parts(path))
+
+
+def test_links_are_listed_as_links_never_followed(space):
+    entries, more = space.list(())
+    kinds = {e.name: (e.kind, e.size) for e in entries}
+    assert more is None
+    assert kinds["passwd"] == ("link", 0) and kinds["etc"] == ("link", 0) and kinds["data"][0] == "dir"
+    assert kinds["fifo"] == ("other", 0)
+    assert space.stat(parts("other")).kind == "link"
+
+
+def test_a_fifo_is_refused_without_hanging(space):
+    with pytest.raises(PathRefused, match="not a regular file"):
+        list(space.reader(parts("fifo")))
+
+
+def test_no_write_or_mkdir_through_a_link(space, tmp_path):
+    with pytest.raises(PathRefused):
+        space.mkdir(parts("other/planted"))
+    with pytest.raises(PathRefused):
+        space.mkdir(parts("etc/x/y"), parents=True)
+    space.new_part("u1")
+    with pytest.raises(PathRefused):
+        space.finish_part("u1", parts("other/planted.txt"))
+    with pytest.raises(PathRefused):
+        space.move(parts("data/a.txt"), parts("other/a.txt"))
+    assert sorted(os.listdir(tmp_path / "other")) == ["secret.txt"]
+
+
+def test_delete_removes_the_link_not_its_target(space, tmp_path):
+    assert space.delete(parts("other")) == (0, 1)
+    assert space.delete(parts("passwd")) == (0, 1)
+    assert (tmp_path / "other" / "secret.txt").read_text() == "another space's file"
+    assert Path("/etc/passwd").exists()
+    with pytest.raises(PathRefused):  # a folder's content is not reached through a link either
+        space.delete(parts("etc/passwd"))
+
+
+def test_deleting_a_folder_never_follows_links_inside(space, tmp_path):
+    os.symlink(str(tmp_path / "other"), Path(space.root) / "data" / "into-other")
+    size, count = space.delete(parts("data"))
+    assert (size, count) == (5, 4)  # a.txt, rel, into-other and the folder itself
+    assert (tmp_path / "other" / "secret.txt").exists()
+
+
+def test_usage_counts_files_not_what_links_point_to(space):
+    size, count = space.usage()
+    assert size == 5  # data/a.txt only: /etc and the other space are not walked
+    assert count == 7  # data, a.txt, rel, passwd, etc, other, fifo
+
+
+def test_a_folder_swapped_for_a_link_is_refused(space, tmp_path):
+    """A job replaces a folder by a link between two requests: the next request meets the link and stops."""
+    root = Path(space.root)
+    os.rename(root / "data", root / "data-old")
+    os.symlink(str(tmp_path / "other"), root / "data")
+    with pytest.raises(PathRefused):
+        list(space.reader(parts("data/secret.txt")))
+
+
+@pytest.mark.skipif(not ROOT, reason="ownership needs root")
+def test_a_personal_space_serves_only_its_owners_files(tmp_path):
+    """A hard link (or any file) not owned by the space's owner is not served: a job cannot make the root server
+    read a file of root's or another user's by linking it into its space."""
+    root = tmp_path / "home"
+    owner = Owner(54321, 54321)
+    make_root(str(root), owner, 0o700)
+    foreign = tmp_path / "foreign.txt"
+    foreign.write_text("root's")
+    os.link(foreign, root / "linked.txt")
+    tree = Tree(str(root), owner)
+    with pytest.raises(PathRefused, match="another user"):
+        list(tree.reader(parts("linked.txt")))
+    tree.mkdir(parts("made"))
+    st = os.lstat(root / "made")
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (54321, 0o755)
+
+
+def test_upload_parts_resume_and_never_replace(space):
+    space.new_part("u2")
+    with space.part_writer("u2", 0) as fd:
+        os.write(fd, b"abc")
+    with pytest.raises(OffsetMismatch) as exc, space.part_writer("u2", 0):
+        pass
+    assert exc.value.size == 3
+    with space.part_writer("u2", 3) as fd:
+        os.write(fd, b"def")
+    assert space.part_size("u2") == 6
+    assert UPLOADS_DIR not in [e.name for e in space.list(())[0]]  # unfinished: invisible
+    with pytest.raises(NameClash):
+        space.finish_part("u2", parts("data/a.txt"))
+    assert b"".join(space.reader(parts("data/a.txt"))[1]) == b"hello"
+    space.finish_part("u2", parts("data/b.txt"))
+    assert b"".join(space.reader(parts("data/b.txt"))[1]) == b"abcdef"
+    with pytest.raises(NoSuchPath):
+        space.part_size("u2")
+
+
+def test_a_planted_upload_folder_is_refused(tmp_path):
+    root = tmp_path / "s"
+    make_root(str(root), None, 0o755)
+    os.symlink("/etc", root / UPLOADS_DIR)
+    with pytest.raises(PathRefused):
+        Tree(str(root)).new_part("x")
+
+
+def test_paging_a_large_folder(tmp_path):
+    root = tmp_path / "big"
+    make_root(str(root), None, 0o755)
+    for i in range(2500):
+        (root / f"f{i:05d}").touch()
+    tree = Tree(str(root))
+    seen, after = [], ""
+    while True:
+        page, nxt = tree.list((), after=after, limit=1000)
+        seen += [e.name for e in page]
+        if nxt is None:
+            break
+        after = nxt
+    assert seen == [f"f{i:05d}" for i in range(2500)]
