@@ -8,11 +8,17 @@ import json
 import os
 import select
 import time
+import uuid
 
 import pytest
 
-from caldera.runtime.base import ExecError, Phase
+from caldera.config import Settings
+from caldera.core.spec import JobSpec
+from caldera.runtime.base import ExecError, LaunchRequest, Phase
+from caldera.runtime.container.runtime import ContainerRuntime
 from caldera.runtime.exec_process import STDERR, STDOUT, ExecProcess
+from tests import needs
+from tests.conftest import traversable
 from tests.runtime.conftest import wait_for, wait_terminal
 from tests.runtime.test_process_isolation import ALICE, rt, start  # noqa: F401 - fixtures
 
@@ -74,9 +80,7 @@ def test_exit_code_stderr_and_stdin(rt, start) -> None:  # noqa: F811
     assert (out[STDOUT], out[STDERR], code) == (b"from stdin\n", b"oops\n", 7)
 
 
-@pytest.mark.parametrize(
-    "argv", [["--version"], ["--target=1", "--mount", "sh"], ["-h"], ["--", "id"], ["-c", "id"]]
-)
+@pytest.mark.parametrize("argv", [["--version"], ["--target=1", "--mount", "sh"], ["-h"], ["--", "id"], ["-c", "id"]])
 def test_the_users_argv_is_never_an_option_of_a_root_helper(rt, start, argv) -> None:  # noqa: F811
     """nsenter, setsid and Python see the user's words only as the command to exec, looked up by the job."""
     h = start(ALICE, command=["sleep", "300"])
@@ -119,3 +123,66 @@ def test_a_rank_that_is_not_running_is_refused(rt, start) -> None:  # noqa: F811
     with pytest.raises(ExecError) as err:
         rt.exec(h2, 1, ["id"], tty=False)
     assert err.value.reason == "NoSuchRank"
+
+
+# -- the container runtime: podman exec as the job's uid ----------------------------------------------------------
+
+
+@pytest.fixture
+def container(tmp_path):
+    needs.podman()
+    return ContainerRuntime(Settings(data_dir=traversable(tmp_path) / "data", node_name="ctr", cancel_grace_s=2.0))
+
+
+@pytest.fixture
+def in_container(container):
+    home = container.settings.workspaces / "alice"
+    job_id = f"ex-{uuid.uuid4().hex[:10]}"
+    req = LaunchRequest(
+        job_id, 1, JobSpec.model_validate({"name": job_id, "command": ["sleep", "300"]}), (),
+        workdir=home / "jobs" / job_id, run_as=ALICE, home=home,
+    )  # fmt: skip
+    h = container.launch(req)
+    wait_for(lambda: container.observe(h).phase is Phase.RUNNING, 60, what="the container")
+    yield h
+    container.stop(h, 0)
+    wait_terminal(container, h, timeout=60)
+
+
+def test_container_exec_runs_as_the_job_uid_without_capabilities(container, in_container) -> None:
+    script = "id -u; id -G; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; cat; echo err >&2; exit 3"
+    out, code = collect(container.exec(in_container, 0, ["sh", "-c", script], tty=False), b"piped\n", timeout=60)
+    assert code == 3, out
+    lines = out[STDOUT].decode().splitlines()
+    assert lines[0] == str(ALICE.uid) and lines[1] == str(ALICE.gid), lines
+    assert "CapEff:\t0000000000000000" in lines and "NoNewPrivs:\t1" in lines and lines[-1] == "piped"
+    assert out[STDERR] == b"err\n"
+
+
+@pytest.mark.parametrize("argv", [["--privileged", "sh"], ["--user=0", "id"], ["-h"]])
+def test_container_exec_argv_is_never_an_option_of_podman(container, in_container, argv) -> None:
+    out, code = collect(container.exec(in_container, 0, argv, tty=False), timeout=60)
+    assert code in (126, 127), out
+    assert out[STDOUT] == b"", out
+
+
+def test_container_exec_terminal_resizes(container, in_container) -> None:
+    proc = container.exec(in_container, 0, ["sh"], tty=True, term="xterm-256color")
+    seen = b""
+
+    def shows(what: bytes) -> bool:
+        nonlocal seen
+        if select.select([proc.master], [], [], 0.2)[0]:
+            seen += proc.read(proc.master)
+        return what in seen
+
+    proc.write(b"echo ready\n")
+    wait_for(lambda: shows(b"ready\r\n"), 30, what="the shell")
+    proc.resize(41, 123)
+    time.sleep(0.5)  # podman passes the new size on when SIGWINCH reaches it
+    proc.write(b"stty size; echo $TERM; id -u\n")
+    wait_for(lambda: shows(b"41 123"), 30, what="the new size")
+    assert b"xterm-256color" in seen and str(ALICE.uid).encode() in seen
+    proc.write(b"exit 5\n")
+    assert proc.wait(timeout=30) == 5
+    proc.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import signal
 import struct
@@ -19,6 +20,7 @@ import termios
 from caldera.runtime.local import procs
 
 STDOUT, STDERR = 1, 2
+_TERM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 _EOF_CHAR = b"\x04"  # what a terminal reads as the end of input (Ctrl-D at the start of a line)
 
 
@@ -85,14 +87,21 @@ class ExecProcess:
                 f.close()
 
 
-def spawn(argv: list[str], env: dict[str, str], tty: bool, pass_fds: tuple[int, ...] = ()) -> ExecProcess:
+def terminal_name(term: str) -> str:
+    """The client's ``TERM`` where it is a terminal's name (letters, digits, ``._+-``), else ``xterm``."""
+    return term if _TERM.match(term) else "xterm"
+
+
+def spawn(
+    argv: list[str], env: dict[str, str], tty: bool, pass_fds: tuple[int, ...] = (), cwd: str = "/"
+) -> ExecProcess:
     """Start ``argv`` (the runtime's helper, whose own argv holds nothing of the user's but after ``--``) with a
     fixed environment, on a new PTY or on pipes."""
     if not tty:
         proc = subprocess.Popen(
             argv,
             env=env,
-            cwd="/",
+            cwd=cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -107,7 +116,7 @@ def spawn(argv: list[str], env: dict[str, str], tty: bool, pass_fds: tuple[int, 
         proc = subprocess.Popen(
             [shutil.which("setsid") or "setsid", "--ctty", "--", *argv],
             env=env,
-            cwd="/",
+            cwd=cwd,
             stdin=slave,
             stdout=slave,
             stderr=slave,

@@ -51,7 +51,7 @@ from caldera.runtime.base import (
     ProcessUsage,
     RunAs,
 )
-from caldera.runtime.exec_process import ExecProcess, spawn
+from caldera.runtime.exec_process import ExecProcess, spawn, terminal_name
 from caldera.runtime.local import jupyter, launchfile, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.launchfile import Launch
@@ -706,7 +706,7 @@ class LocalRuntime:
         if not procs.is_alive(rec.get("shim_pid"), rec.get("shim_start")) or rd.exitfile(rank).exists():
             raise ExecError("NotRunning", f"rank {rank} of job {handle.job_id} is not running")
         tag = f"{handle.job_id}/{handle.attempt}/{rank}"
-        env = {**meta.get("exec_env", {}), procs.TAG_VAR: tag, "TERM": term or "dumb"}
+        env = {**meta.get("exec_env", {}), procs.TAG_VAR: tag, "TERM": terminal_name(term) if tty else "dumb"}
         ids = meta.get("run_as")
         request = {
             "argv": argv,
