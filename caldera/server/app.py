@@ -15,6 +15,7 @@ from caldera.images.builds import BuildQueue
 from caldera.server import (
     api_admin,
     api_auth,
+    api_exec,
     api_images,
     api_jobs,
     api_notifications,
@@ -114,6 +115,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_ssh_keys.router,
         api_notifications.router,
         api_jobs.router,
+        api_exec.router,
         api_images.router,
         api_admin.router,
         api_templates.router,
