@@ -24,6 +24,8 @@ import json
 import os
 import threading
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,10 +78,12 @@ class Refused(Exception):
         self.status, self.detail = status, detail
 
 
-def _authorise(p: Platform, ws: WebSocket, job_id: str) -> Target:
+def authorise(p: Platform, ws: WebSocket, job_id: str, cookie: bool = True) -> Target:
+    """The owner's running job, or Refused. ``cookie``: whether the browser's session cookie counts (the page's
+    terminal); without it only a bearer token does."""
     auth = ws.headers.get("authorization", "")
     bearer = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-    token = bearer or ws.cookies.get(SESSION_COOKIE, "")
+    token = bearer or (ws.cookies.get(SESSION_COOKIE, "") if cookie else "")
     if not token:
         raise Refused(401, "not authenticated")
     origin = ws.headers.get("origin")
@@ -138,30 +142,36 @@ def _request(text: str | None, t: Target, ws: WebSocket) -> dict[str, Any]:
 async def exec_ws(websocket: WebSocket, job_id: str) -> None:
     p: Platform = websocket.app.state.platform
     try:
-        target = await asyncio.to_thread(_authorise, p, websocket, job_id[:200])
+        target = await asyncio.to_thread(authorise, p, websocket, job_id[:200])
     except Refused as exc:
-        await _deny(websocket, exc.status, exc.detail)
+        await deny(websocket, exc.status, exc.detail)
         return
+    async with counted(websocket, target) as admitted:
+        if admitted:
+            await websocket.accept()
+            await _session(p, websocket, target)
+
+
+@asynccontextmanager
+async def counted(websocket: WebSocket, target: Target) -> AsyncIterator[bool]:
+    """A session of the user's while there are fewer than MAX_SESSIONS_PER_USER (else refused with 429)."""
     with _open_lock:
-        if _open[target.user_id] >= MAX_SESSIONS_PER_USER:
-            busy = True
-        else:
-            busy = False
+        admitted = _open[target.user_id] < MAX_SESSIONS_PER_USER
+        if admitted:
             _open[target.user_id] += 1
-    if busy:
-        await _deny(websocket, 429, MESSAGES["TooMany"])
-        return
+    if not admitted:
+        await deny(websocket, 429, MESSAGES["TooMany"])
     try:
-        await websocket.accept()
-        await _session(p, websocket, target)
+        yield admitted
     except WebSocketDisconnect:
         pass
     finally:
-        with _open_lock:
-            _open[target.user_id] -= 1
+        if admitted:
+            with _open_lock:
+                _open[target.user_id] -= 1
 
 
-async def _deny(websocket: WebSocket, status: int, detail: str) -> None:
+async def deny(websocket: WebSocket, status: int, detail: str) -> None:
     try:
         await websocket.send_denial_response(JSONResponse({"detail": detail}, status_code=status))
     except RuntimeError:  # a server without the denial extension: a plain refusal
@@ -187,9 +197,9 @@ async def _session(p: Platform, websocket: WebSocket, t: Target) -> None:
         return
     if req["tty"]:
         proc.resize(req["rows"], req["cols"])
-    pumps = [asyncio.create_task(_output(websocket, proc, stream, fd)) for stream, fd in proc.outputs()]
+    pumps = [asyncio.create_task(output(websocket, proc, fd, bytes([stream]))) for stream, fd in proc.outputs()]
     inbound = asyncio.create_task(_input(websocket, proc))
-    watch = asyncio.create_task(_watch(p, t, proc))
+    watch = asyncio.create_task(watch_job(p, t, proc))
     try:
         await asyncio.gather(*pumps)  # every output ended: the command has, or has closed them
         code = await asyncio.to_thread(proc.wait)
@@ -205,10 +215,10 @@ async def _session(p: Platform, websocket: WebSocket, t: Target) -> None:
         proc.close()
 
 
-async def _output(websocket: WebSocket, proc: ExecProcess, stream: int, fd: int) -> None:
+async def output(websocket: WebSocket, proc: ExecProcess, fd: int, head: bytes) -> None:
+    """What the command writes on ``fd``, to the client, each message ``head`` and a chunk, until its end."""
     loop = asyncio.get_running_loop()
     os.set_blocking(fd, False)
-    head = bytes([stream])
     while True:
         ready: asyncio.Future[None] = loop.create_future()
         loop.add_reader(fd, _wake, ready)
@@ -251,7 +261,7 @@ async def _input(websocket: WebSocket, proc: ExecProcess) -> None:
     proc.kill()
 
 
-async def _watch(p: Platform, t: Target, proc: ExecProcess) -> None:
+async def watch_job(p: Platform, t: Target, proc: ExecProcess) -> None:
     """Ends the command once its job is no longer Running (a runtime whose namespaces end with the job ends it
     sooner)."""
     while await asyncio.to_thread(_still_running, p, t):

@@ -25,6 +25,7 @@ from caldera.server import (
     authenticators,
     lab_entry,
     node_admin,
+    ssh_relay,
     web,
 )
 from caldera.server.csrf import CSRFMiddleware
@@ -116,6 +117,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_notifications.router,
         api_jobs.router,
         api_exec.router,
+        ssh_relay.router,
         api_images.router,
         api_admin.router,
         api_templates.router,

@@ -130,6 +130,7 @@ def _exit_message(rec: dict[str, Any]) -> str:
 
 class LocalRuntime:
     name = "local"
+    job_python = sys.executable  # runs in a job too (caldera ssh's server): the platform's Python, with asyncssh
 
     def __init__(self, settings: Settings):
         self.settings = settings
