@@ -1,16 +1,21 @@
-"""``caldera exec``: a command, or with ``-it`` a shell, inside a running job of mine, over the platform's
-websocket (``/api/v1/jobs/<id>/exec``, see ``caldera.server.api_exec``) with my token."""
+"""Into a running job of mine, over the platform's websockets with my token: ``caldera exec`` (a command, or with
+``-it`` a shell: ``/api/v1/jobs/<id>/exec``, see ``caldera.server.api_exec``) and ``caldera ssh`` (OpenSSH's own
+client through ``caldera ssh --stdio`` as its ProxyCommand: ``/api/v1/jobs/<id>/ssh``, see
+``caldera.server.ssh_relay``), with ``caldera ssh-config`` for a host alias that ssh, scp, rsync and VSCode's
+Remote-SSH use."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import typer
 
@@ -110,5 +115,72 @@ def exec_command(
     raise typer.Exit(code)
 
 
+ALIAS_PREFIX = "caldera-"  # ssh's host alias of a job: caldera-<job id>
+_HOST_KEY_ALIAS = "caldera-jobs"  # every job of mine shows the same host key (kept in my workspace)
+
+
+def _proxy_command() -> str:
+    return f"{shlex.quote(sys.executable)} -m caldera.cli.main ssh --stdio"
+
+
+def ssh_command(
+    job_id: str = typer.Argument(..., help="a running job of yours, or its alias caldera-<job>"),
+    command: list[str] | None = typer.Argument(None, help="a command to run instead of a shell, after --"),
+    rank: int = typer.Option(0, "--rank", "-r", min=0, help="which rank of a distributed job"),
+    stdio: bool = typer.Option(False, "--stdio", help="be ssh's ProxyCommand: the SSH stream on stdin and stdout"),
+    identity: Path | None = typer.Option(None, "--identity", "-i", help="the private key (ssh's -i)"),
+) -> None:
+    """SSH into a running job of yours (OpenSSH's ssh, through the platform; your registered keys)."""
+    job_id = job_id.removeprefix(ALIAS_PREFIX)
+    if stdio:
+        _relay_stdio(job_id, rank)
+        return
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        err.print("[red]ssh not found: install OpenSSH's client[/red]")
+        raise typer.Exit(1)
+    proxy = f"{_proxy_command()} --rank {rank} {shlex.quote(job_id)}"
+    argv = [ssh, "-o", f"ProxyCommand={proxy}", "-o", f"HostKeyAlias={_HOST_KEY_ALIAS}"]
+    if identity is not None:
+        argv += ["-i", str(identity)]
+    argv += ["--", f"caldera@{ALIAS_PREFIX}{job_id}", *(command or [])]
+    os.execv(ssh, argv)
+
+
+def _relay_stdio(job_id: str, rank: int) -> None:
+    ws = connect(f"/api/v1/jobs/{job_id}/ssh?rank={rank}")
+
+    def upstream() -> None:
+        try:
+            while chunk := os.read(0, 65536):
+                ws.send(chunk)
+        except Exception:  # noqa: BLE001 - the session is over
+            pass
+        ws.close()
+
+    threading.Thread(target=upstream, daemon=True).start()
+    out = sys.stdout.buffer
+    try:
+        for msg in ws:
+            if isinstance(msg, bytes):
+                out.write(msg)
+                out.flush()
+    except Exception:  # noqa: BLE001 - a connection that broke ends the stream, as a closed one does
+        pass
+
+
+def ssh_config() -> None:
+    """Print an ssh_config block: `ssh caldera-<job>`, scp, rsync and VSCode's Remote-SSH then reach your jobs."""
+    print(
+        f"Host {ALIAS_PREFIX}*\n"
+        f"    ProxyCommand {_proxy_command()} %n\n"
+        "    User caldera\n"
+        f"    HostKeyAlias {_HOST_KEY_ALIAS}\n"
+        "    ServerAliveInterval 30"
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.command("exec")(exec_command)
+    app.command("ssh")(ssh_command)
+    app.command("ssh-config")(ssh_config)

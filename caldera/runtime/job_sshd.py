@@ -90,6 +90,15 @@ class _Server(asyncssh.SSHServer):
         return True
 
 
+class _Sftp(asyncssh.SFTPServer):
+    """asyncssh's SFTP server (the job's files as its user), ending with an exit status as OpenSSH's does: scp
+    counts a session without one as failed."""
+
+    def exit(self) -> None:
+        super().exit()
+        self.channel.exit(0)
+
+
 def _set_size(fd: int, cols: int, rows: int) -> None:
     if cols and rows:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
@@ -102,8 +111,19 @@ async def _read_fd(fd: int) -> bytes:
         return b""
 
 
+def _shell() -> str:
+    """The user's login shell; job users the platform made have none (nologin): bash, else sh, then."""
+    try:
+        shell = pwd.getpwuid(os.getuid()).pw_shell
+    except KeyError:  # a uid without a passwd entry (a container's)
+        shell = ""
+    if shell and os.path.basename(shell) not in ("nologin", "false"):
+        return shell
+    return shutil.which("bash") or "/bin/sh"
+
+
 async def _session(process: asyncssh.SSHServerProcess) -> None:
-    shell = pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
+    shell = _shell()
     argv = [shell, "-c", process.command] if process.command else [shell, "-l"]
     env = dict(os.environ)
     term = process.get_terminal_type()
@@ -188,7 +208,7 @@ async def serve(authorized_keys: str, key_path: str) -> None:
         authorized_client_keys=asyncssh.import_authorized_keys(authorized_keys),
         process_factory=_session,
         encoding=None,
-        sftp_factory=True,
+        sftp_factory=_Sftp,
         allow_scp=True,
         agent_forwarding=False,
         x11_forwarding=False,
@@ -201,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--authorized-keys", required=True, help="the owner's public keys, one OpenSSH line each")
     ap.add_argument("--host-key", default=os.path.expanduser("~/.config/caldera/ssh_host_ed25519_key"))
     args = ap.parse_args(argv)
+    try:
+        os.chdir(os.path.expanduser("~"))  # where scp's and sftp's relative paths start, as with OpenSSH
+    except OSError:
+        pass
     try:
         asyncio.run(serve(args.authorized_keys, args.host_key))
     except (OSError, asyncssh.Error) as exc:
