@@ -41,6 +41,7 @@ def connect(path: str):  # noqa: ANN201 - a websockets client connection
             additional_headers={"Authorization": c.http.headers["authorization"]},
             max_size=None,
             open_timeout=30,
+            compression=None,  # SSH's stream is encrypted, a terminal's is small: deflate only costs CPU
         )
     except InvalidStatus as exc:
         try:
