@@ -22,6 +22,8 @@ from caldera.runtime.local import procs
 STDOUT, STDERR = 1, 2
 _TERM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 _EOF_CHAR = b"\x04"  # what a terminal reads as the end of input (Ctrl-D at the start of a line)
+_F_SETPIPE_SZ = 1031
+_PIPE_BYTES = 1 << 20
 
 
 class ExecProcess:
@@ -41,7 +43,7 @@ class ExecProcess:
         return [(STDOUT, self.proc.stdout.fileno()), (STDERR, self.proc.stderr.fileno())]
 
     @staticmethod
-    def read(fd: int, size: int = 65536) -> bytes:
+    def read(fd: int, size: int = _PIPE_BYTES) -> bytes:
         try:
             return os.read(fd, size)
         except OSError:  # EIO: every holder of the PTY's other end is gone
@@ -108,6 +110,11 @@ def spawn(
             pass_fds=pass_fds,
             start_new_session=True,
         )
+        for pipe in (proc.stdin, proc.stdout):  # fewer, larger chunks for a bulk stream (scp through SSH)
+            try:
+                fcntl.fcntl(pipe.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)  # type: ignore[union-attr]
+            except OSError:  # over /proc/sys/fs/pipe-max-size for this uid: the default then
+                pass
         return ExecProcess(proc, None)
     master, slave = os.openpty()
     try:
