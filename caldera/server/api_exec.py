@@ -198,7 +198,7 @@ async def _session(p: Platform, websocket: WebSocket, t: Target) -> None:
     if req["tty"]:
         proc.resize(req["rows"], req["cols"])
     pumps = [asyncio.create_task(output(websocket, proc, fd, bytes([stream]))) for stream, fd in proc.outputs()]
-    inbound = asyncio.create_task(_input(websocket, proc))
+    inbound = asyncio.create_task(pump_input(websocket, proc))
     watch = asyncio.create_task(watch_job(p, t, proc))
     try:
         await asyncio.gather(*pumps)  # every output ended: the command has, or has closed them
@@ -240,7 +240,7 @@ def _wake(ready: asyncio.Future[None]) -> None:
         ready.set_result(None)
 
 
-async def _input(websocket: WebSocket, proc: ExecProcess) -> None:
+async def pump_input(websocket: WebSocket, proc: ExecProcess) -> None:
     """The client's messages until it goes; then the command is killed (``_session``'s finally)."""
     try:
         while True:

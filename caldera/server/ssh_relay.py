@@ -18,12 +18,10 @@ import asyncio
 from pathlib import Path
 
 from fastapi import APIRouter, Query, WebSocket
-from starlette.websockets import WebSocketDisconnect
 
 from caldera.runtime import job_sshd
 from caldera.runtime.base import ExecError, Handle
-from caldera.runtime.exec_process import ExecProcess
-from caldera.server.api_exec import Refused, Target, authorise, counted, deny, output, watch_job
+from caldera.server.api_exec import Refused, Target, authorise, counted, deny, output, pump_input, watch_job
 from caldera.server.params import DB_INT_MAX
 from caldera.server.platform import Platform
 from caldera.server.user_keys import authorized_keys
@@ -68,7 +66,7 @@ async def _relay(p: Platform, websocket: WebSocket, t: Target, rank: int, keys: 
     stdout = next(fd for stream, fd in proc.outputs() if stream == 1)
     tasks = [
         asyncio.create_task(output(websocket, proc, stdout, b"")),
-        asyncio.create_task(_inbound(websocket, proc)),
+        asyncio.create_task(pump_input(websocket, proc)),
         asyncio.create_task(watch_job(p, t, proc)),
     ]
     try:
@@ -83,15 +81,3 @@ async def _relay(p: Platform, websocket: WebSocket, t: Target, rank: int, keys: 
             await websocket.close()
         except RuntimeError:
             pass
-
-
-async def _inbound(websocket: WebSocket, proc: ExecProcess) -> None:
-    try:
-        while True:
-            msg = await websocket.receive()
-            if msg["type"] == "websocket.disconnect":
-                return
-            if msg.get("bytes"):
-                await asyncio.to_thread(proc.write, msg["bytes"])
-    except (WebSocketDisconnect, OSError, RuntimeError):
-        pass
