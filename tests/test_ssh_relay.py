@@ -21,6 +21,9 @@ pytestmark = [pytest.mark.usefixtures("root_user"), pytest.mark.parametrize("db_
 
 
 def _key(tmp_path: Path, name: str) -> Path:
+    for program in ("ssh", "scp", "ssh-keygen", "rsync"):
+        needs.program(program, "openssh-client rsync")
+    needs.module("asyncssh")
     path = tmp_path / f"id_{name}"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)], check=True)
     return path
@@ -50,7 +53,6 @@ def _ssh(srv, opts: list[str], jid: str, *command: str, timeout: float = 120) ->
 
 
 def test_ssh_scp_and_rsync_through_the_relay(server, tmp_path) -> None:  # noqa: F811
-    needs.program("ssh", "openssh-client")
     alice = _user(server, "alice")
     alice_key = _key(tmp_path, "alice")
     _register(server, alice, alice_key)
