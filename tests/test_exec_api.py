@@ -118,6 +118,9 @@ def test_caldera_exec_runs_in_the_job_as_its_uid(server, tmp_path, runtime_name)
     assert "to-stderr" in r.stderr and "to-stderr" not in r.stdout
     r = _caldera(server, "exec", "-i", jid, "--", "tr", "a-z", "A-Z", stdin="piped in\n", config=config)
     assert (r.returncode, r.stdout) == (0, "PIPED IN\n"), r.stderr
+    big = "x" * (8 * 2**20)  # more than any pipe holds: the relay waits for the command instead of failing
+    r = _caldera(server, "exec", "-i", jid, "--", "wc", "-c", stdin=big, config=config)
+    assert (r.returncode, r.stdout.strip()) == (0, str(len(big))), r.stderr
     # the user's words are the command, never an option of a root helper (nsenter, podman)
     r = _caldera(server, "exec", jid, "--", "--privileged", "--user=0", "id", config=config)
     assert r.returncode in (126, 127) and r.stdout == "", (r.stdout, r.stderr)

@@ -49,8 +49,12 @@ class ExecProcess:
         except OSError:  # EIO: every holder of the PTY's other end is gone
             return b""
 
+    @property
+    def input_fd(self) -> int:
+        return self.master if self.master is not None else self.proc.stdin.fileno()  # type: ignore[union-attr]
+
     def write(self, data: bytes) -> None:
-        fd = self.master if self.master is not None else self.proc.stdin.fileno()  # type: ignore[union-attr]
+        fd = self.input_fd
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

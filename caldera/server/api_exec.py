@@ -240,6 +240,23 @@ def _wake(ready: asyncio.Future[None]) -> None:
         ready.set_result(None)
 
 
+async def _write(fd: int, data: bytes) -> None:
+    """All of ``data`` to the command, waiting (not blocking the loop) while its input is full."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(fd, _wake, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_writer(fd)
+
+
 async def pump_input(websocket: WebSocket, proc: ExecProcess) -> None:
     """The client's messages until it goes; then the command is killed (``_session``'s finally)."""
     try:
@@ -248,7 +265,7 @@ async def pump_input(websocket: WebSocket, proc: ExecProcess) -> None:
             if msg["type"] == "websocket.disconnect":
                 break
             if msg.get("bytes"):
-                await asyncio.to_thread(proc.write, msg["bytes"])
+                await _write(proc.input_fd, msg["bytes"])
             elif msg.get("text"):
                 control = json.loads(msg["text"])
                 size = control.get("resize") if isinstance(control, dict) else None
