@@ -18,6 +18,7 @@ from caldera.cli.images import images_app
 from caldera.cli.jobs import register as register_jobs
 from caldera.cli.nodes_admin import nodes_admin_app
 from caldera.cli.output import OUTPUT, Format, emit
+from caldera.cli.remote import register as register_remote
 from caldera.client import Client, forget_credentials, load_credentials, save_credentials
 
 app = typer.Typer(help="Caldera: GPUs for labs.", no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -454,6 +455,7 @@ def _queues_table(rows: list[dict]) -> None:
 
 
 register_jobs(app)
+register_remote(app)
 app.add_typer(nodes_admin_app, name="node")
 
 from caldera.sim.cli import app as sim_app  # noqa: E402 - sub-app mounted after the commands above

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from caldera.core.cluster import Allocation, Node
 from caldera.core.spec import JobSpec
+from caldera.runtime.exec_process import ExecProcess
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,15 @@ class LaunchError(RuntimeError):
         self.reason = reason
 
 
+class ExecError(RuntimeError):
+    """A command that could not be started inside a job, with a machine-readable ``reason`` ("NotRunning",
+    "NoSuchRank", "NotSupported") next to the message a person reads."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 class Runtime(Protocol):
     name: str
 
@@ -116,6 +126,11 @@ class Runtime(Protocol):
 
     def endpoints(self, handle: Handle) -> list[Endpoint]:
         """Services of an interactive job, once it is running."""
+
+    def exec(self, handle: Handle, rank: int, argv: list[str], tty: bool, term: str = "") -> ExecProcess:
+        """Start ``argv`` inside a running rank, as the job's uid with the job's view of the host (its namespaces,
+        its container), on a PTY when ``tty``. ``argv`` reaches no root process except as data after ``--``, and
+        the command runs only once privileges are dropped. Raises ExecError. See ``runtime.exec_process``."""
 
 
 def nodes_of(runtime: Runtime, handle: Handle, placed: Iterable[str]) -> set[str]:

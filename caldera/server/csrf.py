@@ -46,9 +46,17 @@ def csrf_token(request: Request) -> str:
     return request.scope.get("state", {}).get("csrf_token") or request.cookies.get(CSRF_COOKIE, "")
 
 
-def _origin(url: str) -> str:
+def origin_of(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}".lower() if parts.scheme and parts.netloc else ""
+
+
+def platform_origin(origin: str, public_origin: str, lab_url_template: str, host: str, scheme: str) -> bool:
+    """Whether ``origin`` (scheme://host[:port], lower case) is the platform's own: ``CALDERA_PUBLIC_URL``'s, or the
+    scheme and Host the request came to; never a lab's."""
+    if not origin or lab_job_of(lab_url_template, urlsplit(origin).netloc):
+        return False
+    return origin in (public_origin, f"{scheme}://{host}".lower())
 
 
 def _cookies(headers: dict[str, str]) -> dict[str, str]:
@@ -63,7 +71,7 @@ def _cookies(headers: dict[str, str]) -> dict[str, str]:
 class CSRFMiddleware:
     def __init__(self, app: ASGIApp, public_url: str, lab_url_template: str, secure: bool = False):
         self.app = app
-        self.public_origin = _origin(public_url)
+        self.public_origin = origin_of(public_url)
         self.lab_url_template = lab_url_template
         self.secure = secure
 
@@ -102,9 +110,7 @@ class CSRFMiddleware:
         return SESSION_COOKIE in cookies or not scope["path"].startswith("/api/")
 
     def _own(self, origin: str, headers: dict[str, str], scheme: str) -> bool:
-        if not origin or lab_job_of(self.lab_url_template, urlsplit(origin).netloc):
-            return False
-        return origin in (self.public_origin, f"{scheme}://{headers.get('host', '')}".lower())
+        return platform_origin(origin, self.public_origin, self.lab_url_template, headers.get("host", ""), scheme)
 
     async def _refusal(
         self, scope: Scope, headers: dict[str, str], cookies: dict[str, str], receive: Receive
@@ -113,10 +119,10 @@ class CSRFMiddleware:
         here when its token field must be looked at, and handed on again)."""
         scheme = scope.get("scheme", "http")
         if "origin" in headers:
-            if self._own(_origin(headers["origin"]), headers, scheme):
+            if self._own(origin_of(headers["origin"]), headers, scheme):
                 return None, receive
             return f"Origin {headers['origin'][:200]!r} is not this platform", receive
-        if self._own(_origin(headers.get("referer", "")), headers, scheme):
+        if self._own(origin_of(headers.get("referer", "")), headers, scheme):
             return None, receive
         expected = cookies.get(CSRF_COOKIE, "")
         presented = headers.get(CSRF_HEADER, "")

@@ -41,11 +41,12 @@ from caldera.config import Settings
 from caldera.core.cluster import Device, Node
 from caldera.core.spec import JobKind
 from caldera.runtime import gpu_share
-from caldera.runtime.base import Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
+from caldera.runtime.base import Endpoint, ExecError, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
 from caldera.runtime.container import devices, envfile, logs
 from caldera.runtime.container.image import ImageInfo
 from caldera.runtime.container.podman import Podman, PodmanError
 from caldera.runtime.container.settings import ContainerSettings
+from caldera.runtime.exec_process import ExecProcess, spawn, terminal_name
 from caldera.runtime.local import jupyter, owner
 from caldera.runtime.local.gpus import discover_gpus, nvml_devices
 from caldera.runtime.local.rundir import RunDir, create_json_exclusive, read_json, write_json_atomic, write_text_atomic
@@ -563,6 +564,30 @@ class ContainerRuntime:
         if not cookie:
             return []
         return [jupyter.lab_endpoint(meta["base_url"], meta["socket"], cookie, token)]
+
+    # -- exec ------------------------------------------------------------------------------------------------
+    def exec(self, handle: Handle, rank: int, argv: list[str], tty: bool, term: str = "") -> ExecProcess:
+        """``podman exec`` into the rank's container as the job's uid (the container's dropped capabilities and
+        no-new-privileges hold for it too); the user's words come after ``--`` and the container's name."""
+        meta = self._get_meta(handle)
+        if meta is None or self.observe(handle).phase is not Phase.RUNNING:
+            raise ExecError("NotRunning", f"job {handle.job_id} is not running")
+        if not 0 <= rank < meta["world_size"]:
+            raise ExecError("NoSuchRank", f"rank {rank} does not exist (world size {meta['world_size']})")
+        ids = meta.get("run_as")
+        terminal = ["--tty", f"--env=TERM={terminal_name(term)}"] if tty else []
+        args = [
+            *self.podman.base,
+            "exec",
+            "--interactive",
+            *terminal,
+            "--detach-keys=",  # every key reaches the command: none detaches
+            f"--user={ids[0]}:{ids[1]}" if ids else "--user=0:0",
+            "--",
+            meta["names"][rank],
+            *argv,
+        ]
+        return spawn(args, self.podman.env, tty, cwd=str(self.podman.cwd))
 
 
 def _mkdir_as(path: Path, run_as: RunAs | None) -> None:

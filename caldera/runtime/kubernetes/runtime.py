@@ -23,7 +23,17 @@ from caldera.core.cluster import Device, Node
 from caldera.core.resources import CPU, GPU, MEMORY
 from caldera.core.spec import JobKind
 from caldera.core.tenancy import QueueConfig
-from caldera.runtime.base import OTHER_HOLDER, Endpoint, Handle, LaunchError, LaunchRequest, Observation, Phase
+from caldera.runtime.base import (
+    OTHER_HOLDER,
+    Endpoint,
+    ExecError,
+    Handle,
+    LaunchError,
+    LaunchRequest,
+    Observation,
+    Phase,
+)
+from caldera.runtime.exec_process import ExecProcess
 from caldera.runtime.kubernetes import evictions, kueue
 from caldera.runtime.kubernetes import manifests as m
 from caldera.runtime.kubernetes.logcopy import LogCopier
@@ -469,6 +479,10 @@ class KubernetesRuntime:
         yield from follow_file(path, offset, follow, ended, settle_s=0.5)  # the copier's last bytes
 
     # -- endpoints ----------------------------------------------------------------------------------------------
+    def exec(self, handle: Handle, rank: int, argv: list[str], tty: bool, term: str = "") -> ExecProcess:
+        """Not yet: the pods' exec API (a SPDY/websocket stream to the API server) is not wired in."""
+        raise ExecError("NotSupported", "commands and terminals in Kubernetes jobs are not supported yet")
+
     def endpoints(self, handle: Handle) -> list[Endpoint]:
         """The lab of a running jupyter job at its pod's IP (from the pod watch), the token as a header. The pod IP,
         not a Service's ClusterIP: it needs no kube-proxy on the platform's side, nor a request per proxied call."""

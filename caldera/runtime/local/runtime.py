@@ -22,8 +22,10 @@ A handle with empty ``data`` works too: it is read back from <run_dir>/meta.json
 from __future__ import annotations
 
 import errno
+import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +42,7 @@ from caldera.core.cluster import Device, Node
 from caldera.core.spec import JobKind
 from caldera.runtime.base import (
     Endpoint,
+    ExecError,
     Handle,
     LaunchError,
     LaunchRequest,
@@ -48,6 +51,7 @@ from caldera.runtime.base import (
     ProcessUsage,
     RunAs,
 )
+from caldera.runtime.exec_process import ExecProcess, spawn, terminal_name
 from caldera.runtime.local import jupyter, launchfile, netns, owner, procs
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.launchfile import Launch
@@ -60,6 +64,10 @@ from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 _PKG_ROOT = Path(caldera.__file__).resolve().parents[1]
 _SHIM_MAIN = (
     f"import sys; sys.path.insert(0, {str(_PKG_ROOT)!r}); from caldera.runtime.local.shim import main; sys.exit(main())"
+)
+_ENTER_MAIN = (
+    f"import sys; sys.path.insert(0, {str(_PKG_ROOT)!r}); from caldera.runtime.local.enter import main; "
+    "sys.exit(main(int(sys.argv[1])))"
 )
 _LAB_RUNTIME = "jupyter-runtime"
 _START_TIMEOUT_S = 60.0  # generous: on a loaded host, python + nsenter start-up can take seconds per rank
@@ -122,6 +130,7 @@ def _exit_message(rec: dict[str, Any]) -> str:
 
 class LocalRuntime:
     name = "local"
+    job_python = sys.executable  # runs in a job too (caldera ssh's server): the platform's Python, with asyncssh
 
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -209,6 +218,9 @@ class LocalRuntime:
             "world_size": world,
             "scratch": str(scratch),
             "run_as": [req.run_as.uid, req.run_as.gid] if req.run_as else None,
+            "workdir": str(workdir),
+            "private": private,
+            "exec_env": self._exec_env(req),
         }
         base_env = self._base_env(req, scratch)
         base_env.update(owner.authorized_keys(scratch, req.authorized_keys, req.run_as))
@@ -322,13 +334,21 @@ class LocalRuntime:
         scratch = self.settings.scratch_dir / f"{req.job_id}.{req.attempt}"
         return owner.owned_dir(scratch, req.run_as, fresh=True, inside=inside)
 
-    def _base_env(self, req: LaunchRequest, scratch: Path) -> dict[str, str]:
+    @staticmethod
+    def _exec_env(req: LaunchRequest) -> dict[str, str]:
+        """What every rank's command starts from and a command run in the job later (``exec``) gets whole: the
+        server's allowed variables and the owner's identity, none of the job spec's values."""
         env = {k: v for k, v in os.environ.items() if k in _PASS_ENV or k.startswith(_PASS_PREFIXES)}
-        env.setdefault("PYTHONUNBUFFERED", "1")  # logs appear as they are written, not when a buffer fills
         if req.home is not None:
             env["HOME"] = str(req.home)
         if req.run_as is not None:
             env.update(USER=req.run_as.name, LOGNAME=req.run_as.name)
+        env.update(CALDERA_JOB_ID=req.job_id, CALDERA_ATTEMPT=str(req.attempt))
+        return env
+
+    def _base_env(self, req: LaunchRequest, scratch: Path) -> dict[str, str]:
+        env = self._exec_env(req)
+        env.setdefault("PYTHONUNBUFFERED", "1")  # logs appear as they are written, not when a buffer fills
         env.update(req.spec.env)
         env.update(req.env)  # the platform's variables win over the user's
         env.update(
@@ -675,6 +695,55 @@ class LocalRuntime:
         if not cookie or not token or not sock:
             return []
         return [jupyter.lab_endpoint(meta["base_url"], sock, cookie, token)]
+
+    # -- exec ------------------------------------------------------------------------------------------------
+    def exec(self, handle: Handle, rank: int, argv: list[str], tty: bool, term: str = "") -> ExecProcess:
+        """``argv`` in rank ``rank``: in its PID, mount and network namespaces (those of its init, a child of
+        its verified supervisor), as the job's uid (see ``enter``). It dies with the rank's PID namespace."""
+        meta = self._get_meta(handle)
+        if meta is None or self.observe(handle).phase is not Phase.RUNNING:
+            raise ExecError("NotRunning", f"job {handle.job_id} is not running")
+        if not 0 <= rank < meta["world_size"]:
+            raise ExecError("NoSuchRank", f"rank {rank} does not exist (world size {meta['world_size']})")
+        rd = RunDir(meta["run_dir"])
+        rec = read_json(rd.pidfile(rank)) or {}
+        if not procs.is_alive(rec.get("shim_pid"), rec.get("shim_start")) or rd.exitfile(rank).exists():
+            raise ExecError("NotRunning", f"rank {rank} of job {handle.job_id} is not running")
+        tag = f"{handle.job_id}/{handle.attempt}/{rank}"
+        env = {**meta.get("exec_env", {}), procs.TAG_VAR: tag, "TERM": terminal_name(term) if tty else "dumb"}
+        ids = meta.get("run_as")
+        request = {
+            "argv": argv,
+            "env": env,
+            "workdir": meta.get("workdir", "/"),
+            "uid": ids[0] if ids else None,
+            "gid": ids[1] if ids else None,
+            "tty": tty,
+        }
+        init = rec.get("init_pid")
+        prefix: list[str] = []
+        if meta.get("private", init != rec.get("child_pid")):
+            if not init or init not in procs.children(rec["shim_pid"]):
+                raise ExecError("NotRunning", f"rank {rank} of job {handle.job_id} is ending")
+            nsenter = shutil.which("nsenter") or "nsenter"
+            prefix = [nsenter, f"--target={init}", "--mount", "--pid", "--net", "--"]
+        return _enter([*prefix, sys.executable, "-I", "-c", _ENTER_MAIN], request, tty, launchfile.root_env(tag))
+
+
+def _enter(argv: list[str], request: dict[str, Any], tty: bool, env: dict[str, str]) -> ExecProcess:
+    """Start the ``enter`` helper and hand it ``request`` on a pipe of its own: the user's command as data."""
+    r, w = os.pipe()
+    try:
+        proc = spawn([*argv, str(r)], env, tty, pass_fds=(r,))
+    finally:
+        os.close(r)
+    try:
+        with os.fdopen(w, "w") as f:
+            json.dump(request, f)
+    except OSError as exc:  # the helper ended before it read its request
+        proc.kill()
+        raise ExecError("StartFailed", f"cannot start the command: {exc}") from exc
+    return proc
 
 
 def _notice(scratch: Path) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Form, Query, Request
@@ -212,9 +213,12 @@ def _status(db: Session, user: User, job) -> dict:
 
 def _job_page(request: Request, p: Platform, db: Session, user: User, job, errors=(), status: int = 200):
     ranks = job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1)
+    # the terminal's xterm.js styles itself with <style> elements, marked with this response's nonce
+    terminal = job.user_id == user.id and job.state == JobState.RUNNING.value
     return page(
         request, "job.html", status=status, user=user, ranks=ranks, errors=list(errors),
-        snapshots=p.settings.runtime == "container", **_status(db, user, job),
+        snapshots=p.settings.runtime == "container", style_nonce=secrets.token_urlsafe(16) if terminal else "",
+        **_status(db, user, job),
     )  # fmt: skip
 
 

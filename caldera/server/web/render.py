@@ -39,16 +39,18 @@ env.filters["age"] = age
 env.filters["clock"] = clock
 
 
-def _csp(request: Request) -> str:
+def _csp(request: Request, style_nonce: str = "") -> str:
     # forms may lead to a lab's origin: logging in with next=/jobs/<id>/lab/ ends there through redirects
     lab = request.app.state.platform.settings.lab_url("*")
+    styles = f"'self' 'nonce-{style_nonce}'" if style_nonce else "'self'"
     return (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        f"default-src 'self'; script-src 'self'; style-src {styles}; img-src 'self' data:; connect-src 'self'; "
         f"frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self' {lab}"
     )
 
 
-def page(request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+def page(request: Request, template: str, status: int = 200, style_nonce: str = "", **ctx: Any) -> HTMLResponse:
+    """``style_nonce``: the page's scripts make <style> elements of their own (xterm.js) and mark them with it."""
     lang = i18n.choose(request)
     tr = i18n.translations(lang)
     say = Say(tr.gettext)
@@ -62,10 +64,11 @@ def page(request: Request, template: str, status: int = 200, **ctx: Any) -> HTML
         languages=i18n.LANGUAGES,
         csrf_token=csrf.csrf_token(request),
         csrf_field=csrf.CSRF_FIELD,
+        style_nonce=style_nonce,
         **ctx,
     )
     resp = HTMLResponse(html, status_code=status)
-    resp.headers["Content-Security-Policy"] = _csp(request)
+    resp.headers["Content-Security-Policy"] = _csp(request, style_nonce)
     resp.headers["X-Content-Type-Options"] = "nosniff"
     resp.headers["Referrer-Policy"] = "same-origin"
     resp.headers["Cache-Control"] = "no-store"
