@@ -16,8 +16,8 @@ from caldera.images.builds import BuildQueue
 from caldera.server import (
     api_admin,
     api_auth,
-    api_files,
     api_exec,
+    api_files,
     api_images,
     api_jobs,
     api_notifications,
