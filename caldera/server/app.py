@@ -42,6 +42,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         loop = SchedulerLoop(platform)
         app.state.loop = loop
         app.state.builds = BuildQueue(platform)  # its worker starts with the first build
+        loop.governor.builds = app.state.builds  # an idle session is saved before it is stopped
         dispatcher = Dispatcher(platform)
         if run_loop:
             loop.start()
