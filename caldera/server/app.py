@@ -15,6 +15,7 @@ from caldera.images.builds import BuildQueue
 from caldera.server import (
     api_admin,
     api_auth,
+    api_governance,
     api_images,
     api_jobs,
     api_notifications,
@@ -115,6 +116,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_ssh_keys.router,
         api_notifications.router,
         api_jobs.router,
+        api_governance.router,
         api_images.router,
         api_admin.router,
         api_templates.router,
