@@ -71,7 +71,7 @@ def _until_event(api, admin, job, reason, timeout=60.0) -> None:
 
 
 def _idle_job(api, admin, name: str) -> str:
-    script = f"echo '{{\"utilisation\": 0, \"memory_mib\": 500}}' > {LOAD_FILE}; sleep 300"
+    script = f'echo \'{{"utilisation": 0, "memory_mib": 500}}\' > {LOAD_FILE}; sleep 300'
     job = _submit(api, admin, name=name, command=["sh", "-c", script], resources={"gpu": 1})
     _until(api, admin, job, {"Running"})
     return job

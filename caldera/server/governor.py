@@ -150,7 +150,9 @@ class Governor:
             try:
                 img = snapshot.start(self.p, self.builds, db, owner, job, SNAPSHOT_NAME, f"idle-{job.id}-{job.attempt}")
             except CalderaError as exc:
-                note(db, job, "IdleSnapshotFailed", f"could not save the session: {exc.message}", {"error": exc.message})
+                note(
+                    db, job, "IdleSnapshotFailed", f"could not save the session: {exc.message}", {"error": exc.message}
+                )
             else:
                 gov.snapshot_image, gov.pending_stop = img.id, {"message": message, "params": values, "at": now}
                 ref = f"{img.namespace}/{img.name}:{img.tag}"
