@@ -24,24 +24,28 @@ ACTIVE = (JobState.STARTING.value, JobState.RUNNING.value)
 ASKABLE = (JobState.QUEUED.value, *ACTIVE)
 
 
-def _on_cordoned_node(p: Platform, db: Session, job: Job) -> str | None:
+def _not_cordoned(p: Platform, db: Session, job: Job) -> None:
+    """A job on a cordoned node is on its way off it: it cannot be locked there."""
     cordoned = cordons.by_node(db)
-    return next((a["node"] for a in job.allocations if a["node"] in cordoned), None)
+    node = next((a["node"] for a in job.allocations if a["node"] in cordoned), None)
+    if node is not None:
+        why = f"job {job.id} runs on node {node}, which is cordoned: it cannot be locked"
+        raise Conflict(why, "CordonedNoLock", {"job": job.id, "node": node})
 
 
 def ask(p: Platform, db: Session, user: User, job: Job, kind: str, seconds: int, reason: str) -> GovernanceRequest:
     """``job``: one the user may see; only its owner asks."""
     if job.user_id != user.id:
-        raise Forbidden("only the job's owner asks to extend or lock it")
+        raise Forbidden("only the job's owner asks to extend or lock it", "OnlyOwnerAsks")
     if job.state not in ASKABLE:
-        raise Conflict(f"job {job.id} is {job.state}: only a queued or running job can be extended or locked")
+        why = f"job {job.id} is {job.state}: only a queued or running job can be extended or locked"
+        raise Conflict(why, "NotAskable", {"job": job.id, "state": job.state})
     if kind == rules.LOCK:
-        node = _on_cordoned_node(p, db, job)
-        if node is not None:
-            raise Conflict(f"job {job.id} runs on node {node}, which is cordoned: it cannot be locked")
+        _not_cordoned(p, db, job)
     pending = db.query(GovernanceRequest).filter_by(job_id=job.id, kind=kind, state=rules.PENDING).first()
     if pending is not None:
-        raise Conflict(f"request {pending.id} to {kind} job {job.id} is still waiting for a decision")
+        why = f"request {pending.id} to {kind} job {job.id} is still waiting for a decision"
+        raise Conflict(why, "RequestPending", {"request": pending.id, "job": job.id})
     now = time.time()
     req = GovernanceRequest(
         job_id=job.id, user_id=user.id, kind=kind, seconds=seconds, reason=reason, state=rules.PENDING, created_at=now
@@ -66,16 +70,17 @@ def decide(
     if req is None or job is None or not (req.user_id == user.id or rules.may_decide(db, user, req, job)):
         raise NotFound(f"no request {request_id}")
     if not rules.may_decide(db, user, req, job):
-        raise Forbidden("an admin of the job's account or a platform admin decides this request")
+        raise Forbidden("an admin of the job's account or a platform admin decides this request", "NotDecider")
     if req.state != rules.PENDING:
-        raise Conflict(f"request {req.id} is already {req.state}")
+        raise Conflict(f"request {req.id} is already {req.state}", "AlreadyDecided", {"request": req.id})
     now = time.time()
     said: dict[str, Any] = {"by": user.username, "duration": duration(req.seconds)}
     if approve:
         if job.state not in ASKABLE:
-            raise Conflict(f"job {job.id} is {job.state}: there is nothing left to {req.kind}")
-        if req.kind == rules.LOCK and (node := _on_cordoned_node(p, db, job)) is not None:
-            raise Conflict(f"job {job.id} runs on node {node}, which is cordoned: it cannot be locked")
+            why = f"job {job.id} is {job.state}: only a queued or running job can be extended or locked"
+            raise Conflict(why, "NotAskable", {"job": job.id, "state": job.state})
+        if req.kind == rules.LOCK:
+            _not_cordoned(p, db, job)
         gov = state_of(db, job.id)
         if req.kind == rules.EXTEND:
             gov.extended_s = (gov.extended_s or 0.0) + req.seconds

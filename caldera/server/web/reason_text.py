@@ -253,6 +253,13 @@ ERRORS: dict[str, Message] = {
             "images bootstrap --suite %(suite)s`"
         )
     ),
+    # governance requests (caldera/server/approvals.py)
+    "OnlyOwnerAsks": Message(_("only the job's owner asks to extend or lock it")),
+    "NotAskable": Message(_("job %(job)s is %(state)s: only a queued or running job can be extended or locked")),
+    "CordonedNoLock": Message(_("job %(job)s runs on node %(node)s, which is cordoned: it cannot be locked")),
+    "RequestPending": Message(_("request %(request)s about job %(job)s is still waiting for a decision")),
+    "NotDecider": Message(_("an admin of the job's account or a platform admin decides this request")),
+    "AlreadyDecided": Message(_("request %(request)s is already decided")),
     "PriorityNeedsGrant": Message(
         _(
             "priority %(priority)s needs a grant in queue %(queue)s: you may submit up to %(granted)s there; an "
