@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from caldera.core.governance import IdleRule
-from caldera.db.models import Job
+from caldera.db.models import Job, JobGovernance
 from caldera.metrics import prometheus
 from caldera.metrics.agent import Agent
 from caldera.metrics.sources.fake.source import LOAD_FILE, FakeSource
 from caldera.server import tenancy
 from caldera.server.metrics import holdings
 from tests.conftest import api_on, free_port, make_settings
+from tests.portal import browser_for
 from tests.test_runs import _state, _submit, _until
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus is not installed")
@@ -104,3 +105,29 @@ def test_a_job_used_again_during_the_grace_period_is_not_stopped(live):
     assert _state(api, admin, job)["state"] == "Running" and "IdleStopped" not in _events(api, admin, job)
     api.client.post(f"/api/v1/jobs/{job}/cancel", headers=admin)
     _until(api, admin, job, {"Cancelled"})
+
+
+def test_a_job_that_used_one_of_four_gpus_is_advised_on_its_page_and_home(live):
+    api, admin = live
+    load = json.dumps({"0": {"utilisation": 80, "memory_mib": 4 * 1024}})
+    script = f"echo '{load}' > {LOAD_FILE}; sleep 8"
+    job = _submit(api, admin, name="wide", command=["sh", "-c", script], resources={"gpu": 4})
+    _until(api, admin, job, {"Succeeded"}, timeout=90)
+    platform = api.client.app.state.platform
+    loop, deadline = api.client.app.state.loop, time.time() + 60
+    while True:
+        loop.tick()
+        with platform.session() as db:
+            gov = db.get(JobGovernance, job)
+            if gov is not None and gov.advice is not None:
+                break
+        assert time.time() < deadline, "no advice"
+        time.sleep(0.5)
+    codes = {a["code"]: a["params"] for a in gov.advice}
+    assert codes["FewerGpus"] == {"asked": 4, "used": 1}
+    assert codes["SmallGpuMemory"] == {"peak_gib": 4.0, "total_gib": 16}
+    browser = browser_for(api.client, "admin", "admin-password")
+    page = browser.get(f"/jobs/{job}").text
+    assert "asked for 4 GPUs and used 1: ask for 1 next time" in page
+    home = browser.get("/").text
+    assert f'<li data-job="{job}">' in home and "peak GPU memory 4 GiB of 16" in home

@@ -291,6 +291,8 @@ class JobGovernance(Base):
     # an idle Jupyter session being saved before its stop: the image id, and the stop's reason and values
     snapshot_image: Mapped[str | None] = mapped_column(String(32), nullable=True)
     pending_stop: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # right-sizing advice from a finished job's metrics: [{code, params}] ([] none); None: not yet looked at
+    advice: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class GovernanceRequest(Base):

@@ -17,8 +17,9 @@ from caldera.core.states import JobState
 from caldera.db.models import GovernanceRequest, Image, Job, JobGovernance, User
 from caldera.errors import CalderaError
 from caldera.governance import decide
+from caldera.governance.advice import advise
 from caldera.governance.decide import Action, JobFacts, Verdict
-from caldera.governance.samples import job_gpu_samples
+from caldera.governance.samples import job_gpu_samples, job_use
 from caldera.images import catalogue, snapshot
 from caldera.metrics import prometheus
 from caldera.metrics.query import MetricsUnavailable
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 STOP = "govern"  # Job.stop_requested of a job governance stops; the loop records it Cancelled with its reason
 SNAPSHOT_NAME = "sessions"  # idle sessions are saved as tags of the owner's image of this name
 SYSTEM = User(username="caldera")  # the actor of what governance does by itself, in the audit log
+ADVICE_WITHIN_S = 86400.0  # jobs that finished this recently get advice (their series are surely still there)
+ADVICE_PER_CYCLE = 20
 
 
 def state_of(db: Session, job_id: str) -> JobGovernance:
@@ -82,6 +85,37 @@ class Governor:
             samples = None
         with self.p.state_lock, self.p.session() as db:
             self.apply(db, rules, samples, now)
+            db.commit()
+        if samples is not None:
+            self.advise(now)
+
+    def advise(self, now: float) -> None:
+        """Right-sizing advice for jobs that finished in the last day and have none yet, a few per cycle."""
+        prom = prometheus.client(self.p.settings)
+        with self.p.session() as db:
+            done = db.scalars(
+                select(Job)
+                .outerjoin(JobGovernance, JobGovernance.job_id == Job.id)
+                .where(
+                    Job.finished_at >= now - ADVICE_WITHIN_S,
+                    Job.started_at.is_not(None),
+                    JobGovernance.advice.is_(None),
+                )
+                .order_by(Job.finished_at.desc())
+                .limit(ADVICE_PER_CYCLE)
+            )
+            for job in list(done):
+                f = facts(job, None)
+                if f.gpus == 0:
+                    state_of(db, job.id).advice = []
+                    continue
+                cpu = float(job.spec.get("resources", {}).get("cpu", 0) or 0) * int(job.spec.get("replicas", 1))
+                try:
+                    use = job_use(prom, job.id, job.started_at, job.finished_at, f.gpus, cpu)
+                except MetricsUnavailable as exc:
+                    log.warning("no advice for job %s: %s", job.id, exc)
+                    break
+                state_of(db, job.id).advice = [{"code": a.code, "params": a.params} for a in advise(use)]
             db.commit()
 
     def apply(self, db: Session, rules: dict[str, Governance], samples: dict | None, now: float) -> None:

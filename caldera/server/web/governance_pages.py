@@ -49,6 +49,16 @@ def notices(db: Session, jobs: list[Job]) -> list[tuple[Job, JobEventRow]]:
     return sorted(out, key=lambda pair: -pair[1].at)
 
 
+def advice_of(db: Session, jobs: list[Job]) -> list[tuple[Job, list[dict]]]:
+    """Finished jobs that have right-sizing advice, as listed."""
+    ids = [j.id for j in jobs if j.finished_at is not None]
+    if not ids:
+        return []
+    rows = db.scalars(select(JobGovernance).where(JobGovernance.job_id.in_(ids), JobGovernance.advice.is_not(None)))
+    found = {g.job_id: g.advice for g in rows if g.advice}
+    return [(j, found[j.id]) for j in jobs if j.id in found]
+
+
 def job_context(db: Session, user: User, job: Job) -> dict:
     """The job page's governance box."""
     reqs = db.scalars(

@@ -28,7 +28,12 @@ HOME_JOBS = 100
 def _my_jobs(db: Session, user: User) -> dict:
     """The home page's jobs, the events their messages are rendered from, and governance's warnings."""
     mine = jobs.list_jobs(db, user, limit=HOME_JOBS)
-    return {"jobs": mine, "latest": jobs.current_events(db, mine), "gov_notices": governance_pages.notices(db, mine)}
+    return {
+        "jobs": mine,
+        "latest": jobs.current_events(db, mine),
+        "gov_notices": governance_pages.notices(db, mine),
+        "advice": governance_pages.advice_of(db, mine),
+    }
 
 
 @router.get("/")

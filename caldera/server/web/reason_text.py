@@ -268,6 +268,16 @@ ERRORS: dict[str, Message] = {
     ),
 }
 
+# right-sizing advice from a finished job's metrics (caldera/governance/advice.py), from its values
+ADVICE: dict[str, Message] = {
+    "UnusedGpus": Message(_("its %(asked)s GPUs averaged %(percent)s%% utilisation: it needs no GPU")),
+    "FewerGpus": Message(_("asked for %(asked)s GPUs and used %(used)s: ask for %(used)s next time")),
+    "SmallGpuMemory": Message(_("peak GPU memory %(peak_gib)s GiB of %(total_gib)s: a shareable request fits")),
+    "CpuBound": Message(
+        _("CPU-bound: GPU utilisation %(gpu_percent)s%%, CPU %(cores)s of the %(asked)s cores it asked for")
+    ),
+}
+
 # pydantic's English messages (and a few of our older ones) by shape; named groups fill the placeholders
 SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern + r"\Z", re.S), msgid)
@@ -494,6 +504,10 @@ class Say:
     def event(self, event: Any) -> str:
         """A job event (JobEventRow): its code with its details, else its stored message."""
         return self._coded(EVENTS, event.reason, event.details, event.message)
+
+    def advice(self, advice: Mapping[str, Any]) -> str:
+        """One piece of right-sizing advice ({code, params})."""
+        return self._coded(ADVICE, advice.get("code"), advice.get("params"), str(advice.get("code", "")))
 
     def job_message(self, job: Any, event: Any | None) -> str:
         """A job's last message, through the event that set it (``jobs.current_events``) when there is one."""

@@ -25,6 +25,7 @@ def upgrade() -> None:
         sa.Column("extended_s", sa.Float(), nullable=False, server_default="0"),
         sa.Column("snapshot_image", sa.String(32), nullable=True),
         sa.Column("pending_stop", sa.JSON(), nullable=True),
+        sa.Column("advice", sa.JSON(), nullable=True),
     )
     op.create_table(
         "governance_requests",
