@@ -14,10 +14,13 @@ SERIES = "caldera_job_gpu_utilisation_percent"
 _JOB_ID = re.compile(r"[a-z0-9-]{1,32}")  # our ids; checked before one goes into a query
 
 
-def job_gpu_samples(prom: Prometheus, span_s: float, at: float | None = None) -> dict[str, dict[str, Series]]:
-    """job id -> "node/gpu" -> its samples over the ``span_s`` seconds before ``at`` (now), oldest first.
-    ``MetricsUnavailable`` when Prometheus does not answer or answers something unreadable."""
-    result = prom.instant(f"{SERIES}[{max(1, int(span_s))}s]", at)
+def job_gpu_samples(
+    prom: Prometheus, span_s: float, jobs: list[str], at: float | None = None
+) -> dict[str, dict[str, Series]]:
+    """job id -> "node/gpu" -> its samples over the ``span_s`` seconds before ``at`` (now), oldest first, for
+    ``jobs`` only. ``MetricsUnavailable`` when Prometheus does not answer or answers something unreadable."""
+    ids = "|".join(j for j in jobs if _JOB_ID.fullmatch(j))
+    result = prom.instant(f'{SERIES}{{job=~"{ids}"}}[{max(1, int(span_s))}s]', at)
     out: dict[str, dict[str, Series]] = {}
     try:
         for r in result:

@@ -76,10 +76,15 @@ class Governor:
         self._last = now
         with self.p.session() as db:
             rules = {name: q.governance for name, q in tenancy.all_queue_configs(db).items()}
-        span = max((max(r.idle_interactive.window_s + r.idle_interactive.grace_s,
-                        r.idle_batch.window_s + r.idle_batch.grace_s) for r in rules.values()), default=0)  # fmt: skip
+            running = db.execute(select(Job.id, Job.queue, Job.kind).where(Job.state == JobState.RUNNING.value))
+            watched = {}  # the jobs idle detection looks at, and how far back it needs their samples
+            for job_id, queue, kind in running:
+                rule = (rules.get(queue) or Governance()).idle_rule(kind)
+                if rule.enabled:
+                    watched[job_id] = rule.window_s + rule.grace_s
         try:
-            samples = job_gpu_samples(prometheus.client(self.p.settings), span, now) if span else {}
+            prom = prometheus.client(self.p.settings)
+            samples = job_gpu_samples(prom, max(watched.values()), list(watched), now) if watched else {}
         except MetricsUnavailable as exc:  # no samples: no job is idle, runtime limits still hold
             log.warning("governance without GPU samples: %s", exc)
             samples = None
@@ -156,7 +161,7 @@ class Governor:
             return
         gov = state_of(db, job.id)
         if v.action is Action.CLEAR:
-            if gov.idle_warned_at is not None:
+            if gov.idle_warned_at is not None and v.reason in ("Busy", "BusyAgain"):  # a lock says so itself
                 note(db, job, "IdleCleared", "its GPUs are in use again: it is not stopped", {})
             gov.idle_warned_at = gov.idle_flagged_at = None
             return
