@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from caldera.governance.advice import GIB, Advice, GpuUse, JobUse, advise
+from caldera.governance.advice import GIB, Advice, GpuUse, JobUse, advise, applied
 from caldera.server.web import i18n
 from caldera.server.web.reason_text import ADVICE, Say
 
@@ -45,3 +45,18 @@ def test_advice_reads_in_both_languages_with_its_values():
     assert EN.advice(piece) == "asked for 4 GPUs and used 1: ask for 1 next time"
     assert ZH.advice(piece) == "申请了 4 块 GPU，只用了 1 块：下次申请 1 块即可"
     assert ZH.advice({"code": "Unknown", "params": {}}) == "Unknown"
+
+
+def test_the_advice_applied_to_a_resubmitted_job():
+    body = {"name": "wide", "command": ["python", "train.py"], "resources": {"gpu": 4, "cpu": 8}}
+    fewer = [{"code": "FewerGpus", "params": {"asked": 4, "used": 1}},
+             {"code": "SmallGpuMemory", "params": {"peak_gib": 11.0, "total_gib": 80}}]  # fmt: skip
+    assert applied(body, fewer) == {**body, "resources": {"gpu": 1, "cpu": 8, "gpu_memory_mib": 14080},
+                                    "shareable": True}  # fmt: skip
+    assert body["resources"]["gpu"] == 4  # the finished job's own body is not changed
+    two = [{"code": "FewerGpus", "params": {"asked": 4, "used": 2}}]
+    assert applied(body, two)["resources"] == {"gpu": 2, "cpu": 8} and "shareable" not in applied(body, two)
+    unused = [{"code": "UnusedGpus", "params": {"asked": 4, "percent": 0.0}}]
+    assert applied(body, unused)["resources"] == {"cpu": 8}
+    distributed = {**body, "replicas": 2}
+    assert applied(distributed, fewer) == distributed

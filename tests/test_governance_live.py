@@ -19,7 +19,7 @@ from caldera.metrics.sources.fake.source import LOAD_FILE, FakeSource
 from caldera.server import tenancy
 from caldera.server.metrics import holdings
 from tests.conftest import api_on, free_port, make_settings
-from tests.portal import browser_for
+from tests.portal import browser_for, post_form
 from tests.test_runs import _state, _submit, _until
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus is not installed")
@@ -131,3 +131,12 @@ def test_a_job_that_used_one_of_four_gpus_is_advised_on_its_page_and_home(live):
     assert "asked for 4 GPUs and used 1: ask for 1 next time" in page
     home = browser.get("/").text
     assert f'<li data-job="{job}">' in home and "peak GPU memory 4 GiB of 16" in home
+    # one click: the same job again, with one GPU it may share and the memory it used (and a quarter more)
+    r = post_form(browser, f"/jobs/{job}/resubmit-advised", {})
+    assert r.status_code == 303, r.text
+    again = r.headers["location"].rsplit("/", 1)[1]
+    spec = api.client.get(f"/api/v1/jobs/{again}", headers=admin).json()["spec"]
+    assert spec["resources"]["gpu"] == 1 and spec["resources"]["gpu_memory_mib"] == 5120 and spec["shareable"] is True
+    assert spec["command"] == ["sh", "-c", script]
+    api.client.post(f"/api/v1/jobs/{again}/cancel", headers=admin)
+    _until(api, admin, again, {"Cancelled"}, timeout=60)

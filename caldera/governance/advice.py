@@ -4,6 +4,7 @@ language."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,4 +66,26 @@ def advise(use: JobUse) -> list[Advice]:
     ):
         values = {"gpu_percent": round(mean, 1), "cores": round(cores, 1), "asked": use.cpu_asked}
         out.append(Advice("CpuBound", values))
+    return out
+
+
+def applied(body: dict[str, Any], advice: list[dict[str, Any]]) -> dict[str, Any]:
+    """A job's API body with its advice applied (the one-click resubmit): the GPUs it used, and a shareable request
+    with its peak memory and a quarter more where one GPU's memory was mostly unused. A distributed job keeps its
+    shape (its advice is for its author to read)."""
+    out = {**body, "resources": dict(body.get("resources") or {})}
+    if int(out.get("replicas", 1)) != 1:
+        return out
+    said = {a["code"]: a["params"] for a in advice}
+    res = out["resources"]
+    if "UnusedGpus" in said:
+        res.pop("gpu", None)
+        res.pop("gpu_memory_mib", None)
+        out.pop("shareable", None)
+        return out
+    if "FewerGpus" in said:
+        res["gpu"] = int(said["FewerGpus"]["used"])
+    if "SmallGpuMemory" in said and res.get("gpu") == 1:
+        out["shareable"] = True
+        res["gpu_memory_mib"] = max(1024, math.ceil(said["SmallGpuMemory"]["peak_gib"] * 1.25 * 1024))
     return out

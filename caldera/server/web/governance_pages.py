@@ -11,13 +11,14 @@ from sqlalchemy.orm import Session
 
 from caldera.core.states import JobState
 from caldera.db.models import GovernanceRequest, Job, JobEventRow, JobGovernance, User
+from caldera.governance import advice
 from caldera.governance import requests as rules
 from caldera.server import api_governance
 from caldera.server.deps import db_session, platform
 from caldera.server.platform import Platform
-from caldera.server.web import api_call
+from caldera.server.web import api_call, job_forms, job_yaml
 from caldera.server.web.render import page
-from caldera.server.web.session import page_user
+from caldera.server.web.session import PageNotFound, page_user
 
 router = APIRouter(include_in_schema=False)
 # what a job's governance row says, and the event that said it in words
@@ -128,3 +129,27 @@ def ask(
     if errors:
         return job_page_with_errors(request, p, db, user, job_id, errors)
     return RedirectResponse(f"/jobs/{job_id[:64]}#governance", 303)
+
+
+@router.post("/jobs/{job_id}/resubmit-advised")
+def resubmit_advised(
+    request: Request,
+    job_id: str,
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """A finished job of mine again, with its right-sizing advice applied; refused like a plain resubmit."""
+    from caldera.server.web import jobs_pages  # the job page imports this module
+
+    job = jobs_pages._visible(db, user, job_id)
+    gov = db.get(JobGovernance, job.id)
+    if job.user_id != user.id or not JobState(job.state).terminal or gov is None or not gov.advice:
+        raise PageNotFound()
+    body = advice.applied(job_yaml.body_of_job(job), gov.advice)
+    new_id, errors = jobs_pages._submit(p, db, user, body)
+    if new_id:
+        return RedirectResponse(f"/jobs/{new_id}", 303)
+    return jobs_pages.form_page(
+        request, p, db, user, job.kind, job_forms.form_of(body), job_forms.by_field(errors), status=400
+    )
