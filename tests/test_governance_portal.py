@@ -71,3 +71,9 @@ def test_an_idle_warning_shows_on_home_and_the_job_page_in_both_languages(world)
     home = owner.get("/").text
     assert escape("其 GPU 在 10m 内平均利用率为 0%；若不使用，将在 1h 0m 后停止") in home
     assert "unless used" not in home
+
+    # admins see it among the idle GPUs on the requests page, with its owner
+    admin = browser_for(api.client, "admin", "admin-password")
+    listing = admin.get("/approvals").text
+    assert 'id="idle-jobs"' in listing and f'<tr data-job="{job}">' in listing and "<td>owner</td>" in listing
+    assert 'id="idle-jobs"' not in owner.get("/approvals").text

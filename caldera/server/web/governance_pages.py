@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.states import JobState
+from caldera.core.tenancy import Role
 from caldera.db.models import GovernanceRequest, Job, JobEventRow, JobGovernance, User
 from caldera.governance import advice
 from caldera.governance import requests as rules
@@ -81,7 +82,11 @@ def _approvals(request: Request, db: Session, user: User, errors=(), status: int
         {"req": r, "job": j, "user": names.get(r.user_id), "may_decide": rules.may_decide(db, user, r, j)}
         for r, j in pairs
     ]
-    return page(request, "approvals.html", status=status, user=user, rows=rows, errors=list(errors))
+    idle = []  # admins: every running job governance warned or flagged, to act on from its page
+    if user.role == Role.ADMIN.value:
+        running = list(db.scalars(select(Job).where(Job.state == JobState.RUNNING.value)))
+        idle = [(j, e, names.get(j.user_id)) for j, e in notices(db, running)]
+    return page(request, "approvals.html", status=status, user=user, rows=rows, idle=idle, errors=list(errors))
 
 
 @router.get("/approvals")
