@@ -69,11 +69,18 @@ class Governor:
         self._last = 0.0
 
     def cycle(self, now: float | None = None) -> None:
-        """Called by the loop after every cycle; acts every ``governance_interval_s``."""
+        """Called by the loop after every cycle; acts every ``governance_interval_s``. A failure is logged and
+        retried at the next interval: it never fails the scheduling cycle that called it."""
         now = time.time() if now is None else now
         if now - self._last < self.p.settings.governance_interval_s:
             return
         self._last = now
+        try:
+            self._govern(now)
+        except Exception:  # noqa: BLE001 - scheduling goes on; the next interval tries again
+            log.exception("governance cycle failed")
+
+    def _govern(self, now: float) -> None:
         with self.p.session() as db:
             rules = {name: q.governance for name, q in tenancy.all_queue_configs(db).items()}
             running = db.execute(select(Job.id, Job.queue, Job.kind).where(Job.state == JobState.RUNNING.value))
