@@ -16,6 +16,7 @@ from caldera.governance import advice
 from caldera.governance import requests as rules
 from caldera.server import api_governance
 from caldera.server.deps import db_session, platform
+from caldera.server.params import RowId
 from caldera.server.platform import Platform
 from caldera.server.web import api_call, job_forms, job_yaml
 from caldera.server.web.render import page
@@ -97,7 +98,7 @@ def approvals_page(request: Request, user: User = Depends(page_user), db: Sessio
 @router.post("/approvals/{request_id}")
 def decide(
     request: Request,
-    request_id: int,
+    request_id: RowId,
     decision: str = Form(..., pattern="^(approve|decline)$"),
     note: str = Form("", max_length=rules.MAX_REASON_CHARS),
     user: User = Depends(page_user),
