@@ -183,6 +183,18 @@ class Settings(BaseSettings):
     metrics_retention_days: int = Field(90, ge=1, le=3650, description="days Prometheus keeps the series")
     prometheus_timeout_s: float = Field(2.0, gt=0, le=60, description="a query to Prometheus longer than this fails")
 
+    # governance (docs/governance.md): idle GPUs and runtime limits; the rules themselves are per queue
+    governance_interval_s: float = Field(60.0, gt=0, le=3600, description="seconds between governance checks")
+    idle_max_gap_s: float = Field(
+        60.0, gt=0, description="GPU samples further apart than this are a gap: no idle action over a gap"
+    )
+    idle_snapshot_timeout_s: float = Field(
+        1800.0, gt=0, description="an idle Jupyter session is stopped after this even if its snapshot is not done"
+    )
+    runtime_limit_warning_s: float = Field(
+        86400.0, ge=0, description="a job is warned this long before its queue's runtime limit stops it"
+    )
+
     @field_validator("trusted_proxies", "webhook_allowed_networks", mode="before")
     @classmethod
     def _networks(cls, value: object) -> list[str]:

@@ -23,6 +23,7 @@ CALLS: dict[tuple[str, str], tuple[str, dict | None]] = {
     ("PUT", "/api/v1/users/{username}/password"): ("/api/v1/users/zed/password", {"password": "password-456"}),
     ("POST", "/api/v1/accounts"): ("/api/v1/accounts", {"name": "physics"}),
     ("POST", "/api/v1/accounts/{name}/members"): ("/api/v1/accounts/physics/members", {"username": "zed"}),
+    ("PUT", "/api/v1/accounts/{name}/admins/{username}"): ("/api/v1/accounts/physics/admins/zed", {"admin": True}),
     ("DELETE", "/api/v1/accounts/{name}/members/{username}"): ("/api/v1/accounts/physics/members/zed", None),
     ("PUT", "/api/v1/queues/{name}"): ("/api/v1/queues/physics", {"account": "physics", "weight": 2.0}),
     ("PUT", "/api/v1/queues/{name}/grants/{username}"): ("/api/v1/queues/physics/grants/zed", {"max_priority": "high"}),

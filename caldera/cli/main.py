@@ -14,6 +14,7 @@ from rich.table import Table
 
 from caldera.cli.common import call, client, console, err, ts
 from caldera.cli.files import files_app
+from caldera.cli.governance import account_admin, request_app
 from caldera.cli.images import images_app
 from caldera.cli.jobs import register as register_jobs
 from caldera.cli.nodes_admin import nodes_admin_app
@@ -457,6 +458,8 @@ def _queues_table(rows: list[dict]) -> None:
 register_jobs(app)
 register_remote(app)
 app.add_typer(nodes_admin_app, name="node")
+app.add_typer(request_app, name="request")
+admin_app.command("account-admin")(account_admin)
 
 from caldera.sim.cli import app as sim_app  # noqa: E402 - sub-app mounted after the commands above
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from caldera.core.governance import Governance
 from caldera.core.resources import is_resource_key
 
 
@@ -70,6 +71,8 @@ class QueueConfig(BaseModel):
     decay_tolerance: float | None = Field(
         None, gt=0, le=1, strict=True, description="slowdown a shared job accepts; the platform default when empty"
     )
+    # idle detection and runtime limits (caldera.governance)
+    governance: Governance = Field(default_factory=Governance)
 
     def allows(self, username: str, priority: PriorityClass) -> bool:
         granted = self.priority_grants.get(username, self.max_priority)

@@ -41,6 +41,8 @@ class Membership(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    # an account admin decides its members' extend and lock requests (caldera.governance.requests)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class Queue(Base):
@@ -312,3 +314,39 @@ class StorageUpload(Base):
     path: Mapped[str] = mapped_column(Text)
     size: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class JobGovernance(Base):
+    """What governance recorded about a job (caldera.governance): its warnings, its lock and extensions, and the
+    snapshot an idle stop waits for. No row: nothing yet."""
+
+    __tablename__ = "job_governance"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    idle_warned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    idle_flagged_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    limit_warned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    locked_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+    extended_s: Mapped[float] = mapped_column(Float, default=0.0)
+    # an idle Jupyter session being saved before its stop: the image id, and the stop's reason and values
+    snapshot_image: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    pending_stop: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # right-sizing advice from a finished job's metrics: [{code, params}] ([] none); None: not yet looked at
+    advice: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class GovernanceRequest(Base):
+    """A user's request to extend or lock a job, and its decision."""
+
+    __tablename__ = "governance_requests"
+    __table_args__ = (Index("ix_governance_requests_state", "state"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))  # extend | lock
+    seconds: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))  # pending | approved | declined | expired
+    created_at: Mapped[float] = mapped_column(Float)
+    decided_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    decided_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    note: Mapped[str] = mapped_column(Text, default="")

@@ -18,6 +18,7 @@ from caldera.server import (
     api_auth,
     api_exec,
     api_files,
+    api_governance,
     api_images,
     api_jobs,
     api_notifications,
@@ -48,6 +49,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         loop = SchedulerLoop(platform)
         app.state.loop = loop
         app.state.builds = BuildQueue(platform)  # its worker starts with the first build
+        loop.governor.builds = app.state.builds  # an idle session is saved before it is stopped
         dispatcher = Dispatcher(platform)
         reconciler = files.Reconciler(platform, app.state.spaces)
         if run_loop:
@@ -134,6 +136,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_files.router,
         api_exec.router,
         ssh_relay.router,
+        api_governance.router,
         api_images.router,
         api_admin.router,
         api_templates.router,

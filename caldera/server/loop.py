@@ -34,6 +34,7 @@ from caldera.scheduler.sharing import SharingPolicy
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import valid_decisions
 from caldera.server import cordons, files, identity, notifications, tenancy, user_keys
+from caldera.server.governor import STOP, Governor
 from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
 from caldera.server.learned_runtimes import expected_runtimes
@@ -102,6 +103,7 @@ class SchedulerLoop:
         self._unobservable_since: dict[tuple[str, int], float] = {}
         s = platform.settings
         self.profiles = SoloProfiler(s, platform.runtime) if s.gpu_sharing and s.sharing_profile_s else None
+        self.governor = Governor(platform)  # idle GPUs and runtime limits, after each cycle
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -210,6 +212,7 @@ class SchedulerLoop:
                 decisions = self._checked(snap, self.policy(snap))
             self._apply(db, decisions, now)
             db.commit()
+        self.governor.cycle(now)
         self.last_decisions = decisions
         self.cycle_ms = (time.perf_counter() - t0) * 1000
         return decisions
@@ -291,6 +294,9 @@ class SchedulerLoop:
                 now,
                 {"by": (job.stop_detail or {}).get("by", "?")},
             )
+        elif job.stop_requested == STOP:  # governance stopped it: idle GPUs, its runtime limit
+            d = job.stop_detail or {}
+            record(db, job, JobState.CANCELLED, d.get("reason", "Stopped"), d.get("message", ""), now, d.get("params"))
         elif job.stop_requested == "preempt":
             d = job.stop_detail or {}
             record(

@@ -18,7 +18,7 @@ from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
 from caldera.server.params import RowId
 from caldera.server.platform import Platform
-from caldera.server.web import api_call, job_forms, job_yaml, overview, queue_view
+from caldera.server.web import api_call, governance_pages, job_forms, job_yaml, overview, queue_view
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 
@@ -27,9 +27,14 @@ HOME_JOBS = 100
 
 
 def _my_jobs(db: Session, user: User) -> dict:
-    """The home page's jobs, and the events their messages are rendered from."""
+    """The home page's jobs, the events their messages are rendered from, and governance's warnings."""
     mine = jobs.list_jobs(db, user, limit=HOME_JOBS)
-    return {"jobs": mine, "latest": jobs.current_events(db, mine)}
+    return {
+        "jobs": mine,
+        "latest": jobs.current_events(db, mine),
+        "gov_notices": governance_pages.notices(db, mine),
+        "advice": governance_pages.advice_of(db, mine),
+    }
 
 
 @router.get("/")
@@ -219,7 +224,12 @@ def _job_page(request: Request, p: Platform, db: Session, user: User, job, error
         request, "job.html", status=status, user=user, ranks=ranks, errors=list(errors),
         snapshots=p.settings.runtime == "container", style_nonce=secrets.token_urlsafe(16) if terminal else "",
         **_status(db, user, job),
+        **governance_pages.job_context(db, user, job),
     )  # fmt: skip
+
+
+def job_page_with_errors(request: Request, p: Platform, db: Session, user: User, job_id: str, errors):
+    return _job_page(request, p, db, user, _visible(db, user, job_id), errors, status=400)
 
 
 @router.get("/jobs/{job_id}")

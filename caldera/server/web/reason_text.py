@@ -177,6 +177,25 @@ EVENTS: dict[str, Message] = {
     ),
     "Preempted": Message(_("preempted by the cluster's admission (Kueue)"), ("detail", _(": %(detail)s"))),
     "Evicted": Message(_("evicted by the cluster (Kueue) and re-queued"), ("detail", _(": %(detail)s"))),
+    # governance (caldera/server/governor.py, caldera/governance/requests.py)
+    "IdleWarning": Message(_("its GPUs averaged %(percent)s%% over %(window)s; stopped in %(grace)s unless used")),
+    "IdleFlagged": Message(_("its GPUs averaged %(percent)s%% over %(window)s")),
+    "IdleCleared": Message(_("its GPUs are in use again: it is not stopped")),
+    "IdleSnapshot": Message(_("saving the session as %(snapshot)s before stopping it")),
+    "IdleSnapshotFailed": Message(_("could not save the session: %(error)s")),
+    "IdleStopped": Message(
+        _("stopped: its GPUs stayed idle for %(window)s and %(grace)s after the warning"),
+        ("snapshot", _("; the session was saved as %(snapshot)s")),
+    ),
+    "RuntimeLimitWarning": Message(_("stops at its runtime limit in %(left)s")),
+    "RuntimeLimitReached": Message(_("stopped at its runtime limit of %(limit)s")),
+    "ExtendRequested": Message(_("%(user)s asks to extend it by %(duration)s: %(reason)s")),
+    "LockRequested": Message(_("%(user)s asks to lock it for %(duration)s: %(reason)s")),
+    "ExtendApproved": Message(_("extended by %(duration)s, approved by %(by)s")),
+    "LockApproved": Message(_("locked against idle stopping for %(duration)s, approved by %(by)s")),
+    "ExtendDeclined": Message(_("%(by)s declined the extension"), ("note", _(": %(note)s"))),
+    "LockDeclined": Message(_("%(by)s declined the lock"), ("note", _(": %(note)s"))),
+    "LockExpired": Message(_("its lock expired: idle GPUs may stop it again")),
     # launch failures (LaunchError codes of the runtimes): the runtime's own words are kept as a value
     "LaunchFailed": Message(_("could not be launched: %(error)s")),
     "RuntimeUnavailable": Message(_("its runtime is not available: %(error)s")),
@@ -234,11 +253,28 @@ ERRORS: dict[str, Message] = {
             "images bootstrap --suite %(suite)s`"
         )
     ),
+    # governance requests (caldera/server/approvals.py)
+    "OnlyOwnerAsks": Message(_("only the job's owner asks to extend or lock it")),
+    "NotAskable": Message(_("job %(job)s is %(state)s: only a queued or running job can be extended or locked")),
+    "CordonedNoLock": Message(_("job %(job)s runs on node %(node)s, which is cordoned: it cannot be locked")),
+    "RequestPending": Message(_("request %(request)s about job %(job)s is still waiting for a decision")),
+    "NotDecider": Message(_("an admin of the job's account or a platform admin decides this request")),
+    "AlreadyDecided": Message(_("request %(request)s is already decided")),
     "PriorityNeedsGrant": Message(
         _(
             "priority %(priority)s needs a grant in queue %(queue)s: you may submit up to %(granted)s there; an "
             "admin grants more with `caldera queue grant %(queue)s %(user)s %(priority)s`"
         )
+    ),
+}
+
+# right-sizing advice from a finished job's metrics (caldera/governance/advice.py), from its values
+ADVICE: dict[str, Message] = {
+    "UnusedGpus": Message(_("its %(asked)s GPUs averaged %(percent)s%% utilisation: it needs no GPU")),
+    "FewerGpus": Message(_("asked for %(asked)s GPUs and used %(used)s: ask for %(used)s next time")),
+    "SmallGpuMemory": Message(_("peak GPU memory %(peak_gib)s GiB of %(total_gib)s: a shareable request fits")),
+    "CpuBound": Message(
+        _("CPU-bound: GPU utilisation %(gpu_percent)s%%, CPU %(cores)s of the %(asked)s cores it asked for")
     ),
 }
 
@@ -468,6 +504,10 @@ class Say:
     def event(self, event: Any) -> str:
         """A job event (JobEventRow): its code with its details, else its stored message."""
         return self._coded(EVENTS, event.reason, event.details, event.message)
+
+    def advice(self, advice: Mapping[str, Any]) -> str:
+        """One piece of right-sizing advice ({code, params})."""
+        return self._coded(ADVICE, advice.get("code"), advice.get("params"), str(advice.get("code", "")))
 
     def job_message(self, job: Any, event: Any | None) -> str:
         """A job's last message, through the event that set it (``jobs.current_events``) when there is one."""

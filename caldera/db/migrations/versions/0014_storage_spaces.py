@@ -1,13 +1,13 @@
 """storage spaces: quotas and usage counters, members' read-only modes, resumable uploads under way
 
 Revision ID: 0014
-Revises: 0011
+Revises: 0013
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0011"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
