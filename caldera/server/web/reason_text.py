@@ -153,6 +153,7 @@ EVENTS: dict[str, Message] = {
     "Killed": Message(_("killed (exit code %(exit_code)s): most likely out of memory")),
     "ProcessGone": Message(_("its processes vanished without an exit status")),
     "ContainerGone": Message(_("its container disappeared")),
+    "MountsUnsupported": Message(_("this runtime cannot mount storage spaces into jobs")),
     "NotFound": Message(_("this attempt was never launched completely")),
     "CancelRequested": Message(_("cancelled by %(by)s; SIGTERM, SIGKILL after %(grace_s)s s")),
     "CancelledByUser": Message(_("cancelled by %(by)s")),
