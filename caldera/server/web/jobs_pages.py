@@ -18,7 +18,7 @@ from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
 from caldera.server.params import RowId
 from caldera.server.platform import Platform
-from caldera.server.web import api_call, job_forms, job_yaml, listing, overview, queue_view
+from caldera.server.web import api_call, gpu_use, job_forms, job_yaml, listing, overview, queue_view
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 
@@ -52,7 +52,7 @@ def home(request: Request, user: User = Depends(page_user), p: Platform = Depend
     active = jobs.list_jobs(db, user, states=ACTIVE, limit=HOME_CARDS)
     return page(
         request, "home.html", user=user, queues=queues, gpus=overview.free_gpus(nodes), active=active,
-        **_my_jobs(request, db, user, HOME_RECENT),
+        gpu_use=gpu_use.running_jobs_use(p.settings, active), **_my_jobs(request, db, user, HOME_RECENT),
     )  # fmt: skip
 
 
