@@ -6,10 +6,11 @@ prints takes to appear on its page.
 Starts `caldera up` (2 fake A100s) in a temporary directory, submits ``jobs`` GPU jobs that stay queued (the queue's
 GPU capability is 0, so every cycle explains each of them), then measures with httpx the time to first byte of the
 home page (median and max of ``runs``), and with Debian's chromium (Playwright) the navigation timings of the home
-page: response start, DOM interactive, load event. Then a job prints its clock every 200 ms for 10 s and the browser
-records when each line appears in the job page's log (a MutationObserver): the log-follow latency, median and p95.
-Also the job page's navigation timings, and the page weight: the stylesheets, scripts and fonts the home page loads,
-each gzip-compressed (-9) as a compressing proxy or server would send them, against the 300 KB budget.
+page: response start, DOM interactive, load event; the same for a job's page and the paged lists of my jobs and of
+all jobs; and the page weight: the stylesheets, scripts and fonts the home page loads, each gzip-compressed (-9) as
+a compressing proxy or server would send them, against the 300 KB budget. Then a job prints its clock every 200 ms
+for 10 s and the browser records when each line appears in the job page's log (a MutationObserver): the log-follow
+latency, median and p95.
 Needs chromium (/usr/bin/chromium) and playwright; the benchmark's browser context bypasses the page's CSP only to
 install its observer. Exits 0.
 """
@@ -131,11 +132,14 @@ def main() -> None:
                 _print_timings("home", nav)
                 _print_weight(page, srv.url)
                 a_job = httpx.get(f"{srv.url}/api/v1/jobs?limit=1", headers=auth).json()[0]["id"]
-                nav = []
-                for _ in range(args.runs):
-                    page.goto(f"{srv.url}/jobs/{a_job}")
-                    nav.append(page.evaluate("() => performance.getEntriesByType('navigation')[0].toJSON()"))
-                _print_timings("job page", nav)
+                lists = {"job page": f"/jobs/{a_job}", "my jobs, page 10 by name": "/jobs?sort=name&page=10",
+                         "all jobs, 200 a page": "/admin/jobs?size=200"}  # fmt: skip
+                for what, path in lists.items():
+                    nav = []
+                    for _ in range(args.runs):
+                        page.goto(srv.url + path)
+                        nav.append(page.evaluate("() => performance.getEntriesByType('navigation')[0].toJSON()"))
+                    _print_timings(what, nav)
 
                 # the log-follow job must run: lift the cordon, and cancel the waiting jobs ahead of it
                 httpx.post(f"{srv.url}/api/v1/admin/nodes/node-0/uncordon", headers=auth).raise_for_status()

@@ -16,8 +16,9 @@ AXE = STATIC / "vendor" / "axe.min.js"
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 LOCALES = {"en": "en-US", "zh": "zh-CN"}
 PAGES = {
-    "home": "/", "queue": "/queue", "new-batch": "/new/batch", "new-distributed": "/new/distributed",
-    "new-jupyter": "/new/jupyter", "images": "/images", "templates": "/templates", "tokens": "/tokens",
+    "home": "/", "jobs": "/jobs?sort=name", "queue": "/queue", "new-batch": "/new/batch",
+    "new-distributed": "/new/distributed", "new-jupyter": "/new/jupyter", "images": "/images",
+    "templates": "/templates", "tokens": "/tokens",
     "accounts": "/accounts", "job": "/jobs/{jid}", "admin-users": "/admin/users", "admin-accounts": "/admin/accounts",
     "admin-queues": "/admin/queues", "admin-queue": "/admin/queue?name=default", "admin-nodes": "/admin/nodes",
     "admin-jobs": "/admin/jobs", "admin-audit": "/admin/audit", "approvals": "/approvals",

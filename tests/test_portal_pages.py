@@ -240,3 +240,21 @@ def test_personal_api_tokens(api, admin, me):
     assert post_form(me, f"/tokens/{token_id}/revoke", {}).status_code == 303
     assert api.client.get("/api/v1/me", headers={"Authorization": f"Bearer {secret}"}).status_code == 401
     assert "revoked" in me.get("/tokens").text
+
+
+def test_header_links_to_my_notifications_with_the_unread_count(api, admin, me, platform):
+    from caldera.core.states import JobState
+    from caldera.db.models import Job
+    from caldera.server.jobs import record
+
+    html = me.get("/").text
+    assert 'id="notifications-link"' in html and 'hx-get="/partials/unread"' in html
+    assert "badge" not in me.get("/partials/unread").text  # nothing unread: no count
+    jid = api.client.post("/api/v1/jobs", json={"name": "train", "command": "true"}, headers=admin).json()["id"]
+    with platform.session() as db:
+        record(db, db.get(Job, jid), JobState.FAILED, "Failed", "exit code 3")
+        db.commit()
+    assert re.search(r'text-bg-danger">1<span class="visually-hidden"> unread</span>', me.get("/partials/unread").text)
+    assert "未读" in me.get("/partials/unread", headers={"Accept-Language": "zh"}).text
+    assert post_form(me, "/notifications/read-all", {}).status_code == 303
+    assert "badge" not in me.get("/partials/unread").text

@@ -7,7 +7,7 @@ import secrets
 import time
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Select, func, or_, select
 from sqlalchemy.orm import Session
 
 from caldera.config import Settings
@@ -89,11 +89,15 @@ def new(db: Session, user: User, ns: str, name: str, tag: str, visibility: str, 
 
 def usable(db: Session, user: User) -> list[Image]:
     """Ready images this user may run, and the user's own in any state (so a failed build's log can be read)."""
+    return list(db.scalars(usable_query(db, user).order_by(Image.created_at.desc())))
+
+
+def usable_query(db: Session, user: User) -> Select:
+    """``usable``'s images, unordered, for a list to sort and page."""
     if user.role == Role.ADMIN.value:
-        return list(db.scalars(select(Image).order_by(Image.created_at.desc())))
+        return select(Image)
     ns = ["public", f"user/{user.username}", *(f"account/{a}" for a in user_accounts(db, user))]
-    q = select(Image).where(or_(Image.owner_id == user.id, Image.namespace.in_(ns) & (Image.state == "ready")))
-    return list(db.scalars(q.order_by(Image.created_at.desc())))
+    return select(Image).where(or_(Image.owner_id == user.id, Image.namespace.in_(ns) & (Image.state == "ready")))
 
 
 def may_use(db: Session, user: User, img: Image) -> bool:

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from caldera.db.models import AdminAudit, User
@@ -31,11 +31,8 @@ def view(e: AdminAudit) -> dict[str, Any]:
     return {"id": e.id, "at": e.at, "actor": e.actor, "action": e.action, "target": e.target, "detail": e.detail}
 
 
-def entries(
-    db: Session, offset: int, limit: int, actor: str = "", action: str = "", target: str = ""
-) -> tuple[list[AdminAudit], int]:
-    """A page of entries, newest first, and how many there are; narrowed to one admin, one action and targets
-    that contain ``target`` when given."""
+def query(actor: str = "", action: str = "", target: str = "") -> Select:
+    """Entries of one admin, one action and targets that contain ``target`` when given; unordered."""
     where = []
     if actor:
         where.append(AdminAudit.actor == actor)
@@ -43,8 +40,16 @@ def entries(
         where.append(AdminAudit.action == action)
     if target:
         where.append(AdminAudit.target.contains(target, autoescape=True))
-    total = db.scalar(select(func.count()).select_from(AdminAudit).where(*where)) or 0
-    rows = db.scalars(select(AdminAudit).where(*where).order_by(AdminAudit.id.desc()).offset(offset).limit(limit))
+    return select(AdminAudit).where(*where)
+
+
+def entries(
+    db: Session, offset: int, limit: int, actor: str = "", action: str = "", target: str = ""
+) -> tuple[list[AdminAudit], int]:
+    """A page of entries, newest first, and how many there are."""
+    q = query(actor, action, target)
+    total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
+    rows = db.scalars(q.order_by(AdminAudit.id.desc()).offset(offset).limit(limit))
     return list(rows), total
 
 

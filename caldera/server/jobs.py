@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from caldera.core.spec import JobSpec
@@ -180,17 +180,16 @@ def visible(db: Session, user: User, job_id: str) -> Job:
     return job
 
 
-def list_jobs(
-    db: Session,
+def jobs_query(
     user: User,
     everyone: bool = False,
     states: list[str] | None = None,
-    limit: int = 200,
     owner_id: int | None = None,
     queue: str | None = None,
-) -> list[Job]:
-    """Newest first. ``owner_id`` and ``queue`` narrow an admin's view of everyone's jobs."""
-    q = select(Job).order_by(Job.submitted_at.desc()).limit(limit)
+) -> Select:
+    """The user's jobs (an admin's ``everyone``: all of them), unordered; ``owner_id`` and ``queue`` narrow an
+    admin's view of everyone's jobs."""
+    q = select(Job)
     if not (everyone and user.role == Role.ADMIN.value):
         q = q.where(Job.user_id == user.id)
     elif owner_id is not None:
@@ -199,7 +198,19 @@ def list_jobs(
         q = q.where(Job.state.in_(states))
     if queue:
         q = q.where(Job.queue == queue)
-    return list(db.scalars(q))
+    return q
+
+
+def list_jobs(
+    db: Session,
+    user: User,
+    everyone: bool = False,
+    states: list[str] | None = None,
+    limit: int = 200,
+) -> list[Job]:
+    """Newest first."""
+    q = jobs_query(user, everyone, states)
+    return list(db.scalars(q.order_by(Job.submitted_at.desc()).limit(limit)))
 
 
 def events(db: Session, job: Job) -> list[JobEventRow]:
@@ -311,8 +322,13 @@ def view(job: Job, username: str | None = None) -> dict[str, Any]:
         "runtime": job.runtime,
         "pending_reasons": job.pending_reasons,
         "spec": job.spec,
-        "gpus": job.spec.get("resources", {}).get("gpu", 0) * job.spec.get("replicas", 1),
+        "gpus": total_gpus(job),
     }
+
+
+def total_gpus(job: Job) -> int:
+    """The GPUs of all the job's replicas (the spec as stored, which the API validated)."""
+    return job.spec.get("resources", {}).get("gpu", 0) * job.spec.get("replicas", 1)
 
 
 def event_view(e: JobEventRow) -> dict[str, Any]:

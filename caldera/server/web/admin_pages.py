@@ -3,35 +3,43 @@ audit log. Each one admins only, like the API."""
 
 from __future__ import annotations
 
-import math
 from typing import Annotated
-from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.states import JobState
 from caldera.core.tenancy import Role
-from caldera.db.models import User
+from caldera.db.models import AdminAudit, Job, User
 from caldera.server import api_admin, api_jobs, audit, jobs, node_admin, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
 from caldera.server.platform import Platform
-from caldera.server.web import api_call, queue_forms
+from caldera.server.web import api_call, listing, queue_forms
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_admin
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 
 
+USER_SORTS = {"username": User.username, "role": User.role, "active": User.active, "created_at": User.created_at}
+
+
 def _users_page(request: Request, admin: User, db: Session, errors=(), typed=None, status=200):
-    users = [api_admin._user_view(db, u) for u in db.scalars(select(User).order_by(User.username))]
+    want = listing.parse(request, USER_SORTS, "username", ("name", "role"))
+    query = select(User)
+    if want.filters["name"]:
+        query = query.where(User.username.contains(want.filters["name"], autoescape=True))
+    if want.filters["role"]:
+        query = query.where(User.role == want.filters["role"])
+    found, want = listing.fetch(db, query, want, USER_SORTS, User.id)
+    users = [api_admin._user_view(db, u) for u in found]
     accounts = api_admin.list_accounts(user=admin, db=db)
     return page(
-        request, "admin_users.html", status=status, user=admin, users=users, accounts=accounts,
-        roles=[r.value for r in Role], errors=list(errors), typed=typed or {},
+        request, "admin_users.html", status=status, user=admin, users=users, accounts=accounts, listing=want,
+        filters=want.filters, roles=[r.value for r in Role], errors=list(errors), typed=typed or {},
     )  # fmt: skip
 
 
@@ -209,43 +217,32 @@ def uncordon_node(name: str, admin: User = Depends(page_admin), p=Depends(platfo
     return RedirectResponse("/admin/nodes", 303)
 
 
-AUDIT_PER_PAGE = 50
+AUDIT_SORTS = {"at": AdminAudit.id, "actor": AdminAudit.actor, "action": AdminAudit.action, "target": AdminAudit.target}
 
 
 @router.get("/audit")
-def audit_log(
-    request: Request,
-    n: int = Query(1, alias="page", ge=1, le=1_000_000),
-    actor: str = Query("", max_length=64),
-    action: str = Query("", max_length=64),
-    target: str = Query("", max_length=256),
-    admin: User = Depends(page_admin),
-    db: Session = Depends(db_session),
-):
-    """Admin actions, newest first, a page at a time, filtered by who, what and on what (in the URL)."""
-    rows, total = audit.entries(db, (n - 1) * AUDIT_PER_PAGE, AUDIT_PER_PAGE, actor, action, target)
-    pages = max(1, math.ceil(total / AUDIT_PER_PAGE))
-    filters = {"actor": actor, "action": action, "target": target}
+def audit_log(request: Request, admin: User = Depends(page_admin), db: Session = Depends(db_session)):
+    """Admin actions, newest first or as sorted, a page at a time, filtered by who, what and on what (in the URL)."""
+    want = listing.parse(request, AUDIT_SORTS, "-at", ("actor", "action", "target"))
+    rows, want = listing.fetch(db, audit.query(**want.filters), want, AUDIT_SORTS, AdminAudit.id)
     admins = db.scalars(select(User.username).where(User.role == Role.ADMIN.value).order_by(User.username))
     return page(
-        request, "admin_audit.html", user=admin, entries=rows, page_no=n, pages=pages, total=total, filters=filters,
-        query=urlencode({k: v for k, v in filters.items() if v}), actions=audit.actions(db), admins=list(admins),
+        request, "admin_audit.html", user=admin, entries=rows, listing=want, filters=want.filters,
+        actions=audit.actions(db), admins=list(admins),
     )  # fmt: skip
 
 
-ALL_JOBS_LIMIT = 500
+JOB_SORTS = {
+    "submitted_at": Job.submitted_at, "name": Job.name, "state": Job.state, "queue": Job.queue,
+    "user": select(User.username).where(User.id == Job.user_id).scalar_subquery(),
+}  # fmt: skip
 
 
 @router.get("/jobs")
-def all_jobs(
-    request: Request,
-    owner: str = Query("", alias="user", max_length=64),
-    state: str = Query("", max_length=16),
-    queue: str = Query("", max_length=64),
-    admin: User = Depends(page_admin),
-    db: Session = Depends(db_session),
-):
-    """Everyone's jobs, newest first, narrowed by user, state and queue."""
+def all_jobs(request: Request, admin: User = Depends(page_admin), db: Session = Depends(db_session)):
+    """Everyone's jobs, newest first or as sorted, a page at a time, narrowed by user, state and queue."""
+    want = listing.parse(request, JOB_SORTS, "-submitted_at", ("user", "state", "queue"))
+    owner, state, queue = (want.filters[k] for k in ("user", "state", "queue"))
     errors, owner_id = [], None
     if owner:
         try:
@@ -255,13 +252,13 @@ def all_jobs(
     states = [s.value for s in JobState]
     if state and state not in states:
         errors.append({"field": "state", "reason": f"unknown state {state!r}"})
-    found = []
+    found: list[Job] = []
     if not errors:
-        found = jobs.list_jobs(db, admin, True, [state] if state else None, ALL_JOBS_LIMIT, owner_id, queue or None)
+        query = jobs.jobs_query(admin, True, [state] if state else None, owner_id, queue or None)
+        found, want = listing.fetch(db, query, want, JOB_SORTS, Job.id)
     names = api_jobs._usernames(db)
     return page(
         request, "admin_jobs.html", status=400 if errors else 200, user=admin, errors=errors,
-        jobs=[jobs.view(j, names.get(j.user_id)) for j in found], limit=ALL_JOBS_LIMIT,
-        filters={"user": owner, "state": state, "queue": queue}, usernames=sorted(names.values()), states=states,
-        queues=sorted(tenancy.all_queue_configs(db)),
+        jobs=[jobs.view(j, names.get(j.user_id)) for j in found], listing=want, filters=want.filters,
+        usernames=sorted(names.values()), states=states, queues=sorted(tenancy.all_queue_configs(db)),
     )  # fmt: skip

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from caldera.db.models import User
+from caldera.db.models import Image, User
 from caldera.images import catalogue, environments
 from caldera.images.form import CUDA, CUDNN
 from caldera.server import api_images
 from caldera.server.deps import db_session, platform
 from caldera.server.platform import Platform
-from caldera.server.web import api_call
+from caldera.server.web import api_call, listing
 from caldera.server.web.render import page
 from caldera.server.web.session import page_user
 
@@ -22,22 +23,39 @@ MIB = 1 << 20
 BUILD_LOGS = 10  # newest first; older ones stay readable through each row's log link
 
 
+IMAGE_SORTS = {
+    "created_at": Image.created_at, "name": Image.name, "state": Image.state, "size": Image.size_bytes,
+    "visibility": Image.visibility, "owner": select(User.username).where(User.id == Image.owner_id).scalar_subquery(),
+}  # fmt: skip
+
+
 def _images_page(request: Request, p: Platform, user: User, db: Session, errors=(), form=None, status=200):
     q = request.app.state.builds
-    images = api_images.list_images(user=user, p=p, db=db)
+    want = listing.parse(request, IMAGE_SORTS, "-created_at", ("name", "state", "visibility"))
+    query = catalogue.usable_query(db, user)
+    if want.filters["name"]:
+        query = query.where(Image.name.contains(want.filters["name"], autoescape=True))
+    for key in ("state", "visibility"):
+        if want.filters[key]:
+            query = query.where(getattr(Image, key) == want.filters[key])
+    found, want = listing.fetch(db, query, want, IMAGE_SORTS, Image.id)
+    names = api_images._owners(db)
     return page(
-        request, "images.html", status=status, user=user, errors=list(errors), form=form or {}, images=images,
-        build_logs=_build_logs(images, user), pythons=api_images.offered_pythons(db, q), cudas=list(CUDA),
+        request, "images.html", status=status, user=user, errors=list(errors), form=form or {}, listing=want,
+        images=[catalogue.view(p.settings, i, names.get(i.owner_id)) for i in found],
+        build_logs=_build_logs(p, db, user), pythons=api_images.offered_pythons(db, q), cudas=list(CUDA),
         environments=environments.views(db, q.builder.has),
         cudnns=list(CUDNN), used_mib=catalogue.used_bytes(db, user) // MIB,
         quota_mib=catalogue.quota_bytes(db, p.settings, user) // MIB,
     )  # fmt: skip
 
 
-def _build_logs(images: list[dict], user: User) -> list[dict]:
-    """My builds whose log the page follows: those running (live) and those that failed (the kept log)."""
-    mine = [i for i in images if i["owner"] == user.username and i["state"] in ("building", "failed")]
-    return mine[:BUILD_LOGS]
+def _build_logs(p: Platform, db: Session, user: User) -> list[dict]:
+    """My builds whose log the page follows, newest first: those running (live) and those that failed (the kept
+    log), whatever page of the list is shown."""
+    mine = select(Image).where(Image.owner_id == user.id, Image.state.in_(("building", "failed")))
+    found = db.scalars(mine.order_by(Image.created_at.desc()).limit(BUILD_LOGS))
+    return [catalogue.view(p.settings, i, user.username) for i in found]
 
 
 @router.get("/images")

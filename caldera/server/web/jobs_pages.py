@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from typing import Annotated
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -11,43 +12,68 @@ from sqlalchemy.orm import Session
 
 from caldera.core.spec import SpecError, parse_spec
 from caldera.core.states import JobState
-from caldera.db.models import User
+from caldera.db.models import Job, User
 from caldera.images import catalogue, environments
 from caldera.server import api_images, api_jobs, api_templates, jobs, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
 from caldera.server.params import RowId
 from caldera.server.platform import Platform
-from caldera.server.web import api_call, governance_pages, job_forms, job_yaml, overview, queue_view
+from caldera.server.web import api_call, governance_pages, gpu_use, job_forms, job_yaml, listing, overview, queue_view
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 
 router = APIRouter(include_in_schema=False)
-HOME_JOBS = 100
+HOME_CARDS = 50  # running and waiting jobs shown as cards, newest first
+HOME_RECENT = 10  # the home page's table of recent jobs; the jobs page has them all
+ACTIVE = [JobState.QUEUED.value, JobState.STARTING.value, JobState.RUNNING.value]
+JOB_SORTS = {"submitted_at": Job.submitted_at, "name": Job.name, "kind": Job.kind, "queue": Job.queue,
+             "state": Job.state}  # fmt: skip
 
 
-def _my_jobs(db: Session, user: User) -> dict:
-    """The home page's jobs, the events their messages are rendered from, and governance's warnings."""
-    mine = jobs.list_jobs(db, user, limit=HOME_JOBS)
-    return {
-        "jobs": mine,
-        "latest": jobs.current_events(db, mine),
-        "gov_notices": governance_pages.notices(db, mine),
-        "advice": governance_pages.advice_of(db, mine),
-    }
+def _my_jobs(request: Request, db: Session, user: User, size: int = 50) -> dict:
+    """A page of my jobs as the URL sorts and filters them, the events their messages are rendered from, and the
+    URL that refreshes the rows in place."""
+    want = listing.parse(request, JOB_SORTS, "-submitted_at", ("state", "queue", "kind", "name"), size)
+    state, queue, kind, name = (want.filters[k] for k in ("state", "queue", "kind", "name"))
+    query = jobs.jobs_query(user, states=[state] if state else None, queue=queue or None)
+    if kind:
+        query = query.where(Job.kind == kind)
+    if name:
+        query = query.where(Job.name.contains(name, autoescape=True))
+    mine, want = listing.fetch(db, query, want, JOB_SORTS, Job.id)
+    rows_url = "/partials/my-jobs?" + urlencode({**want.args, "page": want.page, "size": want.size})
+    return {"jobs": mine, "latest": jobs.current_events(db, mine), "listing": want, "rows_url": rows_url}
 
 
 @router.get("/")
 def home(request: Request, user: User = Depends(page_user), p: Platform = Depends(platform), db=Depends(db_session)):
     nodes = overview.nodes_now(p, db, user)
     queues = [{**q, "largest_now": overview.largest_now(nodes, q)} for q in overview.my_queues(db, user)]
-    return page(request, "home.html", user=user, queues=queues, gpus=overview.free_gpus(nodes), **_my_jobs(db, user))
+    active = jobs.list_jobs(db, user, states=ACTIVE, limit=HOME_CARDS)
+    recent = _my_jobs(request, db, user, HOME_RECENT)
+    return page(
+        request, "home.html", user=user, queues=queues, gpus=overview.free_gpus(nodes), active=active,
+        gpu_use=gpu_use.running_jobs_use(p.settings, active), gov_notices=governance_pages.notices(db, active),
+        advice=governance_pages.advice_of(db, recent["jobs"]), **recent,
+    )  # fmt: skip
+
+
+@router.get("/jobs")
+def my_jobs(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
+    """All my jobs, a page at a time, sorted and filtered as the URL says."""
+    queues = sorted({q["queue"] for q in overview.my_queues(db, user)})
+    states = [s.value for s in JobState]
+    return page(
+        request, "my_jobs.html", user=user, queues=queues, states=states, kinds=job_forms.KINDS,
+        **_my_jobs(request, db, user),
+    )  # fmt: skip
 
 
 @router.get("/partials/my-jobs")
 def my_jobs_rows(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
-    """The home page's table body, refreshed in place by HTMX."""
-    return page(request, "_job_rows.html", **_my_jobs(db, user))
+    """A job table's body (the home page's, the jobs page's), refreshed in place by HTMX."""
+    return page(request, "_job_rows.html", **_my_jobs(request, db, user))
 
 
 @router.get("/queue")

@@ -34,6 +34,12 @@ def notifications(request: Request, user: User = Depends(page_user), db: Session
     return _page(request, user, db)
 
 
+@router.get("/partials/unread")
+def unread(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
+    """The header's count of my unread notifications, loaded by HTMX after the page (no page waits for it)."""
+    return page(request, "_unread.html", unread=api_notifications.unread_count(db, user.id))
+
+
 @router.post("/notifications/read-all")
 def read_all(user: User = Depends(page_user), db: Session = Depends(db_session)):
     api_notifications.mark_all_read(user=user, db=db)

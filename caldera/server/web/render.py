@@ -10,8 +10,8 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from caldera.server import csrf
-from caldera.server.web import i18n
+from caldera.server import csrf, jobs
+from caldera.server.web import i18n, listing
 from caldera.server.web.reason_text import Say
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -37,6 +37,8 @@ def clock(ts: float | None) -> str:
 
 env.filters["age"] = age
 env.filters["clock"] = clock
+env.filters["gpus"] = jobs.total_gpus
+env.globals["list_sizes"] = listing.SIZES
 
 
 def _csp(request: Request, style_nonce: str = "") -> str:
