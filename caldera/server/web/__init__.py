@@ -16,6 +16,7 @@ from caldera.server.web import (
     auth_pages,
     image_pages,
     jobs_pages,
+    metrics_pages,
     notification_pages,
     template_pages,
 )
@@ -29,6 +30,7 @@ def install(app: FastAPI) -> None:
         account_pages.router,
         notification_pages.router,
         jobs_pages.router,
+        metrics_pages.router,
         template_pages.router,
         image_pages.router,
         admin_pages.router,
