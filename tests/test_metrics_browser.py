@@ -44,6 +44,12 @@ def metered(tmp_path, db_url):
     kill_job_processes(srv.data_dir)
 
 
+def _drawn(page, section: str) -> None:
+    """Waits until the view's charts are drawn; fails with the reason the page shows if they are not."""
+    page.wait_for_selector(f"{section}[data-loaded=true], {section}[data-unavailable=true]", timeout=30_000)
+    assert page.get_attribute(section, "data-loaded") == "true", page.inner_text(f"{section} .metrics-missing")
+
+
 def _shot(page, name):
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
@@ -71,14 +77,14 @@ def test_a_job_loading_a_fake_gpu_is_drawn_on_every_view(metered, browser):  # n
 
     page, violations = signed_in_page(browser, server, "alice", "password-123")
     page.goto(f"{server.url}/jobs/{jid}")
-    page.wait_for_selector("#job-metrics[data-loaded=true]", timeout=30_000)
+    _drawn(page, "#job-metrics")
     for kind in ("job-gpu", "job-gpu-memory", "job-cpu", "job-memory"):
         assert page.get_attribute(f"[data-chart={kind}]", "data-drawn") == "1", kind
     assert page.locator("#job-metrics canvas").count() == 4
     _shot(page, "job")
 
     page.goto(server.url + "/cluster?since=1h")
-    page.wait_for_selector("#cluster-metrics[data-loaded=true]", timeout=30_000)
+    _drawn(page, "#cluster-metrics")
     assert page.get_attribute("[data-chart=cluster-gpus]", "data-drawn") == "4"  # one model: in all, held, ...
     assert jid in page.inner_text("#idle-holders")
     _shot(page, "cluster")
@@ -92,7 +98,7 @@ def test_a_job_loading_a_fake_gpu_is_drawn_on_every_view(metered, browser):  # n
     boss, boss_violations = signed_in_page(browser, server, "admin", "admin-password")
     boss.goto(server.url + "/admin/nodes")
     boss.click("a[href='/admin/nodes/node-0/metrics']")
-    boss.wait_for_selector("#node-metrics[data-loaded=true]", timeout=30_000)
+    _drawn(boss, "#node-metrics")
     assert boss.get_attribute("[data-chart=node-gpu]", "data-drawn") == "2"  # the server's two fake GPUs
     assert jid in boss.inner_text("#node-holders") and "alice" in boss.inner_text("#node-holders")
     _shot(boss, "node")
@@ -105,11 +111,11 @@ def test_a_job_loading_a_fake_gpu_is_drawn_on_every_view(metered, browser):  # n
     zh.click("button[type=submit]")
     zh.wait_for_load_state()
     zh.goto(f"{server.url}/jobs/{jid}")
-    zh.wait_for_selector("#job-metrics[data-loaded=true]", timeout=30_000)
+    _drawn(zh, "#job-metrics")
     assert "GPU 利用率" in zh.get_attribute("[data-chart=job-gpu]", "data-title")
     _shot(zh, "job-zh")
     zh.goto(server.url + "/cluster?since=1h")
-    zh.wait_for_selector("#cluster-metrics[data-loaded=true]", timeout=30_000)
+    _drawn(zh, "#cluster-metrics")
     assert "集群" in zh.inner_text("h1")
     _shot(zh, "cluster-zh")
     httpx.post(f"{server.url}/api/v1/jobs/{jid}/cancel", headers=alice)

@@ -81,9 +81,9 @@
       animation: false,
       title: { text: el.dataset.title, textStyle: { fontSize: 14 } },
       tooltip: { trigger: "axis" },
-      legend: { type: "scroll", top: 22 },
-      grid: { top: 60, left: 50, right: 20, bottom: 30 },
-      xAxis: { type: "time", min: d.start * 1000, max: d.end * 1000 },
+      legend: { type: "scroll", bottom: 0 },
+      grid: { top: 40, left: 50, right: 20, bottom: 56 },
+      xAxis: { type: "time", min: d.start * 1000, max: d.end * 1000, axisLabel: { hideOverlap: true } },
       yAxis: { type: "value", min: 0, max: el.dataset.max ? Number(el.dataset.max) : null },
       series: series,
     });
