@@ -38,6 +38,4 @@ def idle(request: Request, user=Depends(page_user), p=Depends(platform), db=Depe
     nodes = overview.nodes_now(p, db, user)
     queues = [{**q, "largest_now": overview.largest_now(nodes, q)} for q in overview.my_queues(db, user)]
     held = api_metrics.allocated(window_s=HELD_WINDOW_S, user=user, p=p)
-    return page(
-        request, "idle.html", user=user, nodes=nodes, queues=queues, gpus=overview.free_gpus(nodes), held=held
-    )
+    return page(request, "idle.html", user=user, nodes=nodes, queues=queues, gpus=overview.free_gpus(nodes), held=held)
