@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from caldera.metrics.query import MetricsUnavailable, Prometheus
@@ -91,6 +92,13 @@ def values(result: list[dict], key: tuple[str, ...]) -> list[tuple[dict, float]]
         raise MetricsUnavailable(f"Prometheus answered an unreadable value: {exc}") from exc
 
 
+def ranges(prom: Prometheus, queries: dict[str, str], start: float, end: float, step: float) -> dict[str, list]:
+    """Range queries sent together (Prometheus answers them in parallel): a view waits for the slowest, not the sum."""
+    with ThreadPoolExecutor(max_workers=len(queries)) as pool:
+        futures = {name: pool.submit(prom.range, promql, start, end, step) for name, promql in queries.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
 def cluster(prom: Prometheus, start: float, end: float, interval_s: float, user: str | None) -> dict:
     """GPUs per model over time: in all, allocated (a job holds it), computing (above COMPUTING_ABOVE_PERCENT) and
     idle (held and not computing); the average utilisation of all GPUs and of the held ones; the jobs holding GPUs
@@ -103,25 +111,23 @@ def cluster(prom: Prometheus, start: float, end: float, interval_s: float, user:
         "computing": f"count by (gpu_model) ({GPU} > {COMPUTING_ABOVE_PERCENT})",
         "idle": f"count by (gpu_model) ({held} <= {COMPUTING_ABOVE_PERCENT})",
     }
+    mean = {"all": f"avg({GPU})", "allocated": f"avg({held})"}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        holders = pool.submit(idle_holders, prom, end, user)
+        found = ranges(prom, queries | {f"mean {k}": q for k, q in mean.items()}, start, end, step)
+        idle = holders.result()
     models: dict[str, dict[str, list]] = {}
-    for name, promql in queries.items():
-        for s in series(prom.range(promql, start, end, step), ("gpu_model",)):
+    for name in queries:
+        for s in series(found[name], ("gpu_model",)):
             models.setdefault(s["labels"]["gpu_model"], {})[name] = s["points"]
-    mean = {
-        "all": f"avg({GPU})",
-        "allocated": f"avg({held})",
-    }
-    utilisation = {
-        name: next(iter(series(prom.range(promql, start, end, step), ())), {"points": []})["points"]
-        for name, promql in mean.items()
-    }
+    utilisation = {k: next(iter(series(found[f"mean {k}"], ())), {"points": []})["points"] for k in mean}
     return {
         "start": start,
         "end": end,
         "step": step,
         "models": [{"model": m, **{k: v.get(k, []) for k in queries}} for m, v in sorted(models.items())],
         "utilisation": utilisation,
-        "idle_holders": idle_holders(prom, end, user),
+        "idle_holders": idle,
     }
 
 
@@ -143,12 +149,18 @@ def node(prom: Prometheus, name: str, start: float, end: float, interval_s: floa
     start, end, step = window(start, end, interval_s)
     sel = selector(node=name)
     key = ("gpu", "gpu_model")
-    util = series(prom.range(f"{GPU}{sel}", start, end, step), key)
-    mem = series(prom.range(f"{GPU_MEM}{sel}", start, end, step), key)
+    found = ranges(
+        prom,
+        {"util": f"{GPU}{sel}", "mem": f"{GPU_MEM}{sel}", "held": f"count by (gpu, job, user) ({JOB_GPU}{sel})"},
+        start,
+        end,
+        step,
+    )
+    util, mem = series(found["util"], key), series(found["mem"], key)
     total = {
         labels["gpu"]: v for labels, v in values(prom.instant(f"max_over_time({GPU_MEM_TOTAL}{sel}[1d])", end), key)
     }
-    held = series(prom.range(f"count by (gpu, job, user) ({JOB_GPU}{sel})", start, end, step), ("gpu", "job", "user"))
+    held = series(found["held"], ("gpu", "job", "user"))
     holders = [
         {**s["labels"], "from": a, "to": b}
         for s in held
@@ -195,23 +207,36 @@ def job(prom: Prometheus, job_id: str, replicas: list[tuple[str, tuple[int, ...]
     rate_window = int(max(step, 3 * interval_s))
     replica_of = {(n, str(g)): r for r, (n, gpus) in enumerate(replicas) for g in gpus}
 
-    def per_gpu(promql: str) -> list[dict]:
+    found = ranges(
+        prom,
+        {
+            "gpu_utilisation": f"max by (node, gpu) ({JOB_GPU}{sel})",
+            "gpu_memory_bytes": f"max by (node, gpu) ({JOB_GPU_MEM}{sel})",
+            "cpu_cores": f"sum by (node) (rate(caldera_job_cpu_seconds{sel}[{rate_window}s]))",
+            "memory_bytes": f"sum by (node) (caldera_job_memory_bytes{sel})",
+        },
+        start,
+        end,
+        step,
+    )
+
+    def per_gpu(name: str) -> list[dict]:
         return [
             {**s["labels"], "replica": replica_of.get((s["labels"]["node"], s["labels"]["gpu"])), "points": s["points"]}
-            for s in series(prom.range(promql, start, end, step), gpu_key)
+            for s in series(found[name], gpu_key)
         ]
 
-    def per_node(promql: str) -> list[dict]:
-        return [{**s["labels"], "points": s["points"]} for s in series(prom.range(promql, start, end, step), node_key)]
+    def per_node(name: str) -> list[dict]:
+        return [{**s["labels"], "points": s["points"]} for s in series(found[name], node_key)]
 
     return {
         "start": start,
         "end": end,
         "step": step,
-        "gpu_utilisation": per_gpu(f"max by (node, gpu) ({JOB_GPU}{sel})"),
-        "gpu_memory_bytes": per_gpu(f"max by (node, gpu) ({JOB_GPU_MEM}{sel})"),
-        "cpu_cores": per_node(f"sum by (node) (rate(caldera_job_cpu_seconds{sel}[{rate_window}s]))"),
-        "memory_bytes": per_node(f"sum by (node) (caldera_job_memory_bytes{sel})"),
+        "gpu_utilisation": per_gpu("gpu_utilisation"),
+        "gpu_memory_bytes": per_gpu("gpu_memory_bytes"),
+        "cpu_cores": per_node("cpu_cores"),
+        "memory_bytes": per_node("memory_bytes"),
     }
 
 
