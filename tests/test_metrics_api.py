@@ -174,3 +174,21 @@ def test_without_prometheus_every_view_says_why_within_its_time_box(tmp_path, ha
         assert r.status_code == 503 and url in r.text
         assert time.monotonic() - started < 7 * 2 * 0.5 + 3  # each view within its budget: two time-outs
     listener.close()
+
+
+def test_caldera_up_runs_without_metrics_when_the_agents_port_is_taken(tmp_path):
+    import socket
+
+    from caldera.server.metrics import start
+    from caldera.server.platform import Platform
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        platform = Platform.create(make_settings(tmp_path, runtime="local", metrics_port=port))
+        try:
+            agent, proc, said = start(platform)
+        finally:
+            platform.engine.dispose()
+    assert (agent, proc) == (None, None) and f"cannot listen on 127.0.0.1:{port}" in said

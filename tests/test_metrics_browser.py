@@ -45,7 +45,9 @@ def metered(tmp_path, db_url):
 
 
 def _drawn(page, section: str) -> None:
-    """Waits until the view's charts are drawn; fails with the reason the page shows if they are not."""
+    """Scrolls to the view (its charts load once in sight) and waits until they are drawn; fails with the reason the
+    page shows if they are not."""
+    page.locator(section).scroll_into_view_if_needed()
     page.wait_for_selector(f"{section}[data-loaded=true], {section}[data-unavailable=true]", timeout=30_000)
     assert page.get_attribute(section, "data-loaded") == "true", page.inner_text(f"{section} .metrics-missing")
 
@@ -90,7 +92,8 @@ def test_a_job_loading_a_fake_gpu_is_drawn_on_every_view(metered, browser):  # n
     _shot(page, "cluster")
 
     page.goto(server.url + "/idle")
-    assert page.inner_text(f"#held-now tr[data-job='{jid}'] .utilisation") == "75 %"
+    held = page.inner_text(f"#held-now tr[data-job='{jid}'] .utilisation")
+    assert 50 <= int(held.removesuffix(" %")) <= 75  # a mean of 10 minutes: its first samples may precede the load
     _shot(page, "idle")
     assert page.goto(server.url + "/admin/nodes/node-0/metrics").status == 403
     assert violations == []
@@ -123,7 +126,8 @@ def test_a_job_loading_a_fake_gpu_is_drawn_on_every_view(metered, browser):  # n
 
 def test_without_prometheus_the_pages_say_why(tmp_path, db_url, browser):  # noqa: F811
     env = server_env(tmp_path, db_url)
-    env.update(CALDERA_RUNTIME="local", CALDERA_PROMETHEUS_URL=f"http://127.0.0.1:{free_port()}")  # nobody there
+    nobody = f"http://127.0.0.1:{free_port()}"
+    env.update(CALDERA_RUNTIME="local", CALDERA_METRICS_PORT=str(free_port()), CALDERA_PROMETHEUS_URL=nobody)
     server = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()
     try:
         page, violations = signed_in_page(browser, server, "admin", "admin-password")

@@ -55,9 +55,10 @@ def parse_since(since: str, now: float) -> float:
 
 def window(start: float, end: float, floor_s: float) -> tuple[float, float, float]:
     """(start, end, step) for a chart: about POINTS points, the step a whole number of seconds no finer than the
-    scrape interval, start and end on multiples of it so that two reads of one chart agree."""
+    scrape interval, counted back from ``end`` so that the last point is now (a point later than Prometheus'
+    5-minute look-back past the newest sample would be empty)."""
     step = float(max(math.ceil(floor_s), math.ceil((end - start) / POINTS)))
-    return math.floor(start / step) * step, math.ceil(end / step) * step, step
+    return end - math.ceil((end - start) / step) * step, end, step
 
 
 def _number(v: object) -> float | None:
