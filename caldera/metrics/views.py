@@ -50,7 +50,7 @@ def parse_since(since: str, now: float) -> float:
     try:
         return datetime.strptime(since.strip(), "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
     except ValueError:
-        raise ValueError(f"since: {since!r} is neither a duration (7d, 12h, 30m, 2w) nor a date (2026-12-01)") from None
+        raise ValueError(f"{since!r} is neither a duration (7d, 12h, 30m, 2w) nor a date (2026-12-01)") from None
 
 
 def window(start: float, end: float, floor_s: float) -> tuple[float, float, float]:

@@ -39,12 +39,12 @@ def _visible_user(user: User) -> str | None:
 
 
 def _since(p: Platform, since: str, now: float) -> float:
-    """The start a ``since`` names, no earlier than the series Prometheus keeps."""
+    """The start a ``since`` names, no earlier than the series Prometheus keeps and no later than now."""
     try:
         start = views.parse_since(since, now)
     except ValueError as exc:
         raise Invalid("since", str(exc)) from None
-    return max(start, now - p.settings.metrics_retention_days * views.DAY_S)
+    return min(now, max(start, now - p.settings.metrics_retention_days * views.DAY_S))
 
 
 def answer(read: Callable[[], dict[str, Any] | list[Any]], key: str | None = None) -> dict[str, Any]:
