@@ -15,7 +15,9 @@
   }
 
   function line(name, pts, scale) {
-    return { name: name, type: "line", showSymbol: false, connectNulls: false, data: points(pts, scale) };
+    // a series of a point or two (a job that just started, on a day's chart) shows its points: a line needs more
+    const few = pts.filter(([, v]) => v !== null).length < 3;
+    return { name: name, type: "line", showSymbol: few, connectNulls: false, data: points(pts, scale) };
   }
 
   function gpuName(s, names) {
