@@ -5,6 +5,7 @@ of each view go to test-output/metrics/ (git-ignored)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -120,6 +121,7 @@ def test_a_job_loading_a_fake_gpu_is_drawn_on_every_view(metered, browser):  # n
     zh.goto(f"{server.url}/jobs/{jid}")
     _drawn(zh, "#job-metrics")
     assert "GPU 利用率" in zh.get_attribute("[data-chart=job-gpu]", "data-title")
+    assert json.loads(zh.get_attribute("#job-metrics", "data-states"))["Running"] == "运行中"  # the events' names
     _shot(zh, "job-zh")
     zh.goto(server.url + "/cluster?since=1h")
     _drawn(zh, "#cluster-metrics")

@@ -65,17 +65,18 @@
     ]),
   };
 
-  function events(d) {
-    // a job's events as vertical lines on its charts' time axis
+  function events(d, states) {
+    // a job's events as vertical lines on its charts' time axis, named by the state they led to (data-states: the
+    // states in the page's language)
     return (d.events || []).filter((e) => e.at >= d.start && e.at <= d.end).map((e) => ({
-      xAxis: e.at * 1000, label: { formatter: e.to, position: "insideEndTop" },
+      xAxis: e.at * 1000, label: { formatter: states[e.to] || e.to, position: "insideEndTop" },
     }));
   }
 
-  function draw(el, d) {
+  function draw(el, d, states) {
     const names = el.dataset.names ? JSON.parse(el.dataset.names) : {};
     const series = DRAW[el.dataset.chart](d, names);
-    const marks = events(d);
+    const marks = events(d, states);
     if (marks.length && series.length) {
       series[0].markLine = { symbol: "none", silent: true, lineStyle: { type: "dashed" }, data: marks };
     }
@@ -130,7 +131,8 @@
       .then((d) => d.available ? charting().then(() => d) : d)
       .then((d) => {
         if (!d.available) return missing(view, d.reason);
-        view.querySelectorAll("[data-chart]").forEach((el) => draw(el, d));
+        const states = view.dataset.states ? JSON.parse(view.dataset.states) : {};
+        view.querySelectorAll("[data-chart]").forEach((el) => draw(el, d, states));
         view.querySelectorAll("[data-table]").forEach((body) => fill(body, d));
         view.dataset.loaded = "true";
       })
