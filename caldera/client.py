@@ -254,6 +254,31 @@ class Client:
     def nodes(self) -> list[dict]:
         return self.get("/nodes")
 
+    # ---- metrics (read from Prometheus by the platform; ``available`` False with a ``reason`` when it cannot) ----
+    def gpu_hours(self, since: str = "7d", by: str = "user") -> dict:
+        """GPU-hours allocated and used per UTC day and per user, account or queue: yours (an admin: everyone's)."""
+        return self.get("/usage/gpu-hours", since=since, by=by)
+
+    def gpu_hours_csv(self, since: str = "30d", by: str = "user") -> str:
+        """Everyone's GPU-hours as CSV (admins)."""
+        resp = self.http.get("/api/v1/usage/gpu-hours.csv", params={"since": since, "by": by})
+        if resp.status_code >= 400:
+            self._check(resp)
+        return resp.text
+
+    def cluster_metrics(self, since: str = "1d") -> dict:
+        return self.get("/metrics/cluster", since=since)
+
+    def node_metrics(self, node: str, since: str = "1d") -> dict:
+        return self.get(f"/metrics/nodes/{node}", since=since)
+
+    def job_metrics(self, job_id: str) -> dict:
+        return self.get(f"/metrics/jobs/{self.resolve_job(job_id)}")
+
+    def allocated_gpus(self, window_s: int = 600) -> dict:
+        """The GPUs held now (yours; an admin: all) with their mean utilisation over ``window_s``."""
+        return self.get("/metrics/allocated", window_s=window_s)
+
     def me(self) -> dict:
         return self.get("/me")
 

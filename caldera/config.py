@@ -168,7 +168,7 @@ class Settings(BaseSettings):
         600.0, ge=0, description="a job that waited longer than this tells its user when it starts"
     )
 
-    # observability (docs/observability.md): the node agent and the Prometheus it feeds
+    # observability (docs/metrics.md): the node agent and the Prometheus it feeds
     metrics_source: str = Field(
         default_factory=lambda data: "fake" if data.get("fake_gpus") else "nvml",
         description="where GPU metrics come from: an entry point of caldera.metric_sources; fake where fake_gpus "

@@ -17,6 +17,7 @@ from caldera.cli.files import files_app
 from caldera.cli.governance import account_admin, request_app
 from caldera.cli.images import images_app
 from caldera.cli.jobs import register as register_jobs
+from caldera.cli.metrics import BY, PLOT, SINCE, USAGE_OUTPUT, UsageFormat, gpu_hours, top
 from caldera.cli.nodes_admin import nodes_admin_app
 from caldera.cli.output import OUTPUT, Format, emit
 from caldera.cli.remote import register as register_remote
@@ -295,9 +296,16 @@ def _nodes_table(rows: list[dict]) -> None:
 
 
 @app.command()
-def usage(output: Format = OUTPUT) -> None:
-    """Your usage and limits in each of your queues."""
-    emit(call(client().usage), output, _usage_table)
+def usage(
+    output: UsageFormat = USAGE_OUTPUT, since: str | None = SINCE, by: str = BY, plot: Path | None = PLOT
+) -> None:
+    """Your usage and limits in each of your queues; with --since, GPU-hours allocated and used per day."""
+    if since:
+        return gpu_hours(since, by, output, plot)
+    if output is UsageFormat.csv:
+        err.print("[red]-o csv is for GPU-hours: add --since[/red]")
+        raise typer.Exit(2)
+    emit(call(client().usage), Format(output.value), _usage_table)
 
 
 def _usage_table(u: dict) -> None:
@@ -470,6 +478,7 @@ from caldera.cli.profile import profile_command  # noqa: E402
 
 app.add_typer(interference_app, name="interference")
 app.command("profile")(profile_command)
+app.command("top")(top)
 
 if __name__ == "__main__":
     app()

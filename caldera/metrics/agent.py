@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from caldera.metrics.attribution import holders_of
-from caldera.metrics.jobstats import JobStats, cgroup_stats, process_tree_stats
+from caldera.metrics.jobstats import JobStats, cgroup_stats, process_tree, process_tree_stats
 from caldera.metrics.sources.base import GpuSample, Holding, MetricSource
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,8 @@ class Agent:
         started = time.perf_counter()
         at = time.time() if at is None else at
         holdings = [h for h in self.holdings() if h.end is None or h.end > at]
-        stats = {h.job: self._job_stats(h) for h in holdings}
+        tree = process_tree() if any(h.cgroup is None and h.pids for h in holdings) else {}
+        stats = {h.job: self._job_stats(h, tree) for h in holdings}
         pids_of = {h.job: set(h.pids) for h in holdings}
         samples = self.source.sample(holdings, at)
         for gauge in (self.gpu_util, self.gpu_mem, self.gpu_mem_total, self.gpu_clock, self.gpu_power,
@@ -96,11 +97,11 @@ class Agent:
             self.job_gpu_mem.labels(*job_labels).set(s.memory_used)
 
     @staticmethod
-    def _job_stats(h: Holding) -> JobStats | None:
+    def _job_stats(h: Holding, tree: dict[int, list[int]]) -> JobStats | None:
         try:
             if h.cgroup is not None:
                 return cgroup_stats(h.cgroup)
-            return process_tree_stats(h.pids) if h.pids else None
+            return process_tree_stats(h.pids, tree) if h.pids else None
         except (OSError, ValueError) as exc:  # the cgroup went away with the job
             log.debug("no stats for job %s: %s", h.job, exc)
             return None

@@ -19,7 +19,8 @@ class JobStats:
     write_bytes: int
 
 
-def _children() -> dict[int, list[int]]:
+def process_tree() -> dict[int, list[int]]:
+    """Every process's children, from one walk of /proc (the agent walks it once per round, not once per job)."""
     tree: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -33,9 +34,12 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
-def process_tree_stats(roots: tuple[int, ...]) -> JobStats:
-    """The sum over ``roots`` and all their descendants (processes that vanish meanwhile count as nothing)."""
-    tree, seen, todo = _children(), set(), list(roots)
+def process_tree_stats(roots: tuple[int, ...], tree: dict[int, list[int]] | None = None) -> JobStats:
+    """The sum over ``roots`` and all their descendants (processes that vanish meanwhile count as nothing);
+    ``tree``: ``process_tree()`` when the caller has one."""
+    tree = process_tree() if tree is None else tree
+    seen: set[int] = set()
+    todo = list(roots)
     cpu, rss, rd, wr = 0.0, 0, 0, 0
     while todo:
         pid = todo.pop()

@@ -71,3 +71,8 @@ def start_local(
                 proc.kill()
                 raise MetricsUnavailable(f"prometheus did not start; see {root / 'prometheus.log'}") from None
             time.sleep(0.2)
+
+
+def view_client(settings: Settings) -> Prometheus:
+    """For one view of several queries: each query time-boxed, and all of them within twice that."""
+    return Prometheus(url(settings), settings.prometheus_timeout_s, budget_s=2 * settings.prometheus_timeout_s)

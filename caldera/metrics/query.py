@@ -6,6 +6,7 @@ The interface other packages use (governance's idle GPU detection among them) is
 from __future__ import annotations
 
 import json
+import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -29,13 +30,22 @@ class GpuUtilisation:
 
 
 class Prometheus:
-    def __init__(self, url: str, timeout_s: float = 2.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 2.0, budget_s: float | None = None) -> None:
+        """``timeout_s`` bounds each query; ``budget_s`` (None: no bound) all of this client's queries together, so
+        a view of several queries answers within it even where each is slow but not quite timed out."""
         self.url, self.timeout_s = url.rstrip("/"), timeout_s
+        self.budget_s = budget_s
+        self.deadline = None if budget_s is None else time.monotonic() + budget_s
 
     def _get(self, path: str, params: dict[str, str]) -> list[dict]:
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        timeout = self.timeout_s
+        if self.deadline is not None:
+            timeout = min(timeout, self.deadline - time.monotonic())
+            if timeout <= 0:
+                raise MetricsUnavailable(f"Prometheus at {self.url}: no answer within {self.budget_s:g} s")
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:  # noqa: S310 - the admin's URL
+            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - the admin's URL
                 body = json.loads(resp.read(MAX_RESPONSE_BYTES + 1)[:MAX_RESPONSE_BYTES])
         except (OSError, ValueError) as exc:  # refused, timed out (socket timeout is an OSError), not JSON
             raise MetricsUnavailable(f"Prometheus at {self.url}: {exc}") from exc

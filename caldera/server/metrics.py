@@ -48,7 +48,10 @@ def start(platform: Platform) -> tuple[Agent | None, subprocess.Popen | None, st
     except sources.SourceUnavailable as exc:
         return None, None, f"no metrics: {exc}"
     agent = Agent(node, source, lambda: holdings(platform, node))
-    agent.serve(s.metrics_port)
+    try:
+        agent.serve(s.metrics_port)
+    except OSError as exc:  # the port is taken (another platform on this host): run without metrics, say why
+        return None, None, f"no metrics: the agent cannot listen on 127.0.0.1:{s.metrics_port}: {exc}"
     agent.start(s.metrics_interval_s)
     try:
         proc = prometheus.start_local(s, [f"127.0.0.1:{s.metrics_port}"])

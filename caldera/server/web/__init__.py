@@ -17,6 +17,7 @@ from caldera.server.web import (
     governance_pages,
     image_pages,
     jobs_pages,
+    metrics_pages,
     notification_pages,
     template_pages,
 )
@@ -31,6 +32,7 @@ def install(app: FastAPI) -> None:
         notification_pages.router,
         jobs_pages.router,
         governance_pages.router,
+        metrics_pages.router,
         template_pages.router,
         image_pages.router,
         admin_pages.router,

@@ -1,0 +1,284 @@
+"""What the metrics views show (cluster, node, job, idle GPUs, GPU-hours), read from Prometheus with PromQL on every
+request: the platform keeps no copy. Each function takes a ``Prometheus`` client and raises ``MetricsUnavailable``
+at its first query that fails, so a view costs at most one time-out.
+
+Visibility is the caller's to decide and is passed in as ``user``: ``None`` reads every job's series (an admin),
+a name restricts job series to that user's; cluster totals carry no job and are read by everyone."""
+
+from __future__ import annotations
+
+import math
+import re
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from caldera.metrics.query import MetricsUnavailable, Prometheus
+
+POINTS = 240  # points per series on a chart: a 30-day chart steps by 3 hours
+COMPUTING_ABOVE_PERCENT = 5.0  # a GPU above this utilisation computes; a held one at or below it idles
+IDLE_WINDOW_S = 3600  # the window over which the top idle holders are ranked
+TOP_IDLE = 10
+DAY_S = 86400
+BY = ("user", "account", "queue")
+
+JOB_GPU = "caldera_job_gpu_utilisation_percent"
+JOB_GPU_MEM = "caldera_job_gpu_memory_used_bytes"
+GPU = "caldera_gpu_utilisation_percent"
+GPU_MEM = "caldera_gpu_memory_used_bytes"
+GPU_MEM_TOTAL = "caldera_gpu_memory_total_bytes"
+
+
+def quoted(value: str) -> str:
+    """A PromQL string literal: the value is data, never part of the query."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def selector(**labels: str | None) -> str:
+    """``{a="x",b="y"}`` of the labels that are set (None: any value)."""
+    return "{" + ",".join(f"{k}={quoted(v)}" for k, v in labels.items() if v is not None) + "}"
+
+
+_SINCE = re.compile(r"^(\d{1,6})([mhdw])$")
+_UNIT_S = {"m": 60, "h": 3600, "d": DAY_S, "w": 7 * DAY_S}
+
+
+def parse_since(since: str, now: float) -> float:
+    """``7d``, ``12h``, ``30m``, ``2w`` before ``now``, or a UTC date ``2026-12-01``; ValueError otherwise."""
+    m = _SINCE.match(since.strip())
+    if m:
+        return now - int(m.group(1)) * _UNIT_S[m.group(2)]
+    try:
+        return datetime.strptime(since.strip(), "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        raise ValueError(f"{since!r} is neither a duration (7d, 12h, 30m, 2w) nor a date (2026-12-01)") from None
+
+
+def window(start: float, end: float, floor_s: float) -> tuple[float, float, float]:
+    """(start, end, step) for a chart: about POINTS points, the step a whole number of seconds no finer than the
+    scrape interval, counted back from ``end`` so that the last point is now (a point later than Prometheus'
+    5-minute look-back past the newest sample would be empty)."""
+    step = float(max(math.ceil(floor_s), math.ceil((end - start) / POINTS)))
+    return end - math.ceil((end - start) / step) * step, end, step
+
+
+def _number(v: object) -> float | None:
+    x = float(v)  # type: ignore[arg-type]
+    return None if math.isnan(x) or math.isinf(x) else x
+
+
+def series(result: list[dict], key: tuple[str, ...]) -> list[dict]:
+    """A range query's answer as ``[{"labels": {k: ...}, "points": [[t, v], ...]}]``, sorted by the ``key`` labels."""
+    try:
+        out = [
+            {
+                "labels": {k: r["metric"].get(k, "") for k in key},
+                "points": [[float(t), _number(v)] for t, v in r["values"]],
+            }
+            for r in result
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MetricsUnavailable(f"Prometheus answered an unreadable series: {exc}") from exc
+    return sorted(out, key=lambda s: tuple(_natural(s["labels"][k]) for k in key))
+
+
+def _natural(text: str) -> tuple[int, str]:
+    return (int(text), "") if text.isdigit() else (1 << 30, text)
+
+
+def values(result: list[dict], key: tuple[str, ...]) -> list[tuple[dict, float]]:
+    """An instant query's answer as (labels, value) pairs."""
+    try:
+        return [({k: r["metric"].get(k, "") for k in key}, float(r["value"][1])) for r in result]
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise MetricsUnavailable(f"Prometheus answered an unreadable value: {exc}") from exc
+
+
+def ranges(prom: Prometheus, queries: dict[str, str], start: float, end: float, step: float) -> dict[str, list]:
+    """Range queries sent together (Prometheus answers them in parallel): a view waits for the slowest, not the sum."""
+    with ThreadPoolExecutor(max_workers=len(queries)) as pool:
+        futures = {name: pool.submit(prom.range, promql, start, end, step) for name, promql in queries.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def cluster(prom: Prometheus, start: float, end: float, interval_s: float, user: str | None) -> dict:
+    """GPUs per model over time: in all, allocated (a job holds it), computing (above COMPUTING_ABOVE_PERCENT) and
+    idle (held and not computing); the average utilisation of all GPUs and of the held ones; the jobs holding GPUs
+    with the least utilisation over the last hour (only ``user``'s unless None)."""
+    start, end, step = window(start, end, interval_s)
+    held = f"max by (node, gpu, gpu_model) ({JOB_GPU})"
+    queries = {
+        "total": f"count by (gpu_model) ({GPU})",
+        "allocated": f"count by (gpu_model) ({held})",
+        "computing": f"count by (gpu_model) ({GPU} > {COMPUTING_ABOVE_PERCENT})",
+        "idle": f"count by (gpu_model) ({held} <= {COMPUTING_ABOVE_PERCENT})",
+    }
+    mean = {"all": f"avg({GPU})", "allocated": f"avg({held})"}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        holders = pool.submit(idle_holders, prom, end, user)
+        found = ranges(prom, queries | {f"mean {k}": q for k, q in mean.items()}, start, end, step)
+        idle = holders.result()
+    models: dict[str, dict[str, list]] = {}
+    for name in queries:
+        for s in series(found[name], ("gpu_model",)):
+            models.setdefault(s["labels"]["gpu_model"], {})[name] = s["points"]
+    utilisation = {k: next(iter(series(found[f"mean {k}"], ())), {"points": []})["points"] for k in mean}
+    return {
+        "start": start,
+        "end": end,
+        "step": step,
+        "models": [{"model": m, **{k: v.get(k, []) for k in queries}} for m, v in sorted(models.items())],
+        "utilisation": utilisation,
+        "idle_holders": idle,
+    }
+
+
+def idle_holders(prom: Prometheus, at: float, user: str | None) -> list[dict]:
+    sel = selector(user=user)
+    key = ("job", "user", "account", "queue")
+    over = f"avg_over_time({JOB_GPU}{sel}[{IDLE_WINDOW_S}s])"
+    means = values(prom.instant(f"bottomk({TOP_IDLE}, avg by (job, user, account, queue) ({over}))", at), key)
+    gpus = {
+        labels["job"]: int(n)
+        for labels, n in values(prom.instant(f"count by (job, user, account, queue) ({over})", at), key)
+    }
+    rows = [{**labels, "gpus": gpus.get(labels["job"], 0), "mean_percent": mean} for labels, mean in means]
+    return sorted(rows, key=lambda r: (r["mean_percent"], -r["gpus"], r["job"]))
+
+
+def node(prom: Prometheus, name: str, start: float, end: float, interval_s: float) -> dict:
+    """Each device of a node over time (utilisation, memory used) and which job held it when (all jobs: admins)."""
+    start, end, step = window(start, end, interval_s)
+    sel = selector(node=name)
+    key = ("gpu", "gpu_model")
+    found = ranges(
+        prom,
+        {"util": f"{GPU}{sel}", "mem": f"{GPU_MEM}{sel}", "held": f"count by (gpu, job, user) ({JOB_GPU}{sel})"},
+        start,
+        end,
+        step,
+    )
+    util, mem = series(found["util"], key), series(found["mem"], key)
+    total = {
+        labels["gpu"]: v for labels, v in values(prom.instant(f"max_over_time({GPU_MEM_TOTAL}{sel}[1d])", end), key)
+    }
+    held = series(found["held"], ("gpu", "job", "user"))
+    holders = [
+        {**s["labels"], "from": a, "to": b}
+        for s in held
+        for a, b in spans([t for t, v in s["points"] if v is not None], step)
+    ]
+    memory = {s["labels"]["gpu"]: s["points"] for s in mem}
+    return {
+        "node": name,
+        "start": start,
+        "end": end,
+        "step": step,
+        "gpus": [
+            {
+                "gpu": s["labels"]["gpu"],
+                "model": s["labels"]["gpu_model"],
+                "memory_total_bytes": total.get(s["labels"]["gpu"]),
+                "utilisation": s["points"],
+                "memory_used_bytes": memory.get(s["labels"]["gpu"], []),
+            }
+            for s in util
+        ],
+        "holders": sorted(holders, key=lambda h: (_natural(h["gpu"]), h["from"])),
+    }
+
+
+def spans(times: list[float], step: float) -> list[tuple[float, float]]:
+    """Contiguous runs of chart times (a gap longer than a step ends one) as (first, last)."""
+    out: list[tuple[float, float]] = []
+    for t in sorted(times):
+        if out and t - out[-1][1] <= step * 1.5:
+            out[-1] = (out[-1][0], t)
+        else:
+            out.append((t, t))
+    return out
+
+
+def job(prom: Prometheus, job_id: str, replicas: list[tuple[str, tuple[int, ...]]], start: float, end: float,
+        interval_s: float) -> dict:  # fmt: skip
+    """A job's series over its lifetime: per GPU (named by the replica that held it, from ``replicas``: each
+    replica's node and GPUs) utilisation and memory; per node CPU (cores, from the CPU-seconds counter) and memory."""
+    start, end, step = window(start, end, interval_s)
+    sel = selector(job=job_id)
+    gpu_key, node_key = ("node", "gpu"), ("node",)
+    rate_window = int(max(step, 3 * interval_s))
+    replica_of = {(n, str(g)): r for r, (n, gpus) in enumerate(replicas) for g in gpus}
+
+    found = ranges(
+        prom,
+        {
+            "gpu_utilisation": f"max by (node, gpu) ({JOB_GPU}{sel})",
+            "gpu_memory_bytes": f"max by (node, gpu) ({JOB_GPU_MEM}{sel})",
+            "cpu_cores": f"sum by (node) (rate(caldera_job_cpu_seconds{sel}[{rate_window}s]))",
+            "memory_bytes": f"sum by (node) (caldera_job_memory_bytes{sel})",
+        },
+        start,
+        end,
+        step,
+    )
+
+    def per_gpu(name: str) -> list[dict]:
+        return [
+            {**s["labels"], "replica": replica_of.get((s["labels"]["node"], s["labels"]["gpu"])), "points": s["points"]}
+            for s in series(found[name], gpu_key)
+        ]
+
+    def per_node(name: str) -> list[dict]:
+        return [{**s["labels"], "points": s["points"]} for s in series(found[name], node_key)]
+
+    return {
+        "start": start,
+        "end": end,
+        "step": step,
+        "gpu_utilisation": per_gpu("gpu_utilisation"),
+        "gpu_memory_bytes": per_gpu("gpu_memory_bytes"),
+        "cpu_cores": per_node("cpu_cores"),
+        "memory_bytes": per_node("memory_bytes"),
+    }
+
+
+def allocated_now(prom: Prometheus, at: float, window_s: int, user: str | None) -> dict:
+    """The GPUs jobs hold now with their mean utilisation over ``window_s`` (only ``user``'s unless None), and per
+    model the mean of all held GPUs (a cluster total)."""
+    key = ("node", "gpu", "gpu_model", "job", "user")
+    mine = f"avg_over_time({JOB_GPU}{selector(user=user)}[{int(window_s)}s])"
+    every = f"avg_over_time({JOB_GPU}[{int(window_s)}s])"
+    rows = [
+        {**labels, "mean_percent": v}
+        for labels, v in values(prom.instant(f"max by ({', '.join(key)}) ({mine})", at), key)
+    ]
+    held = prom.instant(f"avg by (gpu_model) (max by (node, gpu, gpu_model) ({every}))", at)
+    models = [{"model": labels["gpu_model"], "mean_percent": v} for labels, v in values(held, ("gpu_model",))]
+    return {
+        "gpus": sorted(rows, key=lambda r: (r["node"], _natural(r["gpu"]))),
+        "models": sorted(models, key=lambda m: m["model"]),
+    }
+
+
+def gpu_hours(prom: Prometheus, start: float, end: float, by: str, interval_s: float, user: str | None) -> list[dict]:
+    """GPU-hours per UTC day and per ``by`` (user, account or queue): allocated (every sample of a GPU a job held
+    counts one scrape interval) and used (the same, weighted by its utilisation). Only ``user``'s jobs unless None."""
+    if by not in BY:
+        raise ValueError(f"by: one of {', '.join(BY)}")
+    first_day = math.floor(start / DAY_S) * DAY_S
+    last_day = math.floor(end / DAY_S) * DAY_S
+    sel = selector(user=user)
+    hours = f"{float(interval_s)} / 3600"
+    queries = {
+        "allocated_gpu_hours": f"sum by ({by}) (count_over_time({JOB_GPU}{sel}[1d])) * {hours}",
+        "used_gpu_hours": f"sum by ({by}) (sum_over_time({JOB_GPU}{sel}[1d])) / 100 * {hours}",
+    }
+    rows: dict[tuple[str, str], dict] = {}
+    for name, promql in queries.items():
+        # evaluated at each day's end (the last one in the future is fine): the [1d] window is that day
+        for s in series(prom.range(promql, first_day + DAY_S, last_day + DAY_S, DAY_S), (by,)):
+            for t, v in s["points"]:
+                day = datetime.fromtimestamp(t - DAY_S, UTC).strftime("%Y-%m-%d")
+                row = rows.setdefault((day, s["labels"][by]), {"day": day, by: s["labels"][by]})
+                row[name] = round(v or 0.0, 6)
+    out = [{"allocated_gpu_hours": 0.0, "used_gpu_hours": 0.0, **r} for r in rows.values()]
+    return sorted(out, key=lambda r: (r["day"], r[by]))
