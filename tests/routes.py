@@ -9,6 +9,7 @@ from fastapi import routing
 
 
 def api_routes(app) -> list[Any]:
-    """Every route with a FastAPI dependant (API and pages): each has ``path``, ``methods``, ``dependant``."""
+    """Every route with a FastAPI dependant (API and pages): each has ``path``, ``methods`` (None for a
+    websocket route), ``dependant``."""
     every = routing.iter_route_contexts(app.routes) if hasattr(routing, "iter_route_contexts") else app.routes
     return [r for r in every if getattr(r, "dependant", None) is not None]

@@ -192,7 +192,7 @@ def _integer_parameters(app):
             schema = TypeAdapter(annotated).json_schema()
             for option in schema.get("anyOf", [schema]):
                 if option.get("type") == "integer":
-                    yield f"{sorted(route.methods)} {route.path}", param.name, option
+                    yield f"{sorted(route.methods or ['WEBSOCKET'])} {route.path}", param.name, option
 
 
 def test_every_integer_parameter_of_every_route_is_bounded(api):

@@ -146,6 +146,8 @@ def reconcile(space: SpaceName, c: Caller = Depends(admin_caller)):
     opened = c.open(space, Access.READ)
     with _fs_errors():
         c.spaces.reconcile(c.db, opened.row)
+    audit.record(c.db, c.user, "reconcile-space", str(opened.ref), {})
+    c.db.commit()
     return c.spaces.view(opened.ref, opened.row, opened.access)
 
 

@@ -148,11 +148,11 @@ class Spaces:
         db.commit()
 
     def reconcile(self, db: Session, row: StorageSpace) -> None:
-        """Set the counters from a walk of the space (what jobs wrote directly is counted here)."""
+        """Set the counters from a walk of the space (what jobs wrote directly is counted here); the caller commits
+        (an admin's reconcile with its audit entry, in one transaction)."""
         ref = SpaceRef(Kind(row.kind), row.name)
         size, count = self.tree(db, ref).usage()
         row.used_bytes, row.used_files, row.reconciled_at = size, count, time.time()
-        db.commit()
 
     def reconcile_due(self, db: Session, now: float) -> int:
         """Walk the spaces whose counters were last set right longer ago than ``storage_reconcile_s``; drop
@@ -167,6 +167,7 @@ class Spaces:
         )
         for row in rows:
             self.reconcile(db, row)
+            db.commit()
         for upload in db.scalars(select(StorageUpload).where(StorageUpload.created_at < now - 86400)):
             self.abort_upload(db, upload)
         return len(rows)
