@@ -46,6 +46,10 @@ TEXTS: dict[str, tuple[str, str]] = {
 }
 assert set(TEXTS) == set(EVENTS), "every event has its text"
 
+# parameters whose value is a code, shown as the catalogue's word for it in the reader's language (an unknown
+# value is shown as it is)
+WORDS: dict[str, tuple[str, ...]] = {"action": ("extend", "lock"), "decision": ("approved", "declined")}
+
 # what a user gets before choosing: everything in the portal, the end of a job and requests by e-mail too
 DEFAULT_CHANNELS: dict[str, list[str]] = {
     event: [PORTAL, EMAIL] if event not in (JOB_STARTED_AFTER_WAIT, IMAGE_BUILD_FINISHED) else [PORTAL]
@@ -58,8 +62,12 @@ Gettext = Callable[[str], str]
 def render(event: str, params: Mapping[str, Any], gettext: Gettext) -> tuple[str, str]:
     """Subject and body of ``event`` in the language of ``gettext``; a missing parameter shows as empty."""
     subject, body = TEXTS[event]
-    values = _Defaulting({k: str(v) for k, v in params.items()})
+    values = _Defaulting({k: _word(k, str(v), gettext) for k, v in params.items()})
     return gettext(subject) % values, gettext(body) % values
+
+
+def _word(name: str, value: str, gettext: Gettext) -> str:
+    return gettext(value) if value in WORDS.get(name, ()) else value
 
 
 class _Defaulting(dict):
