@@ -10,6 +10,7 @@ from caldera.core.notify_events import (
     APPROVAL_DECIDED,
     APPROVAL_REQUESTED,
     EVENTS,
+    IDLE_FLAG,
     IDLE_WARNING,
     IMAGE_BUILD_FINISHED,
     JOB_FAILED,
@@ -42,6 +43,11 @@ TEXTS: dict[str, tuple[str, str]] = {
     IDLE_WARNING: (
         "Job %(job)s is idle",
         "Your job %(job)s has not used its GPUs for %(window)s; it will be stopped in %(grace)s unless it is used.",
+    ),
+    IDLE_FLAG: (
+        "Job %(job)s holds idle GPUs",
+        "Your job %(job)s has not used its GPUs for %(window)s. It keeps running: end it if it no longer needs them, "
+        "or ask for fewer GPUs next time, so that others can use them.",
     ),
 }
 assert set(TEXTS) == set(EVENTS), "every event has its text"
