@@ -68,12 +68,18 @@ def test_a_snapshot_that_takes_too_long_or_fails_does_not_hold_the_gpus(world): 
         assert "IdleStopped" in _events(api, people["owner"], job)
 
 
-def test_the_owner_resumes_from_the_snapshot_in_one_click(world):  # noqa: F811
-    api, people, platform = world
+def _idle_stopped(api, people, platform, image_state: str) -> str:
+    """A job of the owner that governance stopped for idleness, its snapshot in ``image_state``."""
     job = _job(api, people["owner"])
-    _saving(platform, job, "ready")
+    _saving(platform, job, image_state)
     _cycle(api, platform)
     assert _until(api, people["owner"], job, {"Cancelled"})["reason"] == "IdleStopped"
+    return job
+
+
+def test_the_owner_resumes_from_the_snapshot_in_one_click(world):  # noqa: F811
+    api, people, platform = world
+    job = _idle_stopped(api, people, platform, "ready")
     with platform.session() as db:
         ref = catalogue.reference(platform.settings, db.get(Image, f"img{job[:6]}"))
     owner, stranger = (browser_for(api.client, who, "password-123") for who in ("owner", "stranger"))
@@ -96,10 +102,7 @@ def test_the_owner_resumes_from_the_snapshot_in_one_click(world):  # noqa: F811
 
 def test_no_resume_without_a_ready_snapshot(world):  # noqa: F811
     api, people, platform = world
-    job = _job(api, people["owner"])
-    _saving(platform, job, "failed")
-    _cycle(api, platform)
-    assert _until(api, people["owner"], job, {"Cancelled"})["reason"] == "IdleStopped"
+    job = _idle_stopped(api, people, platform, "failed")
     owner = browser_for(api.client, "owner", "password-123")
     assert 'id="resume-snapshot"' not in owner.get(f"/jobs/{job}").text
     assert post_form(owner, f"/jobs/{job}/resume-snapshot", {}).status_code == 404
