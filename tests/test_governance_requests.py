@@ -170,3 +170,30 @@ def test_a_job_on_a_cordoned_node_cannot_be_locked(world):
     r = _decide(api, people["boss"], lock["id"], approve=False)
     assert r.status_code == 200
     assert _ask(api, people["owner"], job, kind="lock", seconds=HOUR).status_code == 409
+
+
+def test_a_request_and_its_decision_are_told_in_chinese_words(world):
+    """The action and the decision are codes rendered by the catalogue: a zh reader sees no English word of them."""
+    api, people, _ = world
+    for who in ("owner", "boss"):
+        r = api.client.put("/api/v1/notifications/settings", json={"language": "zh"}, headers=people[who])
+        assert r.status_code == 200, r.text
+    job = _job(api, people["owner"])
+    extend = _ask(api, people["owner"], job).json()
+    lock = _ask(api, people["owner"], job, kind="lock", seconds=HOUR).json()
+    _decide(api, people["boss"], extend["id"])
+    _decide(api, people["boss"], lock["id"], approve=False)
+
+    def told(who, event):
+        items = api.client.get("/api/v1/notifications", headers=people[who]).json()["items"]
+        return [f"{n['subject']} {n['body']}" for n in items if n["event"] == event and n["job_id"] == job]
+
+    asked, decided = told("boss", "approval_requested"), told("owner", "approval_decided")
+    assert len(asked) == 2 and len(decided) == 2
+    for text in asked + decided:
+        assert not any(word in text.lower() for word in ("extend", "lock", "approved", "declined")), text
+    assert any("延长" in t for t in asked) and any("锁定" in t for t in asked)
+    assert any("延长" in t and "已批准" in t for t in decided) and any("锁定" in t and "已拒绝" in t for t in decided)
+    # an English reader still reads the words as they are
+    with_en = told("admin", "approval_requested")
+    assert any("asks to lock job" in t for t in with_en)

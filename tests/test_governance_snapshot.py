@@ -9,6 +9,7 @@ import time
 from caldera.db.models import Image, Job, JobGovernance
 from caldera.images import catalogue
 from caldera.server.governor import state_of
+from tests.portal import browser_for, post_form
 from tests.test_governance_requests import _events, _job, world  # noqa: F401 - the fixture
 from tests.test_runs import _until
 
@@ -65,3 +66,43 @@ def test_a_snapshot_that_takes_too_long_or_fails_does_not_hold_the_gpus(world): 
         done = _until(api, people["owner"], job, {"Cancelled"})
         assert done["reason"] == "IdleStopped" and "saved as" not in done["message"]
         assert "IdleStopped" in _events(api, people["owner"], job)
+
+
+def _idle_stopped(api, people, platform, image_state: str) -> str:
+    """A job of the owner that governance stopped for idleness, its snapshot in ``image_state``."""
+    job = _job(api, people["owner"])
+    _saving(platform, job, image_state)
+    _cycle(api, platform)
+    assert _until(api, people["owner"], job, {"Cancelled"})["reason"] == "IdleStopped"
+    return job
+
+
+def test_the_owner_resumes_from_the_snapshot_in_one_click(world):  # noqa: F811
+    api, people, platform = world
+    job = _idle_stopped(api, people, platform, "ready")
+    with platform.session() as db:
+        ref = catalogue.reference(platform.settings, db.get(Image, f"img{job[:6]}"))
+    owner, stranger = (browser_for(api.client, who, "password-123") for who in ("owner", "stranger"))
+    admin = browser_for(api.client, "admin", "admin-password")
+    assert 'id="resume-snapshot"' in owner.get(f"/jobs/{job}").text
+    assert 'id="resume-snapshot"' not in admin.get(f"/jobs/{job}").text  # an admin sees the job, not the button
+    for other in (stranger, admin):  # no one but the owner runs the owner's session again
+        assert post_form(other, f"/jobs/{job}/resume-snapshot", {}).status_code in (403, 404)
+    r = owner.post(f"/jobs/{job}/resume-snapshot", data={})  # no CSRF token: refused
+    assert r.status_code in (400, 403) and "location" not in r.headers
+    r = post_form(owner, f"/jobs/{job}/resume-snapshot", {})
+    assert r.status_code == 303, r.text
+    again = r.headers["location"].rsplit("/", 1)[1]
+    resumed = api.client.get(f"/api/v1/jobs/{again}", headers=people["owner"]).json()
+    before = api.client.get(f"/api/v1/jobs/{job}", headers=people["owner"]).json()["spec"]
+    assert resumed["spec"] == {**before, "queue": "lab", "image": ref}  # the same job, in the queue it ran in
+    _until(api, people["owner"], again, {"Running"})
+    api.client.post(f"/api/v1/jobs/{again}/cancel", headers=people["owner"])
+
+
+def test_no_resume_without_a_ready_snapshot(world):  # noqa: F811
+    api, people, platform = world
+    job = _idle_stopped(api, people, platform, "failed")
+    owner = browser_for(api.client, "owner", "password-123")
+    assert 'id="resume-snapshot"' not in owner.get(f"/jobs/{job}").text
+    assert post_form(owner, f"/jobs/{job}/resume-snapshot", {}).status_code == 404

@@ -15,6 +15,7 @@ APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_DECIDED = "approval_decided"
 IMAGE_BUILD_FINISHED = "image_build_finished"
 IDLE_WARNING = "idle_warning"
+IDLE_FLAG = "idle_flag"  # a job whose queue only tells: it is not stopped
 
 NotifyEvent = Literal[
     "job_started_after_wait",
@@ -27,5 +28,6 @@ NotifyEvent = Literal[
     "approval_decided",
     "image_build_finished",
     "idle_warning",
+    "idle_flag",
 ]
 EVENTS: tuple[str, ...] = NotifyEvent.__args__  # type: ignore[attr-defined]

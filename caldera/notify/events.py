@@ -10,6 +10,7 @@ from caldera.core.notify_events import (
     APPROVAL_DECIDED,
     APPROVAL_REQUESTED,
     EVENTS,
+    IDLE_FLAG,
     IDLE_WARNING,
     IMAGE_BUILD_FINISHED,
     JOB_FAILED,
@@ -43,8 +44,17 @@ TEXTS: dict[str, tuple[str, str]] = {
         "Job %(job)s is idle",
         "Your job %(job)s has not used its GPUs for %(window)s; it will be stopped in %(grace)s unless it is used.",
     ),
+    IDLE_FLAG: (
+        "Job %(job)s holds idle GPUs",
+        "Your job %(job)s has not used its GPUs for %(window)s. It keeps running: end it if it no longer needs them, "
+        "or ask for fewer GPUs next time, so that others can use them.",
+    ),
 }
 assert set(TEXTS) == set(EVENTS), "every event has its text"
+
+# parameters whose value is a code, shown as the catalogue's word for it in the reader's language (an unknown
+# value is shown as it is)
+WORDS: dict[str, tuple[str, ...]] = {"action": ("extend", "lock"), "decision": ("approved", "declined")}
 
 # what a user gets before choosing: everything in the portal, the end of a job and requests by e-mail too
 DEFAULT_CHANNELS: dict[str, list[str]] = {
@@ -58,8 +68,12 @@ Gettext = Callable[[str], str]
 def render(event: str, params: Mapping[str, Any], gettext: Gettext) -> tuple[str, str]:
     """Subject and body of ``event`` in the language of ``gettext``; a missing parameter shows as empty."""
     subject, body = TEXTS[event]
-    values = _Defaulting({k: str(v) for k, v in params.items()})
+    values = _Defaulting({k: _word(k, str(v), gettext) for k, v in params.items()})
     return gettext(subject) % values, gettext(body) % values
+
+
+def _word(name: str, value: str, gettext: Gettext) -> str:
+    return gettext(value) if value in WORDS.get(name, ()) else value
 
 
 class _Defaulting(dict):

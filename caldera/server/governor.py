@@ -184,6 +184,7 @@ class Governor:
         elif v.action is Action.FLAG:
             gov.idle_flagged_at = now
             note(db, job, "IdleFlagged", f"its GPUs averaged {v.params['percent']}% over {window}", values)
+            tell(db, job, events.IDLE_FLAG, {"window": window}, now)
         elif v.action is Action.STOP:
             self._idle_stop(db, job, gov, values, now)
 

@@ -11,9 +11,10 @@ from sqlalchemy.orm import Session
 
 from caldera.core.states import JobState
 from caldera.core.tenancy import Role
-from caldera.db.models import GovernanceRequest, Job, JobEventRow, JobGovernance, User
+from caldera.db.models import GovernanceRequest, Image, Job, JobEventRow, JobGovernance, User
 from caldera.governance import advice
 from caldera.governance import requests as rules
+from caldera.images import catalogue
 from caldera.server import api_governance
 from caldera.server.deps import db_session, platform
 from caldera.server.params import RowId
@@ -62,6 +63,15 @@ def advice_of(db: Session, jobs: list[Job]) -> list[tuple[Job, list[dict]]]:
     return [(j, found[j.id]) for j in jobs if j.id in found]
 
 
+def snapshot_to_resume(db: Session, job: Job) -> Image | None:
+    """The image a session was saved as before governance stopped it for idleness, while that image is ready."""
+    gov = db.get(JobGovernance, job.id)
+    if job.reason != "IdleStopped" or gov is None or gov.snapshot_image is None:
+        return None
+    img = db.get(Image, gov.snapshot_image)
+    return img if img is not None and img.state == "ready" else None
+
+
 def job_context(db: Session, user: User, job: Job) -> dict:
     """The job page's governance box."""
     reqs = db.scalars(
@@ -72,6 +82,7 @@ def job_context(db: Session, user: User, job: Job) -> dict:
         "gov_notices": notices(db, [job]),
         "gov_requests": list(reqs),
         "may_ask": job.user_id == user.id and job.state in ("Queued", "Starting", "Running"),
+        "may_resume": job.user_id == user.id and snapshot_to_resume(db, job) is not None,
         "max_hours": MAX_HOURS,
     }
 
@@ -152,7 +163,33 @@ def resubmit_advised(
     gov = db.get(JobGovernance, job.id)
     if job.user_id != user.id or not JobState(job.state).terminal or gov is None or not gov.advice:
         raise PageNotFound()
-    body = advice.applied(job_yaml.body_of_job(job), gov.advice)
+    return _submit_again(request, p, db, user, job, advice.applied(job_yaml.body_of_job(job), gov.advice))
+
+
+@router.post("/jobs/{job_id}/resume-snapshot")
+def resume_from_snapshot(
+    request: Request,
+    job_id: str,
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """My session that governance stopped for idleness, again on the image it was saved as; refused like a plain
+    resubmit (the image is resolved and checked as any job's)."""
+    from caldera.server.web import jobs_pages  # the job page imports this module
+
+    job = jobs_pages._visible(db, user, job_id)
+    img = snapshot_to_resume(db, job)
+    if job.user_id != user.id or img is None:
+        raise PageNotFound()
+    body = {**job_yaml.body_of_job(job), "image": catalogue.reference(p.settings, img)}
+    return _submit_again(request, p, db, user, job, body)
+
+
+def _submit_again(request: Request, p: Platform, db: Session, user: User, job: Job, body: dict):
+    """The new job's page, or the form of ``body`` with the API's refusals."""
+    from caldera.server.web import jobs_pages  # the job page imports this module
+
     new_id, errors = jobs_pages._submit(p, db, user, body)
     if new_id:
         return RedirectResponse(f"/jobs/{new_id}", 303)
