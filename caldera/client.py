@@ -215,6 +215,17 @@ class Client:
     def cancel(self, job_id: str) -> dict:
         return self.post(f"/jobs/{self.resolve_job(job_id)}/cancel")
 
+    def hold(self, job_id: str, reason: str = "") -> dict:
+        """Keep a waiting job from starting until ``release``; an admin's hold only an admin releases."""
+        return self.post(f"/jobs/{self.resolve_job(job_id)}/hold", {"reason": reason})
+
+    def release(self, job_id: str) -> dict:
+        return self.post(f"/jobs/{self.resolve_job(job_id)}/release")
+
+    def requeue(self, job_id: str, reason: str = "") -> dict:
+        """Admins: stop a running job as a preemption does and put it back in its queue."""
+        return self.post(f"/jobs/{self.resolve_job(job_id)}/requeue", {"reason": reason})
+
     def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 1.0) -> dict:
         """The job once it ended; ``TimeoutError`` after ``timeout`` seconds."""
         job_id, t0 = self.resolve_job(job_id), time.monotonic()

@@ -33,7 +33,7 @@ _WAITING = ("Queued", "Starting")
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (submit, run, ls, describe, why, logs, cancel, wait):
+    for fn in (submit, run, ls, describe, why, logs, cancel, hold, release, wait):
         app.command(fn.__name__ if fn is not ls else "ls")(fn)
 
 
@@ -318,17 +318,46 @@ def cancel(
         targets += [j["id"] for j in _filtered(c, False, live, None, None, None, None, name)]
     if not targets:
         raise typer.BadParameter("give job ids, --state or --name")
+    stopping = ("Running", "Starting")
+    _each(targets, c.cancel, lambda j: f"{j['id']}: {j['state']}" + (" (stopping)" if j["state"] in stopping else ""))
+
+
+def _each(job_ids: list[str], act, say) -> None:
+    """``act`` on every job; exit 1 if any failed."""
     failed = 0
-    for job_id in dict.fromkeys(targets):
+    for job_id in dict.fromkeys(job_ids):
         try:
-            j = c.cancel(job_id)
+            console.print(say(act(job_id)))
         except ApiError as exc:
             err.print(f"[red]{job_id}: error {exc.status}: {exc.detail}[/red]")
             failed += 1
-            continue
-        console.print(f"{j['id']}: {j['state']}" + (" (stopping)" if j["state"] in ("Running", "Starting") else ""))
     if failed:
         raise typer.Exit(1)
+
+
+def hold(
+    job_ids: list[str] = typer.Argument(..., help="job ids or unique prefixes"),
+    reason: str = typer.Option("", help="why, shown in `caldera why` and the portal"),
+) -> None:
+    """Keep waiting jobs from starting until released (an admin's hold only an admin releases)."""
+    c = client()
+    _each(job_ids, lambda j: c.hold(j, reason), lambda j: f"{j['id']}: held ({j['state']})")
+
+
+def release(job_ids: list[str] = typer.Argument(..., help="job ids or unique prefixes")) -> None:
+    """Let held jobs be scheduled again."""
+    c = client()
+    _each(job_ids, c.release, lambda j: f"{j['id']}: released ({j['state']})")
+
+
+def requeue(
+    job_id: str,
+    reason: str = typer.Option("", help="why, shown in the job's events and its preemption notice"),
+) -> None:
+    """Stop a running job as a preemption does (SIGTERM, the notice, SIGKILL after the grace) and put it back in
+    its queue (admins)."""
+    j = call(client().requeue, job_id, reason)
+    console.print(f"{j['id']}: requeued (stopping; it waits in {j['queue']} once its processes are gone)")
 
 
 def wait(job_id: str, timeout: float = typer.Option(0, help="seconds; 0 waits forever")) -> None:

@@ -17,6 +17,7 @@ from caldera.cli.files import files_app
 from caldera.cli.governance import account_admin, request_app
 from caldera.cli.images import images_app
 from caldera.cli.jobs import register as register_jobs
+from caldera.cli.jobs import requeue
 from caldera.cli.metrics import BY, PLOT, SINCE, USAGE_OUTPUT, UsageFormat, gpu_hours, top
 from caldera.cli.nodes_admin import nodes_admin_app
 from caldera.cli.output import OUTPUT, Format, emit
@@ -468,6 +469,7 @@ register_remote(app)
 app.add_typer(nodes_admin_app, name="node")
 app.add_typer(request_app, name="request")
 admin_app.command("account-admin")(account_admin)
+admin_app.command("requeue")(requeue)
 
 from caldera.sim.cli import app as sim_app  # noqa: E402 - sub-app mounted after the commands above
 

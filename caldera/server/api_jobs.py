@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -14,8 +15,8 @@ from caldera.core.spec import JobSpec
 from caldera.core.states import JobState
 from caldera.db.models import Job, User
 from caldera.runtime.base import Handle
-from caldera.server import jobs
-from caldera.server.deps import current_user, db_session, platform
+from caldera.server import audit, holds, jobs
+from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import Invalid
 from caldera.server.log_stream import Progress, live_events, parse_resume, sse_response
 from caldera.server.params import DB_INT_MAX, Offset
@@ -95,6 +96,52 @@ def cancel(
         jobs.cancel(p, db, job, user)
         db.commit()
     return jobs.view(job, user.username)
+
+
+class HoldIn(BaseModel):
+    reason: str = Field("", max_length=1024)
+
+
+@router.post("/{job_id}/hold")
+def hold(
+    job_id: str,
+    body: HoldIn | None = None,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
+    """Keep a waiting job from starting (its owner or an admin) until it is released."""
+    with p.state_lock:
+        job = holds.hold(db, jobs.visible(db, user, job_id), user, body.reason if body else "")
+        db.commit()
+    return jobs.view(job, _usernames(db).get(job.user_id))
+
+
+@router.post("/{job_id}/release")
+def release(
+    job_id: str, user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
+) -> dict:
+    with p.state_lock:
+        job = holds.release(db, jobs.visible(db, user, job_id), user)
+        db.commit()
+    return jobs.view(job, _usernames(db).get(job.user_id))
+
+
+@router.post("/{job_id}/requeue")
+def requeue(
+    job_id: str,
+    body: HoldIn | None = None,
+    admin: User = Depends(admin_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
+    """Admins: stop a running job as a preemption does and put it back in its queue."""
+    why = body.reason if body else ""
+    with p.state_lock:
+        job = holds.requeue(p, db, jobs.visible(db, admin, job_id), admin, why)
+        audit.record(db, admin, "requeue-job", job.id, {"reason": why})
+        db.commit()
+    return jobs.view(job, _usernames(db).get(job.user_id))
 
 
 @router.get("/{job_id}/logs")

@@ -1,0 +1,55 @@
+"""The CLI's job control against a real server process: hold and release (several ids, prefixes), an admin's requeue,
+dependencies (``--after``) and ``caldera accounting``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from caldera.client import Client
+from tests.conftest import wait_for
+from tests.test_server_process import cli, job, token, until
+
+TINY = {"cpu": 0.1, "memory_mib": 64}
+
+
+@pytest.fixture
+def sdk(server, monkeypatch):
+    cli(server, "login", "--url", server.url, "-u", "admin", "-p", "admin-password")
+    monkeypatch.setenv("CALDERA_CONFIG_DIR", server.env["CALDERA_CONFIG_DIR"])
+    with Client() as c:
+        yield c
+
+
+def _reasons(server, h, jid) -> list[str]:
+    return [e["reason"] for e in job(server, h, jid)["events"]]
+
+
+def test_hold_release_and_requeue(server, sdk):
+    h = token(server)
+    cli(server, "node", "cordon", "node-0", "--reason", "hold test")  # nothing starts while the jobs are held
+    ids = [sdk.submit({"name": f"later-{i}", "command": "true", "resources": TINY})["id"] for i in range(2)]
+    out = cli(server, "hold", ids[0][:7], ids[1], "--reason", "data not ready").stdout
+    assert f"{ids[0]}: held" in out and f"{ids[1]}: held" in out
+    cli(server, "node", "uncordon", "node-0")
+    why = cli(server, "why", ids[0]).stdout
+    assert "Held" in why and "held by admin: data not ready" in why
+    wait_for(lambda: "Held" in _reasons(server, h, ids[1]), 10, what="the hold's event")
+    assert job(server, h, ids[0])["state"] == "Queued"
+    assert cli(server, "hold", "nosuchjob", check=False).returncode == 1
+
+    cli(server, "release", *ids)
+    assert until(server, h, ids[0], {"Succeeded"}) and until(server, h, ids[1], {"Succeeded"})
+    assert cli(server, "hold", ids[0], check=False).returncode == 1  # it has ended
+
+    running = cli(server, "run", "--name", "long", "--", "sleep", "120").stdout.split("submitted ")[1].split()[0]
+    until(server, h, running, {"Running"})
+    out = cli(server, "admin", "requeue", running, "--reason", "node swap").stdout
+    assert "requeued" in out
+    wait_for(lambda: "Requeued" in _reasons(server, h, running), 60, what="the requeue")
+    assert "RequeuedByAdmin" in _reasons(server, h, running)
+    assert until(server, h, running, {"Running"})["attempt"] == 2
+    cli(server, "cancel", running)
+    until(server, h, running, {"Cancelled"})
+    assert json.loads(cli(server, "describe", running, "-o", "json").stdout)["hold"] is None
