@@ -53,3 +53,22 @@ def test_hold_release_and_requeue(server, sdk):
     cli(server, "cancel", running)
     until(server, h, running, {"Cancelled"})
     assert json.loads(cli(server, "describe", running, "-o", "json").stdout)["hold"] is None
+
+
+def _run(server, *args) -> str:
+    return cli(server, "run", *args).stdout.split("submitted ")[1].split()[0]
+
+
+def test_run_after_a_job(server, sdk):
+    h = token(server)
+    first = _run(server, "--name", "first", "--", "sleep", "10")
+    dry = cli(server, "run", "--dry-run", "--after", f"{first[:6]}:any", "--", "true").stdout
+    assert f"job: {first}" in dry and "when: any" in dry  # the prefix made whole
+    bad = cli(server, "run", "--after", f"{first}:later", "--", "true", check=False)
+    assert bad.returncode != 0 and "JOB:any" in bad.stderr
+    second = _run(server, "--name", "second", "--after", first[:7], "--", "true")
+    assert sdk.job(second)["spec"]["after"] == [{"job": first, "when": "ok"}]
+    wait_for(lambda: "Dependency" in cli(server, "why", second).stdout, 10, what="the dependency's reason")
+    assert f"waiting for job {first} to end" in cli(server, "why", second).stdout
+    done = until(server, h, second, {"Succeeded"})
+    assert done["started_at"] >= job(server, h, first)["finished_at"]

@@ -89,3 +89,45 @@ def test_requeue_is_for_admins_and_puts_a_running_job_back(api, admin):
     assert actions[0] == "requeue-job"
     c.post(f"/api/v1/jobs/{jid}/cancel", headers=alice)
     _until(api, alice, jid, {"Cancelled"})
+
+
+def test_a_chain_runs_in_order(api, admin):
+    loop = api.client.app.state.loop
+    a = _submit(api, admin, name="first", command=["sleep", "2"], resources=TINY)
+    b = _submit(api, admin, name="second", command=["true"], resources=TINY, after=[{"job": a}])
+    _until(api, admin, a, {"Running"})
+    loop.tick()
+    assert _state(api, admin, b)["state"] == "Queued"
+    reasons = _why(api, admin, b)["pending"]
+    assert [r["code"] for r in reasons] == ["Dependency"]
+    assert reasons[0]["message"] == f"waiting for job {a} to end (it is Running); it must succeed"
+    assert ZH.pending(reasons[0]) == f"等待作业 {a} 结束（当前运行中）；它须成功结束"
+    done = _until(api, admin, b, {"Succeeded"})
+    assert done["started_at"] >= _state(api, admin, a)["finished_at"]
+
+
+def test_a_failed_dependency_cancels_under_ok_and_not_under_any(api, admin):
+    alice = api.user(admin, "alice")
+    a = _submit(api, admin, name="fails", command=["sh", "-c", "exit 3"], resources=TINY)
+    ok = _submit(api, admin, name="needs-success", command=["true"], resources=TINY, after=[{"job": a, "when": "ok"}])
+    any_ = _submit(api, admin, name="needs-end", command=["true"], resources=TINY, after=[{"job": a, "when": "any"}])
+    _until(api, admin, a, {"Failed"})
+    j = _until(api, admin, ok, {"Cancelled"})
+    assert j["reason"] == "DependencyFailed" and a in j["message"]
+    assert _until(api, admin, any_, {"Succeeded"})
+    with api.client.app.state.platform.session() as db:
+        event = next(e for e in db.scalars(_events_of(ok)) if e.reason == j["reason"])
+        assert ZH.event(event) == f"其依赖的作业 {a} 最终状态为已失败，而本作业要求它成功"
+
+    # a dependency must be a job its owner sees: another user's is as unknown as none
+    for after in ([{"job": a}], [{"job": "0123456789"}], [{"job": a, "when": "later"}]):
+        r = api.client.post("/api/v1/jobs", json={"name": "x", "command": ["true"], "after": after}, headers=alice)
+        assert r.status_code in (400, 422) and "after" in r.text, r.text
+
+
+def _events_of(job_id):
+    from sqlalchemy import select
+
+    from caldera.db.models import JobEventRow
+
+    return select(JobEventRow).where(JobEventRow.job_id == job_id)

@@ -37,6 +37,24 @@ def register(app: typer.Typer) -> None:
         app.command(fn.__name__ if fn is not ls else "ls")(fn)
 
 
+AFTER = typer.Option(
+    [],
+    "--after",
+    help="JOB[:ok|:any]: start only after JOB succeeded (ok, the default) or ended (any); repeat for several",
+)
+
+
+def _dependencies(c: Client, items: list[str]) -> list[dict[str, str]]:
+    """``JOB[:ok|:any]`` as the spec's ``after`` entries, each id made whole (a unique prefix is enough)."""
+    out = []
+    for item in items:
+        job_id, _, when = item.partition(":")
+        if when not in ("", "ok", "any"):
+            raise typer.BadParameter(f"{item!r}: expected JOB, JOB:ok or JOB:any", param_hint="--after")
+        out.append({"job": call(c.resolve_job, job_id), "when": when or "ok"})
+    return out
+
+
 def _submitted(job: dict) -> None:
     console.print(f"submitted [bold]{job['id']}[/bold] ({job['name']}) to {job['queue']}: {job['state']}")
 
@@ -45,6 +63,7 @@ def submit(
     spec_file: Path = typer.Argument(..., exists=True, readable=True, help="job spec, YAML"),
     account: str | None = typer.Option(None),
     queue: str | None = typer.Option(None),
+    after: list[str] = AFTER,
 ) -> None:
     """Submit a job from a YAML spec."""
     import yaml
@@ -57,7 +76,10 @@ def submit(
     if not isinstance(body, dict):
         err.print(f"[red]{spec_file} must hold a mapping[/red]")
         raise typer.Exit(1)
-    _submitted(call(client().submit, body, account=account, queue=queue))
+    c = client()
+    if after:
+        body["after"] = _dependencies(c, after)
+    _submitted(call(c.submit, body, account=account, queue=queue))
 
 
 def run(
@@ -76,18 +98,23 @@ def run(
     priority: str | None = typer.Option(None, help="high, normal or low"),
     wait_: bool = typer.Option(False, "--wait", help="follow its logs and exit with the job's exit code"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the spec as YAML and submit nothing"),
+    after: list[str] = AFTER,
 ) -> None:
     """Submit a job from the command line, as `sbatch --wrap` would."""
     spec = _inline_spec(command, gpus, image, name, queue, account, kind, replicas, cpu, memory_mib, gpu_model)
     spec["env"] = _env(env)
     if priority:
         spec["priority"] = priority
+    c = None
+    if after:  # a dry run resolves the ids too: what it prints is what would be submitted
+        c = client()
+        spec["after"] = _dependencies(c, after)
     if dry_run:
         import yaml
 
         sys.stdout.write(yaml.safe_dump(spec, sort_keys=False))
         return
-    c = client()
+    c = c or client()
     job = call(c.submit, spec)
     _submitted(job)
     if wait_:
