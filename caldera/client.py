@@ -262,6 +262,11 @@ class Client:
     def usage(self) -> dict:
         return self.get("/usage")
 
+    def accounting(self, since: str = "30d", limit: int | None = None) -> dict:
+        """The jobs that ended since ``since`` (30d, 12h, 2w or a UTC date), with their GPU-hours, as Slurm's sacct:
+        yours (an admin: everyone's)."""
+        return self.get("/accounting", since=since, limit=limit)
+
     def nodes(self) -> list[dict]:
         return self.get("/nodes")
 

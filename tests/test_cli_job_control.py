@@ -3,6 +3,8 @@ dependencies (``--after``) and ``caldera accounting``."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pytest
@@ -72,3 +74,18 @@ def test_run_after_a_job(server, sdk):
     assert f"waiting for job {first} to end" in cli(server, "why", second).stdout
     done = until(server, h, second, {"Succeeded"})
     assert done["started_at"] >= job(server, h, first)["finished_at"]
+
+
+def test_accounting_table_json_and_csv(server, sdk):
+    h = token(server)
+    done = _run(server, "--name", "counted", "--", "true")
+    until(server, h, done, {"Succeeded"})
+    rows = list(csv.DictReader(io.StringIO(cli(server, "accounting", "--since", "1d", "--csv").stdout)))
+    assert [r["id"] for r in rows] == [done]
+    assert rows[0]["user"] == "admin" and rows[0]["state"] == "Succeeded" and rows[0]["end"].endswith("+00:00")
+    assert float(rows[0]["gpu_hours"]) == 0
+    assert json.loads(cli(server, "accounting", "-o", "json").stdout)["jobs"] == sdk.accounting()["jobs"]
+    table = cli(server, "accounting").stdout
+    assert done in table and "1 jobs" in table
+    bad = cli(server, "accounting", "--since", "forever", check=False)
+    assert bad.returncode == 1 and "since" in bad.stderr

@@ -12,6 +12,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from caldera.cli.accounting import accounting
 from caldera.cli.common import call, client, console, err, ts
 from caldera.cli.files import files_app
 from caldera.cli.governance import account_admin, request_app
@@ -481,6 +482,7 @@ from caldera.cli.profile import profile_command  # noqa: E402
 app.add_typer(interference_app, name="interference")
 app.command("profile")(profile_command)
 app.command("top")(top)
+app.command("accounting")(accounting)
 
 if __name__ == "__main__":
     app()
