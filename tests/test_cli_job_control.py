@@ -7,21 +7,13 @@ import csv
 import io
 import json
 
-import pytest
-
-from caldera.client import Client
+from tests import test_cli_sdk
 from tests.conftest import wait_for
 from tests.test_server_process import cli, job, token, until
 
+sdk = test_cli_sdk.sdk  # the fixture: the admin's SDK client, logged in through the CLI
+
 TINY = {"cpu": 0.1, "memory_mib": 64}
-
-
-@pytest.fixture
-def sdk(server, monkeypatch):
-    cli(server, "login", "--url", server.url, "-u", "admin", "-p", "admin-password")
-    monkeypatch.setenv("CALDERA_CONFIG_DIR", server.env["CALDERA_CONFIG_DIR"])
-    with Client() as c:
-        yield c
 
 
 def _reasons(server, h, jid) -> list[str]:

@@ -38,16 +38,13 @@ def accounting(
     return {"since": start, "until": now, "jobs": [row(job, names.get(job.user_id)) for job in ended]}
 
 
+_COLUMNS = ("id", "name", "user", "account", "queue", "state", "exit_code", "gpus")
+
+
 def row(job: Job, username: str | None) -> dict:
-    return {
-        "id": job.id,
-        "name": job.name,
-        "user": username,
-        "account": job.account,
-        "queue": job.queue,
-        "state": job.state,
-        "exit_code": job.exit_code,
-        "gpus": jobs.total_gpus(job),
+    """The job's columns of ``jobs.view``, when it ran (its last attempt) and the GPU-hours of all its attempts."""
+    shown = jobs.view(job, username)
+    return {k: shown[k] for k in _COLUMNS} | {
         "start": job.started_at,
         "end": job.finished_at,
         "gpu_hours": round(job.attained_gpu_s / 3600, 4),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
@@ -111,20 +111,14 @@ def hold(
     db: Session = Depends(db_session),
 ) -> dict:
     """Keep a waiting job from starting (its owner or an admin) until it is released."""
-    with p.state_lock:
-        job = holds.hold(db, jobs.visible(db, user, job_id), user, body.reason if body else "")
-        db.commit()
-    return jobs.view(job, _usernames(db).get(job.user_id))
+    return _changed(p, db, user, job_id, lambda job: holds.hold(db, job, user, body.reason if body else ""))
 
 
 @router.post("/{job_id}/release")
 def release(
     job_id: str, user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
 ) -> dict:
-    with p.state_lock:
-        job = holds.release(db, jobs.visible(db, user, job_id), user)
-        db.commit()
-    return jobs.view(job, _usernames(db).get(job.user_id))
+    return _changed(p, db, user, job_id, lambda job: holds.release(db, job, user))
 
 
 @router.post("/{job_id}/requeue")
@@ -137,9 +131,19 @@ def requeue(
 ) -> dict:
     """Admins: stop a running job as a preemption does and put it back in its queue."""
     why = body.reason if body else ""
-    with p.state_lock:
-        job = holds.requeue(p, db, jobs.visible(db, admin, job_id), admin, why)
+
+    def act(job: Job) -> Job:
+        holds.requeue(p, db, job, admin, why)
         audit.record(db, admin, "requeue-job", job.id, {"reason": why})
+        return job
+
+    return _changed(p, db, admin, job_id, act)
+
+
+def _changed(p: Platform, db: Session, user: User, job_id: str, act: Callable[[Job], Job]) -> dict:
+    """``act`` on a job the user sees, under the state lock, committed; the job as the API shows it."""
+    with p.state_lock:
+        job = act(jobs.visible(db, user, job_id))
         db.commit()
     return jobs.view(job, _usernames(db).get(job.user_id))
 
