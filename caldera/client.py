@@ -215,6 +215,17 @@ class Client:
     def cancel(self, job_id: str) -> dict:
         return self.post(f"/jobs/{self.resolve_job(job_id)}/cancel")
 
+    def hold(self, job_id: str, reason: str = "") -> dict:
+        """Keep a waiting job from starting until ``release``; an admin's hold only an admin releases."""
+        return self.post(f"/jobs/{self.resolve_job(job_id)}/hold", {"reason": reason})
+
+    def release(self, job_id: str) -> dict:
+        return self.post(f"/jobs/{self.resolve_job(job_id)}/release")
+
+    def requeue(self, job_id: str, reason: str = "") -> dict:
+        """Admins: stop a running job as a preemption does and put it back in its queue."""
+        return self.post(f"/jobs/{self.resolve_job(job_id)}/requeue", {"reason": reason})
+
     def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 1.0) -> dict:
         """The job once it ended; ``TimeoutError`` after ``timeout`` seconds."""
         job_id, t0 = self.resolve_job(job_id), time.monotonic()
@@ -250,6 +261,11 @@ class Client:
 
     def usage(self) -> dict:
         return self.get("/usage")
+
+    def accounting(self, since: str = "30d", limit: int | None = None) -> dict:
+        """The jobs that ended since ``since`` (30d, 12h, 2w or a UTC date), with their GPU-hours, as Slurm's sacct:
+        yours (an admin: everyone's)."""
+        return self.get("/accounting", since=since, limit=limit)
 
     def nodes(self) -> list[dict]:
         return self.get("/nodes")

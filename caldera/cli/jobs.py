@@ -33,8 +33,26 @@ _WAITING = ("Queued", "Starting")
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (submit, run, ls, describe, why, logs, cancel, wait):
+    for fn in (submit, run, ls, describe, why, logs, cancel, hold, release, wait):
         app.command(fn.__name__ if fn is not ls else "ls")(fn)
+
+
+AFTER = typer.Option(
+    [],
+    "--after",
+    help="JOB[:ok|:any]: start only after JOB succeeded (ok, the default) or ended (any); repeat for several",
+)
+
+
+def _dependencies(c: Client, items: list[str]) -> list[dict[str, str]]:
+    """``JOB[:ok|:any]`` as the spec's ``after`` entries, each id made whole (a unique prefix is enough)."""
+    out = []
+    for item in items:
+        job_id, _, when = item.partition(":")
+        if when not in ("", "ok", "any"):
+            raise typer.BadParameter(f"{item!r}: expected JOB, JOB:ok or JOB:any", param_hint="--after")
+        out.append({"job": call(c.resolve_job, job_id), "when": when or "ok"})
+    return out
 
 
 def _submitted(job: dict) -> None:
@@ -45,6 +63,7 @@ def submit(
     spec_file: Path = typer.Argument(..., exists=True, readable=True, help="job spec, YAML"),
     account: str | None = typer.Option(None),
     queue: str | None = typer.Option(None),
+    after: list[str] = AFTER,
 ) -> None:
     """Submit a job from a YAML spec."""
     import yaml
@@ -57,7 +76,10 @@ def submit(
     if not isinstance(body, dict):
         err.print(f"[red]{spec_file} must hold a mapping[/red]")
         raise typer.Exit(1)
-    _submitted(call(client().submit, body, account=account, queue=queue))
+    c = client()
+    if after:
+        body["after"] = _dependencies(c, after)
+    _submitted(call(c.submit, body, account=account, queue=queue))
 
 
 def run(
@@ -76,18 +98,23 @@ def run(
     priority: str | None = typer.Option(None, help="high, normal or low"),
     wait_: bool = typer.Option(False, "--wait", help="follow its logs and exit with the job's exit code"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the spec as YAML and submit nothing"),
+    after: list[str] = AFTER,
 ) -> None:
     """Submit a job from the command line, as `sbatch --wrap` would."""
     spec = _inline_spec(command, gpus, image, name, queue, account, kind, replicas, cpu, memory_mib, gpu_model)
     spec["env"] = _env(env)
     if priority:
         spec["priority"] = priority
+    c = None
+    if after:  # a dry run resolves the ids too: what it prints is what would be submitted
+        c = client()
+        spec["after"] = _dependencies(c, after)
     if dry_run:
         import yaml
 
         sys.stdout.write(yaml.safe_dump(spec, sort_keys=False))
         return
-    c = client()
+    c = c or client()
     job = call(c.submit, spec)
     _submitted(job)
     if wait_:
@@ -318,17 +345,46 @@ def cancel(
         targets += [j["id"] for j in _filtered(c, False, live, None, None, None, None, name)]
     if not targets:
         raise typer.BadParameter("give job ids, --state or --name")
+    stopping = ("Running", "Starting")
+    _each(targets, c.cancel, lambda j: f"{j['id']}: {j['state']}" + (" (stopping)" if j["state"] in stopping else ""))
+
+
+def _each(job_ids: list[str], act, say) -> None:
+    """``act`` on every job; exit 1 if any failed."""
     failed = 0
-    for job_id in dict.fromkeys(targets):
+    for job_id in dict.fromkeys(job_ids):
         try:
-            j = c.cancel(job_id)
+            console.print(say(act(job_id)))
         except ApiError as exc:
             err.print(f"[red]{job_id}: error {exc.status}: {exc.detail}[/red]")
             failed += 1
-            continue
-        console.print(f"{j['id']}: {j['state']}" + (" (stopping)" if j["state"] in ("Running", "Starting") else ""))
     if failed:
         raise typer.Exit(1)
+
+
+def hold(
+    job_ids: list[str] = typer.Argument(..., help="job ids or unique prefixes"),
+    reason: str = typer.Option("", help="why, shown in `caldera why` and the portal"),
+) -> None:
+    """Keep waiting jobs from starting until released (an admin's hold only an admin releases)."""
+    c = client()
+    _each(job_ids, lambda j: c.hold(j, reason), lambda j: f"{j['id']}: held ({j['state']})")
+
+
+def release(job_ids: list[str] = typer.Argument(..., help="job ids or unique prefixes")) -> None:
+    """Let held jobs be scheduled again."""
+    c = client()
+    _each(job_ids, c.release, lambda j: f"{j['id']}: released ({j['state']})")
+
+
+def requeue(
+    job_id: str,
+    reason: str = typer.Option("", help="why, shown in the job's events and its preemption notice"),
+) -> None:
+    """Stop a running job as a preemption does (SIGTERM, the notice, SIGKILL after the grace) and put it back in
+    its queue (admins)."""
+    j = call(client().requeue, job_id, reason)
+    console.print(f"{j['id']}: requeued (stopping; it waits in {j['queue']} once its processes are gone)")
 
 
 def wait(job_id: str, timeout: float = typer.Option(0, help="seconds; 0 waits forever")) -> None:

@@ -12,11 +12,13 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from caldera.cli.accounting import accounting
 from caldera.cli.common import call, client, console, err, ts
 from caldera.cli.files import files_app
 from caldera.cli.governance import account_admin, request_app
 from caldera.cli.images import images_app
 from caldera.cli.jobs import register as register_jobs
+from caldera.cli.jobs import requeue
 from caldera.cli.metrics import BY, PLOT, SINCE, USAGE_OUTPUT, UsageFormat, gpu_hours, top
 from caldera.cli.nodes_admin import nodes_admin_app
 from caldera.cli.output import OUTPUT, Format, emit
@@ -468,6 +470,7 @@ register_remote(app)
 app.add_typer(nodes_admin_app, name="node")
 app.add_typer(request_app, name="request")
 admin_app.command("account-admin")(account_admin)
+admin_app.command("requeue")(requeue)
 
 from caldera.sim.cli import app as sim_app  # noqa: E402 - sub-app mounted after the commands above
 
@@ -479,6 +482,7 @@ from caldera.cli.profile import profile_command  # noqa: E402
 app.add_typer(interference_app, name="interference")
 app.command("profile")(profile_command)
 app.command("top")(top)
+app.command("accounting")(accounting)
 
 if __name__ == "__main__":
     app()

@@ -69,6 +69,23 @@ class Mount(BaseModel):
         return v.rstrip("/")
 
 
+MAX_DEPENDENCIES = 64
+
+
+class DependencyWhen(str, Enum):
+    OK = "ok"  # the dependency must succeed; if it ends otherwise, this job is cancelled
+    ANY = "any"  # the dependency must end, however
+
+
+class Dependency(BaseModel):
+    """A job this one waits for (``caldera run --after JOB[:ok|:any]``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job: str = Field(..., min_length=1, max_length=32, pattern=r"^[A-Za-z0-9]+$", description="the job's whole id")
+    when: DependencyWhen = DependencyWhen.OK
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -119,6 +136,9 @@ class JobSpec(BaseModel):
     )
     mounts: list[Mount] = Field(
         default_factory=list, max_length=MAX_MOUNTS, description="storage spaces to see inside the job"
+    )
+    after: list[Dependency] = Field(
+        default_factory=list, max_length=MAX_DEPENDENCIES, description="jobs that must end (or succeed) first"
     )
     notify: bool | list[NotifyEvent] | None = Field(
         None,

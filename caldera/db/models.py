@@ -109,6 +109,8 @@ class Job(Base):
     attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)
     stop_requested: Mapped[str | None] = mapped_column(String(16), nullable=True)  # "cancel" | "preempt"
     stop_detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # a queued job held back from the scheduler: {"by", "admin", "at", "note"} (caldera/server/holds.py)
+    hold: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class JobEventRow(Base):

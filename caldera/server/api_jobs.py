@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -14,8 +15,8 @@ from caldera.core.spec import JobSpec
 from caldera.core.states import JobState
 from caldera.db.models import Job, User
 from caldera.runtime.base import Handle
-from caldera.server import jobs
-from caldera.server.deps import current_user, db_session, platform
+from caldera.server import audit, holds, jobs
+from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import Invalid
 from caldera.server.log_stream import Progress, live_events, parse_resume, sse_response
 from caldera.server.params import DB_INT_MAX, Offset
@@ -95,6 +96,56 @@ def cancel(
         jobs.cancel(p, db, job, user)
         db.commit()
     return jobs.view(job, user.username)
+
+
+class HoldIn(BaseModel):
+    reason: str = Field("", max_length=1024)
+
+
+@router.post("/{job_id}/hold")
+def hold(
+    job_id: str,
+    body: HoldIn | None = None,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
+    """Keep a waiting job from starting (its owner or an admin) until it is released."""
+    return _changed(p, db, user, job_id, lambda job: holds.hold(db, job, user, body.reason if body else ""))
+
+
+@router.post("/{job_id}/release")
+def release(
+    job_id: str, user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
+) -> dict:
+    return _changed(p, db, user, job_id, lambda job: holds.release(db, job, user))
+
+
+@router.post("/{job_id}/requeue")
+def requeue(
+    job_id: str,
+    body: HoldIn | None = None,
+    admin: User = Depends(admin_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
+    """Admins: stop a running job as a preemption does and put it back in its queue."""
+    why = body.reason if body else ""
+
+    def act(job: Job) -> Job:
+        holds.requeue(p, db, job, admin, why)
+        audit.record(db, admin, "requeue-job", job.id, {"reason": why})
+        return job
+
+    return _changed(p, db, admin, job_id, act)
+
+
+def _changed(p: Platform, db: Session, user: User, job_id: str, act: Callable[[Job], Job]) -> dict:
+    """``act`` on a job the user sees, under the state lock, committed; the job as the API shows it."""
+    with p.state_lock:
+        job = act(jobs.visible(db, user, job_id))
+        db.commit()
+    return jobs.view(job, _usernames(db).get(job.user_id))
 
 
 @router.get("/{job_id}/logs")

@@ -14,6 +14,7 @@ from caldera.core.spec import SpecError, field_path
 from caldera.core.states import InvalidTransition
 from caldera.images.builds import BuildQueue
 from caldera.server import (
+    api_accounting,
     api_admin,
     api_auth,
     api_exec,
@@ -144,6 +145,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_templates.router,
         audit.router,
         node_admin.router,
+        api_accounting.router,
     )
     for r in (*routers, lab_entry.router):
         app.include_router(r)

@@ -80,6 +80,7 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
     if user.role != Role.ADMIN.value and not tenancy.is_member(db, user, account):
         raise Invalid("account", f"you are not a member of account {account!r}", "NotAMember", {"account": account})
     files.check_mounts(p, db, user, spec)
+    _check_dependencies(db, user, spec)
     if spec.image:  # the runtime gets the catalogue's reference, never the user's string
         spec = spec.model_copy(update={"image": catalogue.resolve_job_image(db, p.settings, user, spec.image)})
     if spec.queue:
@@ -129,6 +130,15 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
     job.queued_at = now
     db.flush()
     return job
+
+
+def _check_dependencies(db: Session, user: User, spec: JobSpec) -> None:
+    """A job waits only for jobs its owner may see (an unknown id would make it wait for ever)."""
+    for after in spec.after:
+        try:
+            visible(db, user, after.job)
+        except NotFound:
+            raise Invalid("after", f"no job {after.job!r}", "UnknownDependency", {"job": after.job}) from None
 
 
 def _check_priority(cfg: QueueConfig, user: User, spec: JobSpec) -> None:
@@ -321,6 +331,7 @@ def view(job: Job, username: str | None = None) -> dict[str, Any]:
         "allocations": job.allocations,
         "runtime": job.runtime,
         "pending_reasons": job.pending_reasons,
+        "hold": job.hold,
         "spec": job.spec,
         "gpus": total_gpus(job),
     }

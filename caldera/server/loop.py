@@ -33,7 +33,7 @@ from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
 from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import valid_decisions
-from caldera.server import cordons, files, identity, notifications, tenancy, user_keys
+from caldera.server import cordons, files, holds, identity, notifications, tenancy, user_keys
 from caldera.server.governor import STOP, Governor
 from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
@@ -206,7 +206,7 @@ class SchedulerLoop:
             self._profile(db, running, now)
             if getattr(self.p.runtime, "admits_jobs", False):
                 self._push_queues(db)
-                decisions = self._hand_over(db)
+                decisions = self._hand_over(db, now)
             else:
                 snap = self._snapshot(db, now, user_usage, queue_usage)
                 decisions = self._checked(snap, self.policy(snap))
@@ -233,11 +233,13 @@ class SchedulerLoop:
         self._pushed_queues = pushed
 
     @staticmethod
-    def _hand_over(db: Session) -> Decisions:
+    def _hand_over(db: Session, now: float) -> Decisions:
         """A runtime that admits jobs itself (Kubernetes: Kueue admits, kube-scheduler places) gets every queued job
-        at once, placed nowhere; while it waits there, its reasons come from the runtime (see ``_observe``)."""
-        queued = db.scalars(select(Job.id).where(Job.state == JobState.QUEUED.value).order_by(Job.submitted_at))
-        return Decisions(starts=[Start(job_id, ()) for job_id in queued])
+        at once (but those held or waiting for a dependency), placed nowhere; while it waits there, its reasons
+        come from the runtime (see ``_observe``)."""
+        queued = list(db.scalars(select(Job).where(Job.state == JobState.QUEUED.value).order_by(Job.submitted_at)))
+        withheld = holds.withhold(db, queued, now)
+        return Decisions(starts=[Start(job.id, ()) for job in queued if job.id not in withheld])
 
     def _checked(self, snap: Snapshot, decisions: Decisions) -> Decisions:
         """The decisions that can be applied: a policy bug must not double-book a GPU or stop a job for nothing."""
@@ -358,7 +360,11 @@ class SchedulerLoop:
         workloads: dict[str, str | None] = {}
         jobs = list(db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))))
         learned = expected_runtimes(db, ((job.user_id, job.kind) for job in jobs))
+        # held jobs and those waiting for a dependency are not offered to the policy (their reasons are written)
+        withheld = holds.withhold(db, [job for job in jobs if job.state == JobState.QUEUED.value], now)
         for job in jobs:
+            if job.id in withheld:
+                continue
             spec = job.spec
             sj = SchedJob(
                 id=job.id,

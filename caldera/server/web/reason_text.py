@@ -139,6 +139,11 @@ PENDING: dict[str, Message] = {
     "SharingDeclined": Message(
         _("not shared: no occupied GPU where its predicted slowdown stays within its tolerance (%(tolerance)s)")
     ),
+    # kept from the scheduler by the platform (caldera/server/holds.py)
+    "Held": Message(_("held by %(by)s"), ("note", _(": %(note)s"))),
+    "Dependency": Message(
+        _("waiting for job %(job)s to end (it is %(state)s)"), ("must_succeed", _("; it must succeed"))
+    ),
 }
 
 # the reasons of job events the platform writes itself (caldera/server/jobs.py, loop.py), from their details
@@ -164,6 +169,10 @@ EVENTS: dict[str, Message] = {
     "LeastAttainedService": Message(_("preempted for job %(by)s: jobs with less attained service go first")),
     "NodeDrained": Message(_("node %(node)s is drained by an admin"), ("note", _(": %(note)s"))),
     "Requeued": Message(_("re-queued after preemption; same working directory")),
+    "Held": Message(_("held by %(by)s"), ("note", _(": %(note)s"))),
+    "Released": Message(_("released by %(by)s")),
+    "RequeuedByAdmin": Message(_("requeued by admin %(admin)s"), ("note", _(": %(note)s"))),
+    "DependencyFailed": Message(_("its dependency %(job)s ended %(state)s, and it needed it to succeed")),
     "Reattached": Message(_("server restarted; processes still running (%(runtime)s runtime)")),
     "Unobservable": Message(
         _("cannot observe attempt %(attempt)s: %(error)s; its devices stay held until its processes are found ended")
@@ -238,6 +247,7 @@ ERRORS: dict[str, Message] = {
             "capability for %(resource)s)"
         )
     ),
+    "UnknownDependency": Message(_("no job %(job)s")),
     "NotKeyValue": Message(_("%(line)s: expected KEY=VALUE")),
     "CudnnNeedsCuda": Message(_("cuDNN %(cudnn)s needs CUDA %(needs)s.x; choose one")),
     "CudnnCudaMismatch": Message(_("cuDNN %(cudnn)s is built for CUDA %(needs)s.x, not CUDA %(cuda)s")),
@@ -544,6 +554,8 @@ class Say:
             return self._label(USER_CAPS, v)
         if key == "kind":
             return self._label(KINDS, v)
+        if key == "state":
+            return self._label(STATES, v)
         if key == "tolerance" and isinstance(v, int | float):
             return f"{num(round(v * 100, 1))}%"
         if isinstance(v, list):
