@@ -24,7 +24,7 @@ CALLS: dict[tuple[str, str], tuple[str, dict | None]] = {
     ("POST", "/api/v1/accounts"): ("/api/v1/accounts", {"name": "physics"}),
     ("POST", "/api/v1/accounts/{name}/members"): ("/api/v1/accounts/physics/members", {"username": "zed"}),
     ("PUT", "/api/v1/accounts/{name}/admins/{username}"): ("/api/v1/accounts/physics/admins/zed", {"admin": True}),
-    ("PUT", "/api/v1/spaces/{space}/members/{username}"): ("/api/v1/spaces/account:physics/members/zed", {"mode": "ro"}),
+    ("PUT", "/api/v1/spaces/{space}/members/{username}"): ("/api/v1/spaces/account:physics/members/zed", {"mode": "ro"}),  # noqa: E501
     ("PATCH", "/api/v1/spaces/{space}"): ("/api/v1/spaces/account:physics", {"quota_bytes": 1_000_000}),
     ("POST", "/api/v1/spaces/{space}/reconcile"): ("/api/v1/spaces/account:physics/reconcile", None),
     ("DELETE", "/api/v1/accounts/{name}/members/{username}"): ("/api/v1/accounts/physics/members/zed", None),

@@ -53,7 +53,8 @@ def replay(policy: str, out: Path) -> Path:
         node_repair_s=1_800.0,
         strict=True,
     )
-    res = Simulator(trace(), ClusterSpec.parse("4x8:v100"), get_policy(policy, **OPTIONS.get(policy, {})), options).run()
+    policy_fn = get_policy(policy, **OPTIONS.get(policy, {}))
+    res = Simulator(trace(), ClusterSpec.parse("4x8:v100"), policy_fn, options).run()
     assert res.node_failures >= 2 and res.stopped == "done"
     if policy != "fifo":
         assert sum(res.preemptions_by_reason.values()) > 0
