@@ -117,6 +117,11 @@ def test_batch_form_submits_through_the_api_rules(api, admin, me):
     r = post_form(me, "/new/jupyter", {"name": "nb", "queue": "default", "workdir": "../alice"})
     assert r.status_code == 400 and field_errors(r.text, "workdir")  # the API's rule, next to the field
     assert me.get("/new/other").status_code == 404
+    assert job["spec"].get("notify") is None  # the form's default: my notification settings decide
+    r = post_form(me, "/new/batch", {**good, "name": "quiet", "quiet": "on"})
+    quiet = r.headers["location"].rsplit("/", 1)[1]
+    assert api.client.get(f"/api/v1/jobs/{quiet}", headers=admin).json()["spec"]["notify"] is False
+    assert re.search(r'id="quiet" name="quiet" checked', me.get(f"/new/batch?clone={quiet}").text)
 
 
 def test_pickers_offer_what_the_queue_allows(api, admin, me):

@@ -34,6 +34,7 @@ class JobForm(BaseModel):
     env: str = Field("", max_length=16384, description="KEY=VALUE lines")
     workdir: str = Field("", max_length=1024, description="inside my workspace; the job's own folder when empty")
     image: str = Field("", max_length=512, description="the platform's default image when empty")
+    quiet: str = Field("", max_length=8, description="checked: no notification about this job but the portal's")
 
 
 FIELDS = set(JobForm.model_fields)
@@ -61,6 +62,7 @@ def form_of(spec: dict) -> JobForm:
         env="\n".join(f"{k}={v}" for k, v in spec.get("env", {}).items()),
         image=spec.get("image") or "",
         workdir=spec.get("workdir") or "",
+        quiet="on" if spec.get("notify") is False else "",
     )
 
 
@@ -95,6 +97,8 @@ def body_of(kind: str, form: JobForm, choices: list[QueueChoice]) -> tuple[dict,
     for key, value in pairs:
         if value:
             body[key] = value
+    if form.quiet:
+        body["notify"] = False  # the portal's list still shows it; my settings choose the rest otherwise
     if form.max_runtime_s.strip():
         body["max_runtime_s"] = number(form.max_runtime_s.strip())
     if kind == JobKind.DISTRIBUTED.value:
