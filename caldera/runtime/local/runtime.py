@@ -52,7 +52,7 @@ from caldera.runtime.base import (
     RunAs,
 )
 from caldera.runtime.exec_process import ExecProcess, spawn, terminal_name
-from caldera.runtime.local import jupyter, launchfile, netns, owner, procs
+from caldera.runtime.local import jupyter, launchfile, netns, owner, procs, view
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.launchfile import Launch
 from caldera.runtime.local.log_follow import follow_file
@@ -205,6 +205,11 @@ class LocalRuntime:
         private = os.geteuid() == 0  # a root server gives every rank its own view of the host (see ``view``)
         if req.mounts and not private:
             raise LaunchError("MountsUnsupported", "storage spaces are mounted into process jobs by a root server only")
+        outside = [at for _, at, _ in req.mounts if view.private_top(at) is None]
+        if outside:
+            raise LaunchError(
+                "MountPointRefused", f"{outside[0]}: process jobs see storage spaces only below /tmp or /var/tmp"
+            )
         # the job's own /tmp in its scratch; a lab's runtime directory there (or, without one, in its scratch)
         lab_runtime = Path("tmp", _LAB_RUNTIME) if private else Path("runtime")
         inside = ("tmp",) if private else ()

@@ -16,6 +16,7 @@ Standard library only (the shim imports it).
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import stat
 
@@ -25,6 +26,12 @@ _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
 _MS_RDONLY, _MS_REMOUNT = 0x1, 0x20
 _MS_BIND, _MS_REC, _MS_SLAVE = 0x1000, 0x4000, 0x80000
 _PRIVATE_TOPS = ("/tmp", "/var/tmp")
+
+
+def private_top(at: str) -> str | None:
+    """The job's own top (its /tmp or /var/tmp) that ``at`` lies below, or None."""
+    return next((t for t in _PRIVATE_TOPS if os.path.commonpath([at, t]) == t), None)
+
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -117,17 +124,20 @@ def enter(private_tmp: str, uid: int, keep: list[str], mounts: list[tuple[str, s
 
 def _mount_space(source: int, at: str, writable: bool) -> None:
     """A storage space (``source``, a descriptor of the platform's path) bound at ``at``, read-only unless
-    ``writable``, in this namespace only. Below /tmp or /var/tmp (the job's own) the mount point is made, root's;
-    elsewhere it must be a directory the host has (an admin's /data, /shared): nothing is created in the host's
-    file system. The mount point is reached, before and after the bind, without following a link, so a link
+    ``writable``, in this namespace only, below /tmp or /var/tmp (the job's own), where the mount point is made,
+    root's. Nowhere else: root runs code in this namespace after the mounts (the supervisor, ``exec``'s helper), so
+    a space, whose files its user chose, covering a directory of the host (root's Python among them) would run
+    them as root. The mount point is reached, before and after the bind, without following a link, so a link
     another rank of the job planted binds or remounts nothing else."""
-    top = next((t for t in _PRIVATE_TOPS if os.path.commonpath([at, t]) == t), "/")
+    top = private_top(at)
+    if top is None:  # refused at launch already (LocalRuntime.launch); never reached
+        raise OSError(errno.EPERM, f"cannot mount a space at {at}: only below /tmp or /var/tmp")
     rel = os.path.relpath(at, top)
     try:
-        target = walk_nofollow(top, rel, make_mode=0o711 if top != "/" else None)
+        target = walk_nofollow(top, rel, make_mode=0o711)
     except OSError as exc:
-        why = "below /tmp, or at a directory the host has" if top == "/" else "a folder, not a link"
-        raise OSError(exc.errno, f"cannot mount a space at {at}: it must be {why} ({exc.strerror})") from None
+        why = f"it must be a folder, not a link ({exc.strerror})"
+        raise OSError(exc.errno, f"cannot mount a space at {at}: {why}") from None
     try:
         _bind(source, target)
     finally:
