@@ -127,3 +127,18 @@ def test_a_build_streams_as_server_sent_events_like_a_job(api, admin):
     assert events[-1]["event"] == "end" and events[-1]["data"] == {"state": "failed", "message": "step 3 broke"}
     r = api.client.get(f"/api/v1/images/{image_id}/stream", headers=bob)
     assert r.status_code == 404 and "step" not in r.text
+
+
+def test_a_failed_build_names_its_cause_from_the_log(tmp_path, db_url):
+    """What the user reads when a build fails: the log's cause, else the builder's exit."""
+    from caldera.images.builds import _cause
+
+    log = tmp_path / "b.log"
+    log.write_text("W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Temporary failure\n")
+    assert _cause(log, "exited 100") == (
+        "apt could not fetch http://deb.debian.org/debian/dists/bookworm/InRelease from its mirror"
+    )
+    log.write_text("E: Unable to locate package nope\n")
+    assert _cause(log, "exited 100") == "apt found no package nope"
+    log.write_text("nothing we know\n")
+    assert _cause(log, "exited 100") == "exited 100"

@@ -33,6 +33,7 @@ _CAUSES = (  # what a failed build's log says, as the user should read it
     (re.compile(r"E: Unable to locate package (\S+)"), "apt found no package {0}"),
     (re.compile(r"(?:requested|pinning) (?:access to the )?resource is denied|unauthorized"), "the registry refused"),
     (re.compile(r"connection refused"), "the image registry is not reachable"),
+    (re.compile(r"^(?:E|W): Failed to fetch (\S+)", re.M), "apt could not fetch {0} from its mirror"),
 )
 
 
