@@ -159,7 +159,7 @@ EVENTS: dict[str, Message] = {
     "ProcessGone": Message(_("its processes vanished without an exit status")),
     "ContainerGone": Message(_("its container disappeared")),
     "MountsUnsupported": Message(_("this runtime cannot mount storage spaces into jobs")),
-    "MountPointRefused": Message(_("a storage space can be mounted only below /tmp or /var/tmp here: %(error)s")),
+    "MountPointRefused": Message(_("this runtime cannot mount a storage space there: %(error)s")),
     "NotFound": Message(_("this attempt was never launched completely")),
     "CancelRequested": Message(_("cancelled by %(by)s; SIGTERM, SIGKILL after %(grace_s)s s")),
     "CancelledByUser": Message(_("cancelled by %(by)s")),
