@@ -8,17 +8,18 @@ import logging
 import threading
 import time
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.spec import JobSpec, Mount
-from caldera.db.models import User
+from caldera.core.states import JobState
+from caldera.db.models import Job, User
 from caldera.errors import CalderaError, Invalid, InvalidFields, field_error
 from caldera.server import identity
 from caldera.server.platform import Platform
 from caldera.storage.backends.registry import create_backend
-from caldera.storage.errors import NoAccess
 from caldera.storage.service import Spaces
-from caldera.storage.spaces import Access, Kind, SpaceRef, require
+from caldera.storage.spaces import Access, Kind, SpaceRef, parse_ref, require
 from caldera.storage.tree import Owner
 
 log = logging.getLogger(__name__)
@@ -61,11 +62,9 @@ class Reconciler:
 
 
 def _mount_target(spaces: Spaces, db: Session, user: User, mount: Mount) -> SpaceRef:
-    """The space ``user`` may mount as asked: read access, or write access to their personal space (the only
-    one a job may write: account and public spaces change through the platform, which keeps their counters)."""
+    """The space ``user`` may mount as asked: read access, or write access for a writable mount (a member whose
+    mode is rw in an account's space, an admin; what a job writes there is counted by the next reconciliation)."""
     ref = spaces.resolve(db, user, mount.space)
-    if mount.writable and ref.kind is not Kind.PERSONAL:
-        raise NoAccess(f"{ref} can be mounted read-only only; write it through the API or WebDAV")
     row = spaces.row(db, ref)
     require(spaces.access_of(db, user, ref, row), Access.WRITE if mount.writable else Access.READ, ref)
     if mount.writable:
@@ -106,3 +105,23 @@ def host_mounts(p: Platform, db: Session, user: User, spec: JobSpec) -> tuple[tu
             raise Invalid("mounts", f"the {spaces.backend.name} storage backend cannot mount spaces into jobs")
         out.append((str(host.resolve()), mount.at, mount.writable))
     return tuple(out)
+
+
+def running_mounts(db: Session, ref: SpaceRef) -> list[str]:
+    """The jobs on a node now (starting or running) that see ``ref``: mount it, or, for a personal space, work
+    in it (every job of its user)."""
+    active = (JobState.STARTING.value, JobState.RUNNING.value)
+    rows = db.execute(select(Job.id, Job.spec, User.username).join(User).where(Job.state.in_(active)))
+    return sorted(
+        job_id
+        for job_id, spec, username in rows
+        if ref == SpaceRef(Kind.PERSONAL, username)
+        or any(_same(m.get("space", ""), username, ref) for m in spec.get("mounts") or ())
+    )
+
+
+def _same(text: str, username: str, ref: SpaceRef) -> bool:
+    try:
+        return parse_ref(text, username) == ref
+    except CalderaError:  # a spec stored before a rule changed: not this space
+        return False
