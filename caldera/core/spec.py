@@ -63,12 +63,18 @@ def nests(a: str, b: str) -> bool:
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
+_CATALOGUE_REF = r"^[a-z0-9][a-z0-9._-]{0,63}(@[A-Za-z0-9][A-Za-z0-9._-]{0,31})?$"  # caldera.storage.catalogue
+
+
 class Mount(BaseModel):
-    """A storage space seen by the job at ``at`` (docs/storage.md): read-only unless ``writable``."""
+    """A storage space, or a dataset or model of the catalogue, seen by the job at ``at`` (docs/storage.md):
+    read-only unless ``writable`` (a space only)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    space: str = Field(..., max_length=80, pattern=_SPACE, description="personal, account:<name> or public")
+    space: str | None = Field(None, max_length=80, pattern=_SPACE, description="personal, account:<name> or public")
+    dataset: str | None = Field(None, max_length=97, pattern=_CATALOGUE_REF, description="name or name@version")
+    model: str | None = Field(None, max_length=97, pattern=_CATALOGUE_REF, description="name or name@version")
     # an allowlist: the path reaches podman's --volume (where ':' and ',' separate options) and mount(2)
     at: str = Field(
         ...,
@@ -87,6 +93,14 @@ class Mount(BaseModel):
         if mount_top(v) is None:
             raise ValueError(f"must be one of {', '.join(MOUNT_TOPS)} or lie below one")
         return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Mount:
+        if sum(x is not None for x in (self.space, self.dataset, self.model)) != 1:
+            raise ValueError("a mount names one of space, dataset or model")
+        if self.writable and self.space is None:
+            raise ValueError("a dataset or model is mounted read-only")
+        return self
 
 
 MAX_DEPENDENCIES = 64
