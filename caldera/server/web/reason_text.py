@@ -485,6 +485,13 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             _("two mounts at the same path, or one inside another"),
         ),
         (
+            r"Value error, a mount names one of space, dataset or model",
+            _("a mount names one of space, dataset or model"),
+        ),
+        (r"Value error, a dataset or model is mounted read-only", _("a dataset or model is mounted read-only")),
+        (r"no dataset (?P<ref>\S+) that you may read", _("no dataset %(ref)s that you may read")),
+        (r"no model (?P<ref>\S+) that you may read", _("no model %(ref)s that you may read")),
+        (
             r"you have (?P<n>\d+) SSH keys, the most one may keep; delete some first",
             _("you have %(n)s SSH keys, the most one may keep; delete some first"),
         ),
