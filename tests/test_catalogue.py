@@ -119,13 +119,16 @@ def test_published_versions_are_found_mounted_and_kept_by_who_may_read_them(env)
 
 class _Files(http.server.BaseHTTPRequestHandler):
     """``/data``: DATA, with Range; ``/cut``: the first request breaks off half-way; ``/away``: a redirect to a
-    private address."""
+    private address; ``/hang``: DATA once ``release`` is set."""
 
     requests: list[tuple[str, str | None]] = []
     cut_once = True
+    release = threading.Event()  # ``/hang`` answers once it is set
 
     def do_GET(self):  # noqa: N802 - the handler's protocol
         _Files.requests.append((self.path, self.headers.get("Range")))
+        if self.path == "/hang":
+            _Files.release.wait(30)
         if self.path == "/away":
             self.send_response(302)
             self.send_header("Location", "http://10.1.2.3/data")
@@ -212,3 +215,17 @@ def test_an_import_resumes_where_it_broke_off_and_stops_at_the_quota(env, files_
     r = _import(api, alice, files_server + "/data", "big.bin", "account:vision")
     got = _settled(api, alice, r.json()["id"])
     assert got["state"] == "failed" and "larger than" in got["error"], got
+
+
+def test_a_user_has_a_few_imports_going_at_once(env, files_server):
+    api, u, _, _ = env
+    bob = u["bob"]
+    try:
+        started = [_import(api, bob, files_server + "/hang", f"h{i}.bin") for i in range(4)]
+        assert [r.status_code for r in started] == [201] * 4
+        r = _import(api, bob, files_server + "/hang", "h5.bin")
+        assert r.status_code == 409 and "4 imports running" in r.text
+        assert _import(api, u["carol"], files_server + "/data", "c.bin").status_code == 201  # another user's own
+    finally:
+        _Files.release.set()
+    assert all(_settled(api, bob, r.json()["id"])["state"] == "done" for r in started)

@@ -163,8 +163,8 @@ def start_import(body: ImportIn, request: Request, c: Caller = Depends(caller)):
     imp = StorageImport(id=secrets.token_hex(16), user_id=c.user.id, space_id=opened.row.id, path="/".join(names),
                         url=body.url, state="running", done_bytes=0, error="", created_at=time.time())  # fmt: skip
     c.db.add(imp)
-    c.db.commit()
-    imports.start(request.app.state.platform, c.spaces, imp.id)
+    c.db.flush()
+    imports.start(request.app.state.platform, c.spaces, imp.id, c.user.id, commit=c.db.commit)
     return _import_view(imp, str(opened.ref))
 
 
@@ -193,6 +193,5 @@ def restart_import(import_id: ImportId, request: Request, c: Caller = Depends(ca
     if imp.state == "done" or imports.running_here(imp.id):
         raise Conflict(f"import {imp.id} is {'done' if imp.state == 'done' else 'running'}")
     imp.state, imp.error, imp.finished_at = "running", "", None
-    c.db.commit()
-    imports.start(request.app.state.platform, c.spaces, imp.id)
+    imports.start(request.app.state.platform, c.spaces, imp.id, c.user.id, commit=c.db.commit)
     return _import_view(imp, space)

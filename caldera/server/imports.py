@@ -7,11 +7,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from sqlalchemy import update
 
 from caldera.db.models import StorageImport, StorageSpace
-from caldera.errors import CalderaError
+from caldera.errors import CalderaError, Conflict
 from caldera.server.platform import Platform
 from caldera.storage import fetch
 from caldera.storage.errors import NoSuchPath
@@ -21,7 +22,8 @@ from caldera.storage.spaces import Access, Kind, SpaceRef
 
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY_S = 0.5
-_running: set[str] = set()  # imports with a thread in this server
+MAX_PER_USER = 4  # downloads one user may have going at once: each is a thread and a connection of the server
+_running: dict[str, int] = {}  # import id: its user's id, for the imports with a thread in this server
 _lock = threading.Lock()
 
 
@@ -30,11 +32,21 @@ def running_here(import_id: str) -> bool:
         return import_id in _running
 
 
-def start(platform: Platform, spaces: Spaces, import_id: str) -> None:
+def start(platform: Platform, spaces: Spaces, import_id: str, user_id: int, commit: Callable[[], None]) -> None:
+    """``commit`` the import's row and start its download in a thread; refused (Conflict, nothing committed) when
+    the user has MAX_PER_USER going already."""
     with _lock:
         if import_id in _running:
             return
-        _running.add(import_id)
+        if sum(u == user_id for u in _running.values()) >= MAX_PER_USER:
+            raise Conflict(f"you have {MAX_PER_USER} imports running; start this one when one has ended")
+        _running[import_id] = user_id
+    try:
+        commit()
+    except BaseException:
+        with _lock:
+            _running.pop(import_id, None)
+        raise
     threading.Thread(target=_run, args=(platform, spaces, import_id), name=f"import-{import_id}", daemon=True).start()
 
 
@@ -58,7 +70,7 @@ def _run(platform: Platform, spaces: Spaces, import_id: str) -> None:
         log.exception("import %s failed", import_id)
     finally:
         with _lock:
-            _running.discard(import_id)
+            _running.pop(import_id, None)
 
 
 def _download(platform: Platform, spaces: Spaces, db, imp: StorageImport, opened: Opened) -> None:

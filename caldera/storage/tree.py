@@ -28,6 +28,7 @@ from caldera.storage.paths import UPLOADS_DIR
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _RENAME_NOREPLACE = 1
+_MAX_COPY_DEPTH = 256  # a job can nest folders deeper than Python's recursion goes
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -236,11 +237,13 @@ class Tree:
         out = os.open(dest, _DIR_FLAGS)
         try:
             with self.folder(names) as src:
-                return self._copy_into(src, out, [max_bytes])
+                return self._copy_into(src, out, [max_bytes], _MAX_COPY_DEPTH)
         finally:
             os.close(out)
 
-    def _copy_into(self, src: int, dst: int, left: list[int]) -> tuple[int, int]:
+    def _copy_into(self, src: int, dst: int, left: list[int], depth: int) -> tuple[int, int]:
+        if depth == 0:
+            raise PathRefused(f"folders nested more than {_MAX_COPY_DEPTH} deep are not copied")
         size = count = 0
         with os.scandir(src) as it:
             names = sorted(e.name for e in it if e.name != UPLOADS_DIR)
@@ -257,7 +260,7 @@ class Tree:
                     os.mkdir(name, 0o755, dir_fd=dst)
                     sub = os.open(name, _DIR_FLAGS, dir_fd=dst)
                     try:
-                        s, c = self._copy_into(fd, sub, left)
+                        s, c = self._copy_into(fd, sub, left, depth - 1)
                     finally:
                         os.close(sub)
                     size, count = size + s, count + c + 1
