@@ -11,10 +11,10 @@ import threading
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
-from tests.conftest import Api, make_settings
+from tests.conftest import api_on, make_settings
 from tests.fake_runtime import FakeRuntime
+from tests.test_files_space_jobs import lab
 from tests.test_runs import _until
 
 DATA = bytes(range(256)) * 4096  # 1 MiB
@@ -22,28 +22,11 @@ DATA = bytes(range(256)) * 4096  # 1 MiB
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    from caldera.server.app import create_app
-    from caldera.server.platform import Platform
-    from caldera.server.tenancy import bootstrap
-
     settings = make_settings(tmp_path_factory.mktemp("catalogue"), storage_import_allowed_networks=["127.0.0.1/32"])
     runtime = FakeRuntime(settings)
-    platform = Platform.create(settings, runtime=runtime)
-    with platform.session() as db:
-        bootstrap(db, "admin-password")
-        db.commit()
-    with TestClient(create_app(platform, run_loop=False)) as client:
-        api = Api(client)
-        admin = api.login("admin", "admin-password")
-        users = {name: api.user(admin, name) for name in ("alice", "dave", "bob", "carol")}
-        for account, members in (("vision", ("alice", "dave")), ("other", ("bob",)), ("third", ("carol",))):
-            api.client.post("/api/v1/accounts", json={"name": account}, headers=admin)
-            for name in members:
-                r = api.client.post(f"/api/v1/accounts/{account}/members", json={"username": name}, headers=admin)
-                assert r.status_code == 201, r.text
-        api.client.put("/api/v1/spaces/account:vision/members/dave", json={"mode": "ro"}, headers=admin)
-        yield api, {"admin": admin, **users}, runtime, settings
-    platform.engine.dispose()
+    with api_on(settings, runtime) as (api, admin):
+        users = lab(api, admin, {"vision": ("alice", "dave"), "other": ("bob",), "third": ("carol",)})
+        yield api, users, runtime, settings
 
 
 def _upload(api, h, space, path, data: bytes):

@@ -5,38 +5,32 @@ through the API, with what the runtime was asked to mount."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
-from tests.conftest import Api, make_settings
+from tests.conftest import Api, api_on, make_settings
 from tests.fake_runtime import FakeRuntime
 from tests.test_runs import _until
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    from caldera.server.app import create_app
-    from caldera.server.platform import Platform
-    from caldera.server.tenancy import bootstrap
-
-    settings = make_settings(tmp_path_factory.mktemp("space-jobs"))
-    runtime = FakeRuntime(settings)
-    platform = Platform.create(settings, runtime=runtime)
-    with platform.session() as db:
-        bootstrap(db, "admin-password")
-        db.commit()
-    with TestClient(create_app(platform, run_loop=False)) as client:
-        api = Api(client)
-        admin = api.login("admin", "admin-password")
-        users = {name: api.user(admin, name) for name in ("alice", "dave", "bob")}
-        api.client.post("/api/v1/accounts", json={"name": "vision"}, headers=admin)
-        api.client.post("/api/v1/accounts", json={"name": "other"}, headers=admin)
-        for name, account in (("alice", "vision"), ("dave", "vision"), ("bob", "other")):
+def lab(api: Api, admin, accounts: dict[str, tuple[str, ...]]) -> dict[str, dict[str, str]]:
+    """Users in accounts (``{account: members}``), dave a read-only member of account:vision; everyone's headers."""
+    users = {"admin": admin}
+    for account, members in accounts.items():
+        api.client.post("/api/v1/accounts", json={"name": account}, headers=admin)
+        for name in members:
+            users[name] = api.user(admin, name)
             r = api.client.post(f"/api/v1/accounts/{account}/members", json={"username": name}, headers=admin)
             assert r.status_code == 201, r.text
-        r = api.client.put("/api/v1/spaces/account:vision/members/dave", json={"mode": "ro"}, headers=admin)
-        assert r.status_code == 200, r.text
-        yield api, {"admin": admin, **users}, runtime
-    platform.engine.dispose()
+    r = api.client.put("/api/v1/spaces/account:vision/members/dave", json={"mode": "ro"}, headers=admin)
+    assert r.status_code == 200, r.text
+    return users
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    settings = make_settings(tmp_path_factory.mktemp("space-jobs"))
+    runtime = FakeRuntime(settings)
+    with api_on(settings, runtime) as (api, admin):
+        yield api, lab(api, admin, {"vision": ("alice", "dave"), "other": ("bob",)}), runtime
 
 
 def _submit(api: Api, headers, mounts: list[dict], account: str | None = None):
