@@ -62,6 +62,9 @@ def test_published_versions_are_found_mounted_and_kept_by_who_may_read_them(env)
     assert (r.json()["size_bytes"], r.json()["files"], r.json()["source"]) == (8, 1, "account:vision/imagenet")
     assert _publish(api, u["alice"], version="v1").status_code == 409  # a version is never replaced
     assert _publish(api, u["dave"], version="v9").status_code == 403  # dave only reads the space
+    _upload(api, u["bob"], "personal", "mine.bin", b"bob's")  # a name is its first publisher's
+    r = _publish(api, u["bob"], version="v9", space="personal", path="", visibility="public")
+    assert r.status_code == 403 and "another user's" in r.text
     _upload(api, u["alice"], "account:vision", "imagenet/val.bin", b"v2")
     r = _publish(api, u["alice"], version="v2", visibility="shared", shared_with=["account:other"])
     assert r.status_code == 201, r.text

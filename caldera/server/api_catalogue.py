@@ -114,7 +114,6 @@ def remove(kind: KindParam, name: NameParam, version: VersionParam, c: Caller = 
         raise Conflict(f"{ref} is in use by running jobs {ids}: delete it once they end", "SpaceInUse",
                        {"space": ref, "jobs": ids})  # fmt: skip
     catalogue.remove(c.db, entry)
-    c.db.commit()
     return {"kind": kind, "name": name, "version": version, "deleted": True}
 
 

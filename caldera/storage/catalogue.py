@@ -3,9 +3,10 @@ choose, and that jobs mount by name (``mounts: [{dataset: imagenet-mini@v1, at: 
 
 Publishing copies the folder into the platform's own store (``<storage_dir>/catalogue/<id>/data``, every folder on
 the way root's): a version never changes under the jobs that use it, and what a job mounts is reached through no
-folder a user could swap for a link between the check and the mount. Readers: the owner and admins always;
-``shared``: the users and the members of the accounts named in ``shared_with``; ``public``: everyone. A catalogue
-mount is read-only.
+folder a user could swap for a link between the check and the mount. A name is its first publisher's: only they
+(or an admin) add versions, so a job mounting a name alone never gets another user's files. Readers: the owner and
+admins always; ``shared``: the users and the members of the accounts named in ``shared_with``; ``public``:
+everyone. A catalogue mount is read-only.
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ class Catalogue:
     def publish(self, db: Session, owner: User, opened: Opened, path: str, entry: CatalogueEntry, max_bytes: int):
         """Copy the folder ``path`` of the opened space into the store as ``entry`` (its fields set by the caller).
         A name and version taken already is a clash; a failed copy leaves nothing."""
+        first = db.scalar(select(CatalogueEntry).where(CatalogueEntry.kind == entry.kind,
+                                                       CatalogueEntry.name == entry.name))  # fmt: skip
+        if first is not None and first.owner_id != owner.id and owner.role != "admin":
+            # else another user's new version would be what jobs mounting the name alone get
+            raise NoAccess(f"{entry.kind} {entry.name} is another user's: publish under a name of your own")
         entry.owner_id, entry.source, entry.created_at = owner.id, f"{opened.ref}/{path}".rstrip("/"), time.time()
         db.add(entry)
         try:
@@ -115,10 +121,11 @@ class Catalogue:
         folder.chmod(0o755)
 
     def remove(self, db: Session, entry: CatalogueEntry) -> None:
-        """The entry and its copy; the caller checks that no running job mounts it, and commits."""
+        """The entry, then its copy; the caller checked that no running job mounts it."""
+        folder = self.host_path(entry).parent
         db.delete(entry)
-        db.flush()
-        shutil.rmtree(self.host_path(entry).parent, ignore_errors=True)
+        db.commit()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def owner_or_admin(entry: CatalogueEntry, who: Reader) -> None:
