@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import api_on, make_settings
 from tests.fake_runtime import FakeRuntime
+from tests.portal import browser_for
 from tests.test_files_space_jobs import lab
 from tests.test_runs import _until
 
@@ -75,6 +76,12 @@ def test_published_versions_are_found_mounted_and_kept_by_who_may_read_them(env)
     assert _names(api, u["bob"]) == ["imagenet-mini@v2"] and _names(api, u["carol"]) == []
     assert api.client.get("/api/v1/catalogue/dataset/imagenet-mini", headers=u["bob"]).json()["version"] == "v2"
     assert api.client.get("/api/v1/catalogue/dataset/imagenet-mini@v1", headers=u["bob"]).status_code == 404
+    # the portal's page says the same, in Chinese too
+    browser = browser_for(api.client, "bob", "password-123")
+    html = browser.get("/data", params={"q": "imagenet"}).text
+    assert 'data-entry="imagenet-mini@v2"' in html and "imagenet-mini@v1" not in html
+    assert "{dataset: imagenet-mini@v2, at: /data/imagenet-mini}" in html
+    assert "数据集与模型" in browser.get("/data", headers={"Accept-Language": "zh-CN"}).text
 
     # the copy: v1 as it was, without the link; later changes to the space do not reach it
     store = settings.spaces_dir / "catalogue"
