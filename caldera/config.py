@@ -151,6 +151,9 @@ class Settings(BaseSettings):
     storage_reconcile_s: float = Field(
         3600.0, gt=0, description="each space's usage counters are checked by a walk this often"
     )
+    storage_import_allowed_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="non-public networks an import from URL may reach (all public ones may)"
+    )
     # notifications (docs/governance.md): channels are entry points of caldera.notifiers
     smtp_host: str | None = Field(None, max_length=256, description="SMTP server for e-mail; no e-mail when empty")
     smtp_port: int = Field(25, ge=1, le=65535, description="port of the SMTP server")
@@ -195,7 +198,7 @@ class Settings(BaseSettings):
         86400.0, ge=0, description="a job is warned this long before its queue's runtime limit stops it"
     )
 
-    @field_validator("trusted_proxies", "webhook_allowed_networks", mode="before")
+    @field_validator("trusted_proxies", "webhook_allowed_networks", "storage_import_allowed_networks", mode="before")
     @classmethod
     def _networks(cls, value: object) -> list[str]:
         """Each an address or a network; a wildcard is refused: trusting everyone is trusting no limit."""

@@ -27,6 +27,7 @@ CALLS: dict[tuple[str, str], tuple[str, dict | None]] = {
     ("PUT", "/api/v1/spaces/{space}/members/{username}"): ("/api/v1/spaces/account:physics/members/zed", {"mode": "ro"}),  # noqa: E501
     ("PATCH", "/api/v1/spaces/{space}"): ("/api/v1/spaces/account:physics", {"quota_bytes": 1_000_000}),
     ("POST", "/api/v1/spaces/{space}/reconcile"): ("/api/v1/spaces/account:physics/reconcile", None),
+    ("DELETE", "/api/v1/spaces/{space}"): ("/api/v1/spaces/account:physics", None),
     ("DELETE", "/api/v1/accounts/{name}/members/{username}"): ("/api/v1/accounts/physics/members/zed", None),
     ("PUT", "/api/v1/queues/{name}"): ("/api/v1/queues/physics", {"account": "physics", "weight": 2.0}),
     ("PUT", "/api/v1/queues/{name}/grants/{username}"): ("/api/v1/queues/physics/grants/zed", {"max_priority": "high"}),

@@ -42,6 +42,7 @@ PROBE = textwrap.dedent("""
     attempt("shared", lambda: open("/tmp/shared/data.txt").read())
     attempt("public", lambda: open("/tmp/pub/readme.txt").read())
     attempt("write shared", lambda: open("/tmp/shared/planted.txt", "w").write("x"))
+    attempt("write shared rw", lambda: open("/tmp/shared-rw/from-job.txt", "w").write("written by a member's job"))
     attempt("write public", lambda: os.mkdir("/tmp/pub/planted"))
     attempt("write mine", lambda: open("/tmp/me/out.txt", "w").write("from the job"))
     attempt("host path", lambda: os.listdir(sys.argv[1]))
@@ -70,7 +71,8 @@ def test_spaces_mounted_into_a_process_job(server):
     _put(server, admin, "account:vision", "data.txt", b"the lab's dataset")
     _put(server, admin, "public", "readme.txt", b"for everyone")
     mounts = [{"space": "account:vision", "at": "/tmp/shared"}, {"space": "public", "at": "/tmp/pub"},
-              {"space": "personal", "at": "/tmp/me", "writable": True}]  # fmt: skip
+              {"space": "personal", "at": "/tmp/me", "writable": True},
+              {"space": "account:vision", "at": "/tmp/shared-rw", "writable": True}]  # fmt: skip
     host = str(server.data_dir / "spaces" / "account" / "vision" / "data")
     spec = {"name": "probe", "command": ["python3", "-c", PROBE, host], "mounts": mounts,
             "resources": {"cpu": 0.5, "memory_mib": 256}}  # fmt: skip
@@ -85,6 +87,10 @@ def test_spaces_mounted_into_a_process_job(server):
     assert got["write shared"] == "OSError:Read-only file system"
     assert got["write public"] == "OSError:Read-only file system"
     assert got["write mine"] == len("from the job")
+    # alice may write the account's space (a member, mode rw): her job writes it as her uid, the others read it
+    assert got["write shared rw"] == len("written by a member's job")
+    r = httpx.get(f"{server.url}/api/v1/spaces/account:vision/files", params={"path": "from-job.txt"}, headers=admin)
+    assert r.text == "written by a member's job"
     # only through the mount: the space's host path is behind a root-only folder (or, with the data directory
     # below /tmp as here, not in the job's view at all)
     assert got["host path"] in ("PermissionError:Permission denied", "FileNotFoundError:No such file or directory")
@@ -98,15 +104,15 @@ def test_spaces_mounted_into_a_process_job(server):
     cases = [
         (bob, [{"space": "account:vision", "at": "/data"}], "no access to account:vision"),
         (bob, [{"space": "personal:alice", "at": "/data"}], "no access to personal:alice"),
-        (alice, [{"space": "account:vision", "at": "/data", "writable": True}], "read-only"),
-        (alice, [{"space": "public", "at": "/data", "writable": True}], "read-only"),
+        (bob, [{"space": "account:vision", "at": "/data", "writable": True}], "no access to account:vision"),
+        (alice, [{"space": "public", "at": "/data", "writable": True}], "may read public but not change it"),
         (alice, [{"space": "account:ghost", "at": "/data"}], "no space account:ghost"),
     ]
     for who, bad, why in cases:
         r = httpx.post(f"{server.url}/api/v1/jobs", json={**spec, "mounts": bad}, headers=who)
         assert r.status_code == 400 and why in r.text, r.text
         assert r.json()["errors"][0]["field"] == "mounts.0.space"
-    for at in ("/etc", "relative", "/a/../etc", "/x:rw", "/x,y", "/proc/1"):
+    for at in ("/etc", "relative", "/a/../etc", "/x:rw", "/x,y", "/proc/1", "/opt", "/home/alice"):
         r = httpx.post(f"{server.url}/api/v1/jobs", json={**spec, "mounts": [{"space": "public", "at": at}]},
                        headers=alice)  # fmt: skip
         assert r.status_code == 400 and r.json()["errors"][0]["field"] == "mounts.0.at", (at, r.text)

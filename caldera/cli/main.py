@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from caldera.cli.accounting import accounting
+from caldera.cli.catalogue import data_app
 from caldera.cli.common import call, client, console, err, ts
 from caldera.cli.files import files_app
 from caldera.cli.governance import account_admin, request_app
@@ -32,6 +33,7 @@ app.add_typer(admin_app, name="admin")
 app.add_typer(queue_app, name="queue")
 app.add_typer(images_app, name="images")
 app.add_typer(files_app, name="files")
+app.add_typer(data_app, name="data")
 
 
 # ---- the platform ------------------------------------------------------------------------------------------------

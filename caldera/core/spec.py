@@ -47,16 +47,41 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 MAX_MOUNTS = 16
 _SPACE = r"^(personal|public|(personal|account):[A-Za-z0-9][A-Za-z0-9._-]{0,63})$"  # caldera.storage.spaces
+# Where a job may see a space: an allowlist, for no runtime may let a space (files its user chose) cover a path
+# that something more privileged than the job reads in the job's view (root's Python, a launcher, podman's init).
+# A runtime may narrow it (the process runtime: /tmp and /var/tmp only) and re-checks it at launch.
+MOUNT_TOPS = ("/tmp", "/var/tmp", "/data", "/datasets", "/models", "/shared", "/mnt")
+
+
+def mount_top(at: str) -> str | None:
+    """The top of MOUNT_TOPS that ``at`` (absolute, normalised) is or lies below, or None."""
+    return next((t for t in MOUNT_TOPS if at == t or at.startswith(t + "/")), None)
+
+
+def nests(a: str, b: str) -> bool:
+    """Whether path ``a`` is ``b`` or lies below it, or the other way round."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+_CATALOGUE_REF = r"^[a-z0-9][a-z0-9._-]{0,63}(@[A-Za-z0-9][A-Za-z0-9._-]{0,31})?$"  # caldera.storage.catalogue
 
 
 class Mount(BaseModel):
-    """A storage space seen by the job at ``at`` (docs/storage.md): read-only unless ``writable``."""
+    """A storage space, or a dataset or model of the catalogue, seen by the job at ``at`` (docs/storage.md):
+    read-only unless ``writable`` (a space only)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    space: str = Field(..., max_length=80, pattern=_SPACE, description="personal, account:<name> or public")
+    space: str | None = Field(None, max_length=80, pattern=_SPACE, description="personal, account:<name> or public")
+    dataset: str | None = Field(None, max_length=97, pattern=_CATALOGUE_REF, description="name or name@version")
+    model: str | None = Field(None, max_length=97, pattern=_CATALOGUE_REF, description="name or name@version")
     # an allowlist: the path reaches podman's --volume (where ':' and ',' separate options) and mount(2)
-    at: str = Field(..., max_length=MAX_PATH_CHARS, pattern=r"^(/[A-Za-z0-9._-]+)+/?$", description="a path in the job")
+    at: str = Field(
+        ...,
+        max_length=MAX_PATH_CHARS,
+        pattern=r"^(/[A-Za-z0-9._-]+)+/?$",
+        description="a path in the job: /tmp, /var/tmp, /data, /datasets, /models, /shared or /mnt, or below one",
+    )
     writable: bool = Field(False, strict=True, description="write access (your personal space only)")
 
     @field_validator("at")
@@ -64,9 +89,18 @@ class Mount(BaseModel):
     def _absolute(cls, v: str) -> str:
         if ".." in v.split("/") or "." in v.split("/"):
             raise ValueError("cannot contain '.' or '..' components")
-        if v.split("/")[1] in ("proc", "sys", "dev", "etc", "usr", "bin", "sbin", "lib", "lib64", "boot", "run"):
-            raise ValueError("cannot cover a system directory")
-        return v.rstrip("/")
+        v = v.rstrip("/")
+        if mount_top(v) is None:
+            raise ValueError(f"must be one of {', '.join(MOUNT_TOPS)} or lie below one")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Mount:
+        if sum(x is not None for x in (self.space, self.dataset, self.model)) != 1:
+            raise ValueError("a mount names one of space, dataset or model")
+        if self.writable and self.space is None:
+            raise ValueError("a dataset or model is mounted read-only")
+        return self
 
 
 MAX_DEPENDENCIES = 64
@@ -216,8 +250,9 @@ class JobSpec(BaseModel):
             raise ValueError(f"a {self.kind.value} job needs a command")
         if self.kind is not JobKind.DISTRIBUTED and (self.replicas != 1 or self.procs_per_replica != 1):
             raise ValueError("replicas and procs_per_replica apply to distributed jobs only")
-        if len({m.at for m in self.mounts}) != len(self.mounts):
-            raise ValueError("two mounts at the same path")
+        ats = [m.at for m in self.mounts]
+        if any(nests(a, b) for i, a in enumerate(ats) for b in ats[:i]):
+            raise ValueError("two mounts at the same path, or one inside another")
         if self.shareable and (self.resources.gpu != 1 or self.resources.gpu_memory_mib is None or self.replicas != 1):
             raise ValueError("a shareable job asks for one GPU (resources.gpu: 1) and its resources.gpu_memory_mib")
         return self

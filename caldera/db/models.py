@@ -352,3 +352,44 @@ class GovernanceRequest(Base):
     decided_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     decided_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     note: Mapped[str] = mapped_column(Text, default="")
+
+
+class CatalogueEntry(Base):
+    """A dataset or model version (caldera/storage/catalogue.py): a copy of a space's folder in the platform's own
+    store, named, described and visible to whom its owner said. A version never changes once published."""
+
+    __tablename__ = "catalogue_entries"
+    __table_args__ = (UniqueConstraint("kind", "name", "version"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # dataset | model
+    name: Mapped[str] = mapped_column(String(64))
+    version: Mapped[str] = mapped_column(String(32))
+    description: Mapped[str] = mapped_column(Text, default="")
+    tags: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    source: Mapped[str] = mapped_column(Text)  # the space and folder it was copied from
+    visibility: Mapped[str] = mapped_column(String(16))  # private | shared | public
+    shared_with: Mapped[list[Any]] = mapped_column(JSON, default=list)  # "user:<name>", "account:<name>"
+    framework: Mapped[str] = mapped_column(String(64), default="")  # models: pytorch, jax...
+    produced_by: Mapped[str] = mapped_column(String(32), default="")  # models: the job whose output it is
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    files: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class StorageImport(Base):
+    """A download from a URL into a space (caldera/storage/fetch.py), its bytes in a part file of the space's
+    upload folder until complete; ``restart`` continues it where the part ends."""
+
+    __tablename__ = "storage_imports"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    space_id: Mapped[int] = mapped_column(ForeignKey("storage_spaces.id", ondelete="CASCADE"), index=True)
+    path: Mapped[str] = mapped_column(Text)
+    url: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))  # running | done | failed
+    done_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    total_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from caldera.db.models import StorageMemberMode, StorageUpload, User
-from caldera.server import audit
+from caldera.server import audit, files
 from caldera.server.deps import admin_user, current_user, db_session
 from caldera.server.errors import CalderaError, Conflict, Invalid, NotFound
 from caldera.storage.errors import PathRefused
@@ -138,6 +138,22 @@ def set_member_mode(
     audit.record(c.db, c.user, "set-space-access", str(opened.ref), {"username": username, "mode": body.mode})
     c.db.commit()
     return {"space": str(opened.ref), "username": username, "mode": body.mode}
+
+
+@router.delete("/spaces/{space}")
+def delete_space(space: SpaceName, c: Caller = Depends(admin_caller)):
+    """Admins empty a space: every file, its quotas and members' modes. Refused while a running job mounts it."""
+    opened = c.open(space, Access.READ)
+    jobs = files.running_mounts(c.db, opened.ref)
+    if jobs:
+        ids = ", ".join(jobs)
+        raise Conflict(f"{opened.ref} is in use by running jobs {ids}: delete it once they end", "SpaceInUse",
+                       {"space": str(opened.ref), "jobs": ids})  # fmt: skip
+    with _fs_errors():
+        size, count = c.spaces.empty(c.db, opened)
+    audit.record(c.db, c.user, "delete-space", str(opened.ref), {"freed_bytes": size, "freed_files": count})
+    c.db.commit()
+    return {"space": str(opened.ref), "freed_bytes": size, "freed_files": count}
 
 
 @router.post("/spaces/{space}/reconcile")

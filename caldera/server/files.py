@@ -7,18 +7,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from caldera.config import Settings
 from caldera.core.spec import JobSpec, Mount
-from caldera.db.models import User
+from caldera.core.states import JobState
+from caldera.db.models import CatalogueEntry, Job, User
 from caldera.errors import CalderaError, Invalid, InvalidFields, field_error
 from caldera.server import identity
 from caldera.server.platform import Platform
 from caldera.storage.backends.registry import create_backend
-from caldera.storage.errors import NoAccess
+from caldera.storage.catalogue import Catalogue, Reader
 from caldera.storage.service import Spaces
-from caldera.storage.spaces import Access, Kind, SpaceRef, require
+from caldera.storage.spaces import Access, Kind, SpaceRef, parse_ref, require
 from caldera.storage.tree import Owner
 
 log = logging.getLogger(__name__)
@@ -61,16 +65,37 @@ class Reconciler:
 
 
 def _mount_target(spaces: Spaces, db: Session, user: User, mount: Mount) -> SpaceRef:
-    """The space ``user`` may mount as asked: read access, or write access to their personal space (the only
-    one a job may write: account and public spaces change through the platform, which keeps their counters)."""
+    """The space ``user`` may mount as asked: read access, or write access for a writable mount (a member whose
+    mode is rw in an account's space, an admin; what a job writes there is counted by the next reconciliation)."""
     ref = spaces.resolve(db, user, mount.space)
-    if mount.writable and ref.kind is not Kind.PERSONAL:
-        raise NoAccess(f"{ref} can be mounted read-only only; write it through the API or WebDAV")
     row = spaces.row(db, ref)
     require(spaces.access_of(db, user, ref, row), Access.WRITE if mount.writable else Access.READ, ref)
     if mount.writable:
         spaces.headroom(db, row, 0, 0)  # a space over its quota takes no job that writes to it
     return ref
+
+
+def catalogue_for(settings: Settings) -> Catalogue:
+    return Catalogue(settings.spaces_dir / "catalogue")
+
+
+def _mount_source(p: Platform, spaces: Spaces, db: Session, user: User, mount: Mount) -> Path:
+    """Where the mount comes from on the host, once ``user`` is found to be allowed it: a space (its root made if
+    it is not there yet) or a catalogue entry's copy."""
+    if mount.space is None:
+        kind = "dataset" if mount.dataset is not None else "model"
+        catalogue = catalogue_for(p.settings)
+        return catalogue.host_path(catalogue.find(db, Reader.of(db, user), kind, mount.dataset or mount.model or ""))
+    ref = _mount_target(spaces, db, user, mount)
+    spaces.tree(db, ref)  # its root exists, with its owner
+    host = spaces.backend.host_path(ref)
+    if host is None:
+        raise Invalid("space", f"the {spaces.backend.name} storage backend cannot mount spaces into jobs")
+    return host
+
+
+def _source_field(mount: Mount) -> str:
+    return "space" if mount.space is not None else "dataset" if mount.dataset is not None else "model"
 
 
 def check_mounts(p: Platform, db: Session, user: User, spec: JobSpec) -> None:
@@ -84,25 +109,49 @@ def check_mounts(p: Platform, db: Session, user: User, spec: JobSpec) -> None:
         errors.append(field_error("workdir", f"your personal space (every job's working directory): {exc.message}"))
     for i, mount in enumerate(spec.mounts):
         try:
-            ref = _mount_target(spaces, db, user, mount)
-            if spaces.backend.host_path(ref) is None:
-                raise Invalid("space", f"the {spaces.backend.name} storage backend cannot mount spaces into jobs")
+            _mount_source(p, spaces, db, user, mount)
         except CalderaError as exc:
-            errors.append(field_error(f"mounts.{i}.space", exc.message))
+            errors.append(field_error(f"mounts.{i}.{_source_field(mount)}", exc.message))
     if errors:
         raise InvalidFields(errors)
 
 
 def host_mounts(p: Platform, db: Session, user: User, spec: JobSpec) -> tuple[tuple[str, str, bool], ...]:
-    """At launch, checked again: (host path, path in the job, writable) for the runtime; each space's root is made
-    if it is not there yet."""
+    """At launch, checked again: (host path, path in the job, writable) for the runtime."""
     spaces = spaces_for(p)
-    out = []
-    for mount in spec.mounts:
-        ref = _mount_target(spaces, db, user, mount)
-        spaces.tree(db, ref)  # its root exists, with its owner
-        host = spaces.backend.host_path(ref)
-        if host is None:
-            raise Invalid("mounts", f"the {spaces.backend.name} storage backend cannot mount spaces into jobs")
-        out.append((str(host.resolve()), mount.at, mount.writable))
-    return tuple(out)
+    return tuple((str(_mount_source(p, spaces, db, user, m).resolve()), m.at, m.writable) for m in spec.mounts)
+
+
+def _active_jobs(db: Session):
+    active = (JobState.STARTING.value, JobState.RUNNING.value)
+    return db.execute(select(Job.id, Job.spec, User.username).join(User).where(Job.state.in_(active)))
+
+
+def catalogue_mounts(db: Session, entry: CatalogueEntry) -> list[str]:
+    """The starting or running jobs that mount ``entry``'s name at its version, or at no version (the newest they
+    could read when they started: possibly this one, so counted)."""
+    names = (entry.name, f"{entry.name}@{entry.version}")
+    return sorted(
+        job_id
+        for job_id, spec, _ in _active_jobs(db)
+        if any(m.get(entry.kind) in names for m in spec.get("mounts") or ())
+    )
+
+
+def running_mounts(db: Session, ref: SpaceRef) -> list[str]:
+    """The jobs on a node now (starting or running) that see ``ref``: mount it, or, for a personal space, work
+    in it (every job of its user)."""
+    rows = _active_jobs(db)
+    return sorted(
+        job_id
+        for job_id, spec, username in rows
+        if ref == SpaceRef(Kind.PERSONAL, username)
+        or any(_same(m.get("space") or "", username, ref) for m in spec.get("mounts") or ())
+    )
+
+
+def _same(text: str, username: str, ref: SpaceRef) -> bool:
+    try:
+        return parse_ref(text, username) == ref
+    except CalderaError:  # a spec stored before a rule changed: not this space
+        return False

@@ -39,7 +39,7 @@ from typing import Any
 
 from caldera.config import Settings
 from caldera.core.cluster import Device, Node
-from caldera.core.spec import JobKind
+from caldera.core.spec import MOUNT_TOPS, JobKind, mount_top, nests
 from caldera.runtime import gpu_share
 from caldera.runtime.base import Endpoint, ExecError, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
 from caldera.runtime.container import devices, envfile, logs
@@ -140,6 +140,7 @@ class ContainerRuntime:
         return ImageInfo.load(self.podman, image)
 
     def _launch(self, req: LaunchRequest) -> Handle:
+        self._check_mount_points(req)
         image = req.spec.image or self.cs.image
         try:
             info = ImageInfo.load(self.podman, image) or self._pull(image)
@@ -258,6 +259,22 @@ class ContainerRuntime:
             names.append(data["names"][r])  # before it exists: a failure half-way must remove it too
             self.podman.run(*args)
         return data
+
+    def _check_mount_points(self, req: LaunchRequest) -> None:
+        """Each space's mount point lies in the allowlist (core.spec.MOUNT_TOPS, checked here again: the runtime is
+        the boundary) and neither covers nor lies in another mount: the platform's (the workspace, the scratch
+        directory, the launcher's values, the MPS pipes, each bound at a host path podman would make a mount
+        point in, as root, inside the space) or another space's."""
+        pipe = gpu_share.mps_pipe_dir() if req.spec.shareable else None
+        platform = [req.home or req.workdir, self.settings.scratch_dir, envfile.MOUNT, *([pipe] if pipe else [])]
+        taken = [os.path.normpath(p) for p in platform]
+        for _, at, _ in req.mounts:
+            if at != os.path.normpath(at) or mount_top(at) is None:
+                raise LaunchError("MountPointRefused", f"{at}: a space is mounted only below {', '.join(MOUNT_TOPS)}")
+            clash = next((t for t in taken if nests(at, t)), None)
+            if clash is not None:
+                raise LaunchError("MountPointRefused", f"{at}: covers or lies in {clash}, mounted there already")
+            taken.append(at)
 
     def _host_dirs(self, req: LaunchRequest) -> tuple[list[Path], Path]:
         """The one host directory the job gets (its owner's space, or its working directory when it has no

@@ -159,7 +159,7 @@ EVENTS: dict[str, Message] = {
     "ProcessGone": Message(_("its processes vanished without an exit status")),
     "ContainerGone": Message(_("its container disappeared")),
     "MountsUnsupported": Message(_("this runtime cannot mount storage spaces into jobs")),
-    "MountPointRefused": Message(_("a storage space can be mounted only below /tmp or /var/tmp here: %(error)s")),
+    "MountPointRefused": Message(_("this runtime cannot mount a storage space there: %(error)s")),
     "NotFound": Message(_("this attempt was never launched completely")),
     "CancelRequested": Message(_("cancelled by %(by)s; SIGTERM, SIGKILL after %(grace_s)s s")),
     "CancelledByUser": Message(_("cancelled by %(by)s")),
@@ -272,6 +272,8 @@ ERRORS: dict[str, Message] = {
     "RequestPending": Message(_("request %(request)s about job %(job)s is still waiting for a decision")),
     "NotDecider": Message(_("an admin of the job's account or a platform admin decides this request")),
     "AlreadyDecided": Message(_("request %(request)s is already decided")),
+    # storage (caldera/server/api_files.py, caldera/server/catalogue)
+    "SpaceInUse": Message(_("%(space)s is in use by running jobs %(jobs)s: delete it once they end")),
     "PriorityNeedsGrant": Message(
         _(
             "priority %(priority)s needs a grant in queue %(queue)s: you may submit up to %(granted)s there; an "
@@ -473,6 +475,22 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             _("RSA keys have at most %(n)s bits; this one has %(bits)s"),
         ),
         (r"you already added this key, as (?P<name>.*)", _("you already added this key, as %(name)s")),
+        # a job's mounts (caldera/core/spec.py)
+        (
+            r"Value error, must be one of (?P<tops>/.*) or lie below one",
+            _("must be one of %(tops)s or lie below one"),
+        ),
+        (
+            r"Value error, two mounts at the same path, or one inside another",
+            _("two mounts at the same path, or one inside another"),
+        ),
+        (
+            r"Value error, a mount names one of space, dataset or model",
+            _("a mount names one of space, dataset or model"),
+        ),
+        (r"Value error, a dataset or model is mounted read-only", _("a dataset or model is mounted read-only")),
+        (r"no dataset (?P<ref>\S+) that you may read", _("no dataset %(ref)s that you may read")),
+        (r"no model (?P<ref>\S+) that you may read", _("no model %(ref)s that you may read")),
         (
             r"you have (?P<n>\d+) SSH keys, the most one may keep; delete some first",
             _("you have %(n)s SSH keys, the most one may keep; delete some first"),

@@ -1,0 +1,102 @@
+"""`caldera data`: the datasets and models catalogue and imports from URL (docs/storage.md)."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+from rich.table import Table
+
+from caldera.cli.common import call, client, console, ts
+from caldera.cli.files import SPACE, _bar, _size
+from caldera.cli.output import OUTPUT, Format, emit
+
+data_app = typer.Typer(help="Datasets and models: publish, find, import from a URL.", no_args_is_help=True)
+KIND = typer.Option(None, "--kind", "-k", help="dataset or model (both when empty)")
+
+
+@data_app.command("ls")
+def ls(words: list[str] = typer.Argument(None, help="words each entry shown holds"), kind: str = KIND,
+       output: Format = OUTPUT) -> None:  # fmt: skip
+    """The datasets and models you may read (search their names, descriptions, tags)."""
+    rows = call(client().get, "/catalogue", kind=kind, q=" ".join(words or []))
+    emit(rows, output, _table)
+
+
+def _table(rows: list[dict]) -> None:
+    t = Table("KIND", "NAME", "OWNER", "VISIBILITY", "SIZE", "PUBLISHED", "DESCRIPTION")
+    for r in rows:
+        t.add_row(r["kind"], r["ref"], r["owner"], r["visibility"], _size(r["size_bytes"]), ts(r["created_at"]),
+                  r["description"][:60])  # fmt: skip
+    console.print(t)
+
+
+@data_app.command("show")
+def show(
+    ref: str = typer.Argument(..., help="name or name@version (its newest version you may read)"),
+    kind: str = typer.Option("dataset", "--kind", "-k"),
+    output: Format = OUTPUT,
+) -> None:
+    """One dataset or model."""
+    emit(call(client().get, f"/catalogue/{kind}/{ref}"), output, lambda r: _table([r]))
+
+
+@data_app.command("publish")
+def publish(
+    name: str = typer.Argument(..., help="the entry's name: lower-case letters, digits, . _ -"),
+    version: str = typer.Argument(..., help="e.g. v1; a published version never changes"),
+    path: str = typer.Option("", "--path", "-p", help="the folder of the space (its root when empty)"),
+    space: str = SPACE,
+    kind: str = typer.Option("dataset", "--kind", "-k", help="dataset or model"),
+    description: str = typer.Option("", "--description", "-d"),
+    tags: list[str] = typer.Option([], "--tag", "-t"),
+    visibility: str = typer.Option("private", help="private, shared or public"),
+    share: list[str] = typer.Option([], "--share", help="user:<name> or account:<name> (visibility shared)"),
+    framework: str = typer.Option("", help="models: pytorch, jax..."),
+    job: str = typer.Option("", "--job", help="models: the job that produced it"),
+    output: Format = OUTPUT,
+) -> None:
+    """Publish a folder of a space you may write; the platform copies it."""
+    body = {"kind": kind, "name": name, "version": version, "space": space, "path": path,
+            "description": description, "tags": tags, "visibility": visibility, "shared_with": share,
+            "framework": framework, "produced_by": job}  # fmt: skip
+    emit(call(client().post, "/catalogue", body), output, lambda r: _table([r]))
+
+
+@data_app.command("rm")
+def rm(ref: str = typer.Argument(..., help="name@version"), kind: str = typer.Option("dataset", "--kind", "-k")):
+    """Delete a version you own (refused while a running job mounts it)."""
+    name, _, version = ref.partition("@")
+    if not version:
+        raise typer.BadParameter("name@version: a version is deleted one at a time")
+    call(client().delete, f"/catalogue/{kind}/{name}/{version}")
+    console.print(f"deleted {kind} {ref}")
+
+
+@data_app.command("import")
+def import_url(
+    url: str = typer.Argument(..., help="an http(s) URL"),
+    remote: str = typer.Argument("", help="the new file's path in the space; the URL's file name when empty"),
+    space: str = SPACE,
+    restart: str = typer.Option("", "--restart", help="an import's id: go on where it stopped"),
+    wait: bool = typer.Option(True, help="follow its progress until it ends"),
+) -> None:
+    """Download a URL into a space, in the server; run with --restart ID after a failure to resume."""
+    c = client()
+    if restart:
+        imp = call(c.post, f"/imports/{restart}/restart")
+    else:
+        target = remote or url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        imp = call(c.post, "/imports", {"url": url, "space": space, "path": target})
+    console.print(f"import {imp['id']} into {imp['space']}:{imp['path']}")
+    if not wait:
+        return
+    with _bar(f"import {imp['path']}") as update:
+        while imp["state"] == "running":
+            update(imp["done_bytes"], imp["total_bytes"] or 0)
+            time.sleep(0.5)
+            imp = call(c.get, f"/imports/{imp['id']}")
+    if imp["state"] != "done":
+        console.print(f"[red]failed:[/] {imp['error']} (caldera data import --restart {imp['id']} resumes)")
+        raise typer.Exit(1)
+    console.print(f"imported {_size(imp['done_bytes'])} to {imp['space']}:{imp['path']}")

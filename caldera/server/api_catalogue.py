@@ -1,0 +1,196 @@
+"""The datasets and models catalogue (caldera/storage/catalogue.py) and imports from URL into spaces
+(caldera/storage/fetch.py) through the API (docs/storage.md)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from pydantic import BaseModel, Field
+
+from caldera import outbound
+from caldera.db.models import CatalogueEntry, StorageImport, StorageSpace, User
+from caldera.server import files, imports
+from caldera.server.api_files import Caller, _fs_errors, caller
+from caldera.server.errors import Conflict, NotFound
+from caldera.storage.catalogue import NAME, VERSION, Reader, owner_or_admin
+from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
+from caldera.storage.fetch import MAX_URL_CHARS, allowed_networks, check_url
+from caldera.storage.paths import MAX_PATH_CHARS, file_parts
+from caldera.storage.spaces import Access, Kind, SpaceRef
+
+router = APIRouter(prefix="/api/v1", tags=["catalogue"])
+KindParam = Annotated[str, Path(pattern="^(dataset|model)$")]
+NameParam = Annotated[str, Path(pattern=NAME.pattern)]
+VersionParam = Annotated[str, Path(pattern=VERSION.pattern)]
+_TAG = r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,31}$"
+
+
+def _view(entry: CatalogueEntry, owner: str) -> dict:
+    return {
+        "kind": entry.kind,
+        "name": entry.name,
+        "version": entry.version,
+        "ref": f"{entry.name}@{entry.version}",
+        "description": entry.description,
+        "tags": entry.tags,
+        "owner": owner,
+        "source": entry.source,
+        "visibility": entry.visibility,
+        "shared_with": entry.shared_with,
+        "framework": entry.framework,
+        "produced_by": entry.produced_by,
+        "size_bytes": entry.size_bytes,
+        "files": entry.files,
+        "created_at": entry.created_at,
+    }
+
+
+def _owner_name(c: Caller, entry: CatalogueEntry) -> str:
+    user = c.db.get(User, entry.owner_id)
+    return user.username if user else ""
+
+
+class PublishIn(BaseModel):
+    kind: str = Field(..., pattern="^(dataset|model)$")
+    name: str = Field(..., pattern=NAME.pattern)
+    version: str = Field(..., pattern=VERSION.pattern)
+    space: str = Field(..., max_length=80)
+    path: str = Field("", max_length=MAX_PATH_CHARS, description="the folder of the space; its root when empty")
+    description: str = Field("", max_length=4000)
+    tags: list[Annotated[str, Field(pattern=_TAG)]] = Field(default_factory=list, max_length=32)
+    visibility: str = Field("private", pattern="^(private|shared|public)$")
+    shared_with: list[Annotated[str, Field(pattern=r"^(user|account):[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]] = Field(
+        default_factory=list, max_length=256, description="user:<name> or account:<name>, for visibility shared"
+    )
+    framework: str = Field("", max_length=64, pattern=r"^[A-Za-z0-9._ +-]*$", description="models: pytorch, jax...")
+    produced_by: str = Field("", max_length=32, pattern="^[A-Za-z0-9]*$", description="models: the job it came from")
+
+
+@router.post("/catalogue", status_code=201)
+def publish(body: PublishIn, c: Caller = Depends(caller)):
+    """Publish a folder of a space you may write as a dataset or model version: the platform copies it (links,
+    FIFOs and devices left out), so the version never changes."""
+    opened = c.open(body.space, Access.WRITE)
+    entry = CatalogueEntry(**body.model_dump(exclude={"space", "path"}))
+    catalogue = files.catalogue_for(c.spaces.settings)
+    with _fs_errors():
+        catalogue.publish(c.db, c.user, opened, body.path, entry, c.spaces.settings.storage_max_upload_bytes)
+    c.db.commit()
+    return _view(entry, c.user.username)
+
+
+@router.get("/catalogue")
+def search(
+    kind: Annotated[str | None, Query(pattern="^(dataset|model)$")] = None,
+    q: Annotated[str, Query(max_length=200, description="words every entry shown holds")] = "",
+    c: Caller = Depends(caller),
+):
+    """The datasets and models you may read, searched in their names, versions, descriptions, tags, frameworks."""
+    entries = files.catalogue_for(c.spaces.settings).search(c.db, Reader.of(c.db, c.user), kind, q)
+    return [_view(e, _owner_name(c, e)) for e in entries]
+
+
+@router.get("/catalogue/{kind}/{ref}")
+def show(kind: KindParam, ref: Annotated[str, Path(max_length=97)], c: Caller = Depends(caller)):
+    """One entry: ``name@version``, or ``name`` for its newest version you may read."""
+    entry = files.catalogue_for(c.spaces.settings).find(c.db, Reader.of(c.db, c.user), kind, ref)
+    return _view(entry, _owner_name(c, entry))
+
+
+@router.delete("/catalogue/{kind}/{name}/{version}")
+def remove(kind: KindParam, name: NameParam, version: VersionParam, c: Caller = Depends(caller)):
+    """Its owner or an admin removes a version; refused while a running job mounts it."""
+    catalogue = files.catalogue_for(c.spaces.settings)
+    who = Reader.of(c.db, c.user)
+    entry = catalogue.find(c.db, who, kind, f"{name}@{version}")
+    owner_or_admin(entry, who)
+    jobs = files.catalogue_mounts(c.db, entry)
+    if jobs:
+        ref, ids = f"{kind} {name}@{version}", ", ".join(jobs)
+        raise Conflict(f"{ref} is in use by running jobs {ids}: delete it once they end", "SpaceInUse",
+                       {"space": ref, "jobs": ids})  # fmt: skip
+    catalogue.remove(c.db, entry)
+    return {"kind": kind, "name": name, "version": version, "deleted": True}
+
+
+# -- imports from URL -------------------------------------------------------------------------------------------
+
+
+class ImportIn(BaseModel):
+    url: str = Field(..., max_length=MAX_URL_CHARS)
+    space: str = Field(..., max_length=80)
+    path: str = Field(..., max_length=MAX_PATH_CHARS, description="the new file's path in the space")
+
+
+def _import_view(imp: StorageImport, space: str) -> dict:
+    return {
+        "id": imp.id,
+        "url": imp.url,
+        "space": space,
+        "path": imp.path,
+        "state": "running" if imports.running_here(imp.id) else imp.state,
+        "done_bytes": imp.done_bytes,
+        "total_bytes": imp.total_bytes,
+        "error": imp.error,
+        "created_at": imp.created_at,
+        "finished_at": imp.finished_at,
+    }
+
+
+@router.post("/imports", status_code=201)
+def start_import(body: ImportIn, request: Request, c: Caller = Depends(caller)):
+    """Download ``url`` into a space you may write, in the server; ``GET /imports/{id}`` shows its progress."""
+    check_url(body.url)
+    opened = c.open(body.space, Access.WRITE)
+    try:  # refused now, with the reason, where it can be; checked again at each connection
+        host = urlsplit(body.url)
+        outbound.checked_address(host.hostname or "", host.port or 0, allowed_networks(c.spaces.settings))
+    except outbound.OutboundRefused as exc:
+        raise PathRefused(f"{exc} (an admin may allow it: storage_import_allowed_networks)") from None
+    names = file_parts(body.path)
+    with _fs_errors():
+        try:
+            opened.tree.stat(names)
+            raise NameClash(f"{body.path!r} already exists")
+        except NoSuchPath:
+            pass
+        opened.tree.stat(names[:-1])  # the folder must exist
+    imp = StorageImport(id=secrets.token_hex(16), user_id=c.user.id, space_id=opened.row.id, path="/".join(names),
+                        url=body.url, state="running", done_bytes=0, error="", created_at=time.time())  # fmt: skip
+    c.db.add(imp)
+    c.db.flush()
+    imports.start(request.app.state.platform, c.spaces, imp.id, c.user.id, commit=c.db.commit)
+    return _import_view(imp, str(opened.ref))
+
+
+def _import_of(c: Caller, import_id: str) -> tuple[StorageImport, str]:
+    imp = c.db.get(StorageImport, import_id)
+    if imp is None or imp.user_id != c.user.id:
+        raise NotFound("no such import")
+    row = c.db.get(StorageSpace, imp.space_id)
+    return imp, str(SpaceRef(Kind(row.kind), row.name)) if row else ""
+
+
+ImportId = Annotated[str, Path(pattern="^[0-9a-f]{32}$")]
+
+
+@router.get("/imports/{import_id}")
+def import_status(import_id: ImportId, c: Caller = Depends(caller)):
+    imp, space = _import_of(c, import_id)
+    return _import_view(imp, space)
+
+
+@router.post("/imports/{import_id}/restart")
+def restart_import(import_id: ImportId, request: Request, c: Caller = Depends(caller)):
+    """Go on with an import that failed or was interrupted (a server restart), from where its bytes end."""
+    imp, space = _import_of(c, import_id)
+    c.open(space, Access.WRITE)  # still allowed to write there
+    if imp.state == "done" or imports.running_here(imp.id):
+        raise Conflict(f"import {imp.id} is {'done' if imp.state == 'done' else 'running'}")
+    imp.state, imp.error, imp.finished_at = "running", "", None
+    imports.start(request.app.state.platform, c.spaces, imp.id, c.user.id, commit=c.db.commit)
+    return _import_view(imp, space)

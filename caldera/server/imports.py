@@ -1,0 +1,104 @@
+"""Imports from URL (caldera/storage/fetch.py) run in a thread of the server each, their progress in their row:
+the bytes so far, the total when the server said it, and why one failed. A failed or interrupted import is
+restarted where its part file ends."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from sqlalchemy import update
+
+from caldera.db.models import StorageImport, StorageSpace
+from caldera.errors import CalderaError, Conflict
+from caldera.server.platform import Platform
+from caldera.storage import fetch
+from caldera.storage.errors import NoSuchPath
+from caldera.storage.paths import file_parts
+from caldera.storage.service import Opened, Spaces
+from caldera.storage.spaces import Access, Kind, SpaceRef
+
+log = logging.getLogger(__name__)
+_PROGRESS_EVERY_S = 0.5
+MAX_PER_USER = 4  # downloads one user may have going at once: each is a thread and a connection of the server
+_running: dict[str, int] = {}  # import id: its user's id, for the imports with a thread in this server
+_lock = threading.Lock()
+
+
+def running_here(import_id: str) -> bool:
+    with _lock:
+        return import_id in _running
+
+
+def start(platform: Platform, spaces: Spaces, import_id: str, user_id: int, commit: Callable[[], None]) -> None:
+    """``commit`` the import's row and start its download in a thread; refused (Conflict, nothing committed) when
+    the user has MAX_PER_USER going already."""
+    with _lock:
+        if import_id in _running:
+            return
+        if sum(u == user_id for u in _running.values()) >= MAX_PER_USER:
+            raise Conflict(f"you have {MAX_PER_USER} imports running; start this one when one has ended")
+        _running[import_id] = user_id
+    try:
+        commit()
+    except BaseException:
+        with _lock:
+            _running.pop(import_id, None)
+        raise
+    threading.Thread(target=_run, args=(platform, spaces, import_id), name=f"import-{import_id}", daemon=True).start()
+
+
+def _run(platform: Platform, spaces: Spaces, import_id: str) -> None:
+    try:
+        with platform.session() as db:
+            imp = db.get(StorageImport, import_id)
+            row = db.get(StorageSpace, imp.space_id) if imp else None
+            if imp is None or row is None:
+                return
+            ref = SpaceRef(Kind(row.kind), row.name)
+            opened = Opened(ref, row, spaces.tree(db, ref), Access.WRITE)
+            try:
+                _download(platform, spaces, db, imp, opened)
+                imp.state, imp.error = "done", ""
+            except (fetch.FetchFailed, CalderaError, OSError) as exc:
+                imp.state, imp.error = "failed", getattr(exc, "message", None) or str(exc)
+            imp.finished_at = time.time()
+            db.commit()
+    except Exception:  # noqa: BLE001 - a thread of its own: logged, the import stays restartable
+        log.exception("import %s failed", import_id)
+    finally:
+        with _lock:
+            _running.pop(import_id, None)
+
+
+def _download(platform: Platform, spaces: Spaces, db, imp: StorageImport, opened: Opened) -> None:
+    tree, names = opened.tree, file_parts(imp.path)
+    try:
+        have = tree.part_size(imp.id)
+    except NoSuchPath:
+        tree.new_part(imp.id)
+        have = 0
+    allowed = fetch.allowed_networks(platform.settings)
+    limit = min(platform.settings.storage_max_upload_bytes, spaces.room(db, opened))
+    last = [0.0]
+
+    def progress(done: int) -> None:
+        if time.monotonic() - last[0] >= _PROGRESS_EVERY_S:
+            last[0] = time.monotonic()
+            with platform.session() as other:  # seen by a GET while the download goes on
+                other.execute(update(StorageImport).where(StorageImport.id == imp.id).values(done_bytes=done))
+                other.commit()
+
+    with fetch.open_stream(imp.url, allowed, have) as (response, offset):
+        if offset != have:  # the server sends it all again
+            tree.drop_part(imp.id)
+            tree.new_part(imp.id)
+        imp.total_bytes = fetch.total_of(response, offset)
+        db.commit()
+        with tree.part_writer(imp.id, offset) as fd:
+            imp.done_bytes = fetch.copy(response, fd, offset, limit, progress)
+    if imp.total_bytes is not None and imp.done_bytes != imp.total_bytes:
+        raise fetch.FetchFailed(f"the download broke off at byte {imp.done_bytes} of {imp.total_bytes}")
+    spaces.commit_part(db, opened, imp.id, names, imp.done_bytes)  # counted, renamed; a clash drops the part

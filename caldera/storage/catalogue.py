@@ -1,0 +1,133 @@
+"""The datasets and models catalogue: a named, versioned copy of a space's folder that its owner shows to whom they
+choose, and that jobs mount by name (``mounts: [{dataset: imagenet-mini@v1, at: /data/imagenet}]``).
+
+Publishing copies the folder into the platform's own store (``<storage_dir>/catalogue/<id>/data``, every folder on
+the way root's): a version never changes under the jobs that use it, and what a job mounts is reached through no
+folder a user could swap for a link between the check and the mount. A name is its first publisher's: only they
+(or an admin) add versions, so a job mounting a name alone never gets another user's files. Readers: the owner and
+admins always; ``shared``: the users and the members of the accounts named in ``shared_with``; ``public``:
+everyone. A catalogue mount is read-only.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from caldera.db.membership import user_accounts
+from caldera.db.models import CatalogueEntry, User
+from caldera.storage.errors import NameClash, NoAccess, NoSuchPath, PathRefused
+from caldera.storage.paths import parts
+from caldera.storage.service import Opened
+
+KINDS = ("dataset", "model")
+VISIBILITIES = ("private", "shared", "public")
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
+SHARE = re.compile(r"(user|account):[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Who asks: what the visibility rules need to know of them."""
+
+    user_id: int
+    username: str
+    admin: bool
+    accounts: frozenset[str]
+
+    @classmethod
+    def of(cls, db: Session, user: User) -> Reader:
+        return cls(user.id, user.username, user.role == "admin", frozenset(user_accounts(db, user)))
+
+
+def may_read(entry: CatalogueEntry, who: Reader) -> bool:
+    if who.admin or entry.owner_id == who.user_id or entry.visibility == "public":
+        return True
+    if entry.visibility != "shared":
+        return False
+    return f"user:{who.username}" in entry.shared_with or any(f"account:{a}" in entry.shared_with for a in who.accounts)
+
+
+def parse_ref(text: str) -> tuple[str, str | None]:
+    """``name`` or ``name@version``."""
+    name, _, version = text.partition("@")
+    if not NAME.fullmatch(name) or (version and not VERSION.fullmatch(version)):
+        raise PathRefused(f"{text[:100]!r} is not a catalogue name (name or name@version)")
+    return name, version or None
+
+
+class Catalogue:
+    def __init__(self, store: Path):
+        self.store = store  # <storage_dir>/catalogue: root's, 0700
+
+    def host_path(self, entry: CatalogueEntry) -> Path:
+        return self.store / str(entry.id) / "data"
+
+    def find(self, db: Session, who: Reader, kind: str, ref: str) -> CatalogueEntry:
+        """The entry ``ref`` names (its newest version when none is given) that ``who`` may read."""
+        name, version = parse_ref(ref)
+        q = select(CatalogueEntry).where(CatalogueEntry.kind == kind, CatalogueEntry.name == name)
+        if version is not None:
+            q = q.where(CatalogueEntry.version == version)
+        readable = [e for e in db.scalars(q.order_by(CatalogueEntry.created_at.desc())) if may_read(e, who)]
+        if not readable:
+            raise NoSuchPath(f"no {kind} {ref} that you may read")
+        return readable[0]
+
+    def search(self, db: Session, who: Reader, kind: str | None, text: str) -> list[CatalogueEntry]:
+        q = select(CatalogueEntry).order_by(CatalogueEntry.kind, CatalogueEntry.name, CatalogueEntry.created_at)
+        if kind is not None:
+            q = q.where(CatalogueEntry.kind == kind)
+        words = text.lower().split()
+        out = []
+        for e in db.scalars(q):
+            hay = " ".join([e.name, e.version, e.description, e.framework, *e.tags]).lower()
+            if may_read(e, who) and all(w in hay for w in words):
+                out.append(e)
+        return out
+
+    def publish(self, db: Session, owner: User, opened: Opened, path: str, entry: CatalogueEntry, max_bytes: int):
+        """Copy the folder ``path`` of the opened space into the store as ``entry`` (its fields set by the caller).
+        A name and version taken already is a clash; a failed copy leaves nothing."""
+        first = db.scalar(select(CatalogueEntry).where(CatalogueEntry.kind == entry.kind,
+                                                       CatalogueEntry.name == entry.name))  # fmt: skip
+        if first is not None and first.owner_id != owner.id and owner.role != "admin":
+            # else another user's new version would be what jobs mounting the name alone get
+            raise NoAccess(f"{entry.kind} {entry.name} is another user's: publish under a name of your own")
+        entry.owner_id, entry.source, entry.created_at = owner.id, f"{opened.ref}/{path}".rstrip("/"), time.time()
+        db.add(entry)
+        try:
+            db.flush()  # the id names its folder; the unique (kind, name, version) is checked here
+        except IntegrityError:
+            db.rollback()
+            raise NameClash(f"{entry.kind} {entry.name}@{entry.version} exists already") from None
+        folder = self.host_path(entry)
+        self.store.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.parent.mkdir(mode=0o700)
+        try:
+            entry.size_bytes, entry.files = opened.tree.copy_folder(parts(path), str(folder), max_bytes)
+        except BaseException:
+            shutil.rmtree(folder.parent, ignore_errors=True)
+            db.rollback()
+            raise
+        folder.chmod(0o755)
+
+    def remove(self, db: Session, entry: CatalogueEntry) -> None:
+        """The entry, then its copy; the caller checked that no running job mounts it."""
+        folder = self.host_path(entry).parent
+        db.delete(entry)
+        db.commit()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def owner_or_admin(entry: CatalogueEntry, who: Reader) -> None:
+    if not (who.admin or entry.owner_id == who.user_id):
+        raise NoAccess(f"only its owner or an admin changes {entry.kind} {entry.name}@{entry.version}")

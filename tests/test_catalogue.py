@@ -1,0 +1,224 @@
+"""The datasets and models catalogue and imports from URL, through the API: publishing copies a folder (links a job
+planted left out) as a version that never changes; who may read an entry finds it, mounts it by name (read-only),
+and nobody else does; a version a running job mounts is not deleted. An import reaches only public addresses
+unless an admin allowed a network, resumes after a broken download, and stops at the space's quota."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import threading
+import time
+
+import pytest
+
+from tests.conftest import api_on, make_settings
+from tests.fake_runtime import FakeRuntime
+from tests.portal import browser_for
+from tests.test_files_space_jobs import lab
+from tests.test_runs import _until
+
+DATA = bytes(range(256)) * 4096  # 1 MiB
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    settings = make_settings(tmp_path_factory.mktemp("catalogue"), storage_import_allowed_networks=["127.0.0.1/32"])
+    runtime = FakeRuntime(settings)
+    with api_on(settings, runtime) as (api, admin):
+        users = lab(api, admin, {"vision": ("alice", "dave"), "other": ("bob",), "third": ("carol",)})
+        yield api, users, runtime, settings
+
+
+def _upload(api, h, space, path, data: bytes):
+    r = api.client.post(f"/api/v1/spaces/{space}/uploads", json={"path": path, "size": len(data)}, headers=h)
+    r = api.client.patch(f"/api/v1/spaces/{space}/uploads/{r.json()['id']}", content=data,
+                         headers={**h, "Upload-Offset": "0"})  # fmt: skip
+    assert r.json()["done"], r.text
+
+
+def _publish(api, h, **body):
+    body = {"kind": "dataset", "name": "imagenet-mini", "space": "account:vision", "path": "imagenet", **body}
+    return api.client.post("/api/v1/catalogue", json=body, headers=h)
+
+
+def _names(api, h, q=""):
+    return [e["ref"] for e in api.client.get("/api/v1/catalogue", params={"q": q}, headers=h).json()]
+
+
+def _job(api, h, mounts, account):
+    spec = {"name": "m", "command": ["sleep", "30"], "mounts": mounts, "account": account}
+    return api.client.post("/api/v1/jobs", json=spec, headers=h)
+
+
+def test_published_versions_are_found_mounted_and_kept_by_who_may_read_them(env):
+    api, u, runtime, settings = env
+    api.client.post("/api/v1/spaces/account:vision/folders", json={"path": "imagenet"}, headers=u["alice"])
+    _upload(api, u["alice"], "account:vision", "imagenet/train.bin", b"v1 bytes")
+    planted = settings.spaces_dir / "account" / "vision" / "data" / "imagenet" / "secrets"
+    os.symlink("/etc", planted)  # as a job with the space mounted writable could
+
+    r = _publish(api, u["alice"], version="v1", description="a small ImageNet", tags=["vision"])
+    assert r.status_code == 201, r.text
+    assert (r.json()["size_bytes"], r.json()["files"], r.json()["source"]) == (8, 1, "account:vision/imagenet")
+    assert _publish(api, u["alice"], version="v1").status_code == 409  # a version is never replaced
+    assert _publish(api, u["dave"], version="v9").status_code == 403  # dave only reads the space
+    _upload(api, u["bob"], "personal", "mine.bin", b"bob's")  # a name is its first publisher's
+    r = _publish(api, u["bob"], version="v9", space="personal", path="", visibility="public")
+    assert r.status_code == 403 and "another user's" in r.text
+    _upload(api, u["alice"], "account:vision", "imagenet/val.bin", b"v2")
+    r = _publish(api, u["alice"], version="v2", visibility="shared", shared_with=["account:other"])
+    assert r.status_code == 201, r.text
+
+    # private v1: alice and admins; shared v2: also bob (account other); carol: nothing
+    assert _names(api, u["alice"], "imagenet VISION") == ["imagenet-mini@v1"]  # every word must match
+    assert _names(api, u["alice"], "imagenet") == ["imagenet-mini@v1", "imagenet-mini@v2"]
+    assert _names(api, u["bob"]) == ["imagenet-mini@v2"] and _names(api, u["carol"]) == []
+    assert api.client.get("/api/v1/catalogue/dataset/imagenet-mini", headers=u["bob"]).json()["version"] == "v2"
+    assert api.client.get("/api/v1/catalogue/dataset/imagenet-mini@v1", headers=u["bob"]).status_code == 404
+    # the portal's page says the same, in Chinese too
+    browser = browser_for(api.client, "bob", "password-123")
+    html = browser.get("/data", params={"q": "imagenet"}).text
+    assert 'data-entry="imagenet-mini@v2"' in html and "imagenet-mini@v1" not in html
+    assert "{dataset: imagenet-mini@v2, at: /data/imagenet-mini}" in html
+    assert "数据集与模型" in browser.get("/data", headers={"Accept-Language": "zh-CN"}).text
+
+    # the copy: v1 as it was, without the link; later changes to the space do not reach it
+    store = settings.spaces_dir / "catalogue"
+    copies = {p.parent.parent.name: p.parent for p in store.glob("*/data/train.bin")}
+    assert len(copies) == 2 and all(not (c / "secrets").exists() for c in copies.values())
+
+    # mounted by name, read-only; refused, with the reason, to who may not read it
+    r = _job(api, u["bob"], [{"dataset": "imagenet-mini", "at": "/data/imagenet"}], "other")
+    assert r.status_code == 201, r.text
+    jid = r.json()["id"]
+    _until(api, u["bob"], jid, {"Running"})
+    (host, at, rw) = next(req for req in runtime.launched if req.job_id == jid).mounts[0]
+    assert (at, rw) == ("/data/imagenet", False) and sorted(os.listdir(host)) == ["train.bin", "val.bin"]
+    r = _job(api, u["carol"], [{"dataset": "imagenet-mini", "at": "/data/i"}], "third")
+    assert r.json()["errors"] == [{"field": "mounts.0.dataset", "reason": "no dataset imagenet-mini that you may read"}]
+    r = _job(api, u["bob"], [{"dataset": "imagenet-mini@v2", "at": "/data/i", "writable": True}], "other")
+    assert r.status_code == 400 and "read-only" in r.text
+
+    # a version a running job mounts is not deleted; only its owner or an admin deletes one
+    assert api.client.delete("/api/v1/catalogue/dataset/imagenet-mini/v2", headers=u["bob"]).status_code == 403
+    r = api.client.delete("/api/v1/catalogue/dataset/imagenet-mini/v2", headers=u["alice"])
+    assert r.status_code == 409 and jid in r.json()["detail"], r.text
+    api.client.post(f"/api/v1/jobs/{jid}/cancel", headers=u["bob"])
+    _until(api, u["bob"], jid, {"Cancelled"})
+    assert api.client.delete("/api/v1/catalogue/dataset/imagenet-mini/v2", headers=u["alice"]).status_code == 200
+    assert _names(api, u["bob"]) == [] and not os.path.exists(host)
+
+
+class _Files(http.server.BaseHTTPRequestHandler):
+    """``/data``: DATA, with Range; ``/cut``: the first request breaks off half-way; ``/away``: a redirect to a
+    private address; ``/hang``: DATA once ``release`` is set."""
+
+    requests: list[tuple[str, str | None]] = []
+    cut_once = True
+    release = threading.Event()  # ``/hang`` answers once it is set
+
+    def do_GET(self):  # noqa: N802 - the handler's protocol
+        _Files.requests.append((self.path, self.headers.get("Range")))
+        if self.path == "/hang":
+            _Files.release.wait(30)
+        if self.path == "/away":
+            self.send_response(302)
+            self.send_header("Location", "http://10.1.2.3/data")
+            self.end_headers()
+            return
+        start = int(self.headers["Range"][6:-1]) if self.headers.get("Range") else 0
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(DATA) - start))
+        self.end_headers()
+        if self.path == "/cut" and _Files.cut_once:
+            _Files.cut_once = False
+            self.wfile.write(DATA[: len(DATA) // 2])
+            self.wfile.flush()
+            self.connection.shutdown(2)
+            return
+        self.wfile.write(DATA[start:])
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def files_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _import(api, h, url, path, space="personal"):
+    return api.client.post("/api/v1/imports", json={"url": url, "space": space, "path": path}, headers=h)
+
+
+def _settled(api, h, import_id):
+    deadline = time.monotonic() + 30
+    while (got := api.client.get(f"/api/v1/imports/{import_id}", headers=h).json())["state"] == "running":
+        assert time.monotonic() < deadline, got
+        time.sleep(0.05)
+    return got
+
+
+def test_an_import_reaches_only_what_the_allowlists_let_it(env, files_server):
+    api, u, _, _ = env
+    port = files_server.rsplit(":", 1)[1]
+    for url, why in (
+        ("file:///etc/passwd", "only http and https"),
+        ("ftp://example.org/x", "only http and https"),
+        (f"http://user:pw@127.0.0.1:{port}/data", "credentials"),
+        (f"http://127.0.0.2:{port}/data", "non-public"),  # loopback outside the allowed 127.0.0.1/32
+        ("http://10.0.0.1/data", "non-public"),
+        ("http://169.254.169.254/latest/meta-data", "non-public"),  # a cloud's metadata service
+        ("http://[::1]/data", "non-public"),
+        ("http://[::ffff:10.0.0.1]/data", "non-public"),
+    ):
+        r = _import(api, u["alice"], url, "x.bin")
+        assert r.status_code == 400 and why in r.text, (url, r.text)
+    # a redirect is checked like the first address
+    r = _import(api, u["alice"], files_server + "/away", "away.bin")
+    assert r.status_code == 201, r.text
+    got = _settled(api, u["alice"], r.json()["id"])
+    assert got["state"] == "failed" and "10.1.2.3 is a non-public address" in got["error"]
+    # a space the user may only read takes no import
+    assert _import(api, u["dave"], files_server + "/data", "x.bin", "account:vision").status_code == 403
+
+
+def test_an_import_resumes_where_it_broke_off_and_stops_at_the_quota(env, files_server):
+    api, u, _, _ = env
+    alice, admin = u["alice"], u["admin"]
+    r = _import(api, alice, files_server + "/cut", "cut.bin")
+    first = _settled(api, alice, r.json()["id"])
+    assert first["state"] == "failed" and "broke off" in first["error"], first
+    listed = api.client.get("/api/v1/spaces/personal/list", headers=alice).json()["entries"]
+    assert "cut.bin" not in [e["name"] for e in listed]  # nothing partial is visible
+    r = api.client.post(f"/api/v1/imports/{first['id']}/restart", headers=alice)
+    assert r.status_code == 200, r.text
+    done = _settled(api, alice, first["id"])
+    assert done["state"] == "done" and done["done_bytes"] == done["total_bytes"] == len(DATA), done
+    assert _Files.requests[-1] == ("/cut", f"bytes={len(DATA) // 2}-")  # asked for the rest only
+    r = api.client.get("/api/v1/spaces/personal/files", params={"path": "cut.bin"}, headers=alice)
+    assert r.content == DATA
+    assert _import(api, alice, files_server + "/data", "cut.bin").status_code == 409  # a name clash
+
+    api.client.patch("/api/v1/spaces/account:vision", json={"quota_bytes": 1000}, headers=admin)
+    r = _import(api, alice, files_server + "/data", "big.bin", "account:vision")
+    got = _settled(api, alice, r.json()["id"])
+    assert got["state"] == "failed" and "larger than" in got["error"], got
+
+
+def test_a_user_has_a_few_imports_going_at_once(env, files_server):
+    api, u, _, _ = env
+    bob = u["bob"]
+    try:
+        started = [_import(api, bob, files_server + "/hang", f"h{i}.bin") for i in range(4)]
+        assert [r.status_code for r in started] == [201] * 4
+        r = _import(api, bob, files_server + "/hang", "h5.bin")
+        assert r.status_code == 409 and "4 imports running" in r.text
+        assert _import(api, u["carol"], files_server + "/data", "c.bin").status_code == 201  # another user's own
+    finally:
+        _Files.release.set()
+    assert all(_settled(api, bob, r.json()["id"])["state"] == "done" for r in started)

@@ -1,0 +1,35 @@
+"""`caldera data` against a real server process: import a URL with progress (from a local server an admin allowed),
+a refused import's reason, publish a folder, find it, delete it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import ServerProcess, free_port, server_env, traversable
+from tests.test_catalogue import DATA, files_server  # noqa: F401 - fixture
+from tests.test_server_process import cli
+
+
+@pytest.fixture
+def server(tmp_path, db_url):
+    env = {**server_env(tmp_path, db_url), "CALDERA_STORAGE_IMPORT_ALLOWED_NETWORKS": "127.0.0.1/32"}
+    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_data_cli_publishes_finds_and_imports(server, files_server, tmp_path):  # noqa: F811
+    cli(server, "login", "--url", server.url, "-u", "admin", "-p", "admin-password")
+    cli(server, "files", "mkdir", "weights")
+    out = cli(server, "data", "import", files_server + "/data", "weights/base.bin")
+    assert "imported 1.0 MiB to personal:admin:weights/base.bin" in out.stdout
+    refused = cli(server, "data", "import", "http://10.0.0.1/x", "x.bin", check=False)
+    assert refused.returncode == 1 and "non-public" in refused.stderr
+    cli(server, "data", "publish", "base-model", "v1", "--path", "weights", "--kind", "model", "-d", "a start",
+        "--framework", "pytorch", "--visibility", "public")  # fmt: skip
+    (row,) = json.loads(cli(server, "data", "ls", "pytorch", "-o", "json").stdout)
+    assert (row["ref"], row["kind"], row["size_bytes"], row["owner"]) == ("base-model@v1", "model", len(DATA), "admin")
+    assert "deleted model base-model@v1" in cli(server, "data", "rm", "base-model@v1", "-k", "model").stdout
