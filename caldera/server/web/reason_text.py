@@ -272,6 +272,7 @@ ERRORS: dict[str, Message] = {
     "RequestPending": Message(_("request %(request)s about job %(job)s is still waiting for a decision")),
     "NotDecider": Message(_("an admin of the job's account or a platform admin decides this request")),
     "AlreadyDecided": Message(_("request %(request)s is already decided")),
+    "NotAccountAdmin": Message(_("the low-utilisation list is for admins and account admins")),
     "PriorityNeedsGrant": Message(
         _(
             "priority %(priority)s needs a grant in queue %(queue)s: you may submit up to %(granted)s there; an "
