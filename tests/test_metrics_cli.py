@@ -1,6 +1,7 @@
 """`caldera top` and `caldera usage --since` against `caldera up` with its agent and the real Prometheus: a job that
 loads a fake GPU is in the live table with its utilisation, and its GPU-hours come out as a table, JSON, CSV and a
-plot, and the low-utilisation list (`--idle`); `caldera usage` without --since is still the queues' usage against their caps."""
+plot, and as the low-utilisation list (`--idle`); `caldera usage` without --since is still the queues' usage
+against their caps."""
 
 from __future__ import annotations
 

@@ -19,15 +19,16 @@ from caldera.errors import CalderaError
 from caldera.governance import decide
 from caldera.governance.advice import advise
 from caldera.governance.decide import Action, JobFacts, Verdict
+from caldera.governance.requests import account_admins
 from caldera.governance.samples import job_gpu_samples, job_use
 from caldera.images import catalogue, snapshot
 from caldera.metrics import prometheus
 from caldera.metrics.query import MetricsUnavailable
-from caldera.notify import events
+from caldera.notify import events, outbox
 from caldera.runtime.base import Handle
 from caldera.server import audit, tenancy
 from caldera.server.jobs import note
-from caldera.server.notifications import duration, tell
+from caldera.server.notifications import duration, gettext_for, tell
 from caldera.server.platform import Platform
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ class Governor:
         elif v.action is Action.STOP:
             limit = duration(v.params["limit_s"])
             self.stop(db, job, "RuntimeLimitReached", f"stopped at its runtime limit of {limit}", {"limit": limit})
+            tell_account_admins(db, job, events.FLAG_LIMIT, limit, now)
 
     # ---- idle GPUs
     def _idle(self, db: Session, job: Job, v: Verdict, now: float) -> None:
@@ -185,6 +187,7 @@ class Governor:
             gov.idle_flagged_at = now
             note(db, job, "IdleFlagged", f"its GPUs averaged {v.params['percent']}% over {window}", values)
             tell(db, job, events.IDLE_FLAG, {"window": window}, now)
+            tell_account_admins(db, job, events.FLAG_IDLE, window, now)
         elif v.action is Action.STOP:
             self._idle_stop(db, job, gov, values, now)
 
@@ -228,6 +231,17 @@ class Governor:
         if job.handle:
             runtime = self.p.runtime_of(job.runtime, job.handle)
             runtime.stop(Handle(job.id, job.attempt, job.handle), self.p.settings.cancel_grace_s)
+
+
+def tell_account_admins(db: Session, job: Job, flag: str, after: str, now: float) -> None:
+    """A flag (``events.FLAG_*``) told to the admins of the job's account as well, on their own preference for
+    ``account_flag`` (the job's ``notify:`` is its owner's choice, not theirs); an owner who is one is told once."""
+    owner = db.get(User, job.user_id)
+    params = {"job": job.name, "user": owner.username if owner else "", "account": job.account}
+    for admin in account_admins(db, job.account):
+        if admin.id != job.user_id:
+            outbox.notify(db, admin.id, events.ACCOUNT_FLAG, params | {"flag": flag, "after": after}, gettext_for,
+                          None, job.id, now)  # fmt: skip
 
 
 def expire_locks(db: Session, now: float) -> None:
