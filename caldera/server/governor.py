@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.governance import Governance
+from caldera.core.kinds import is_interactive
 from caldera.core.states import JobState
 from caldera.db.models import GovernanceRequest, Image, Job, JobGovernance, User
 from caldera.errors import CalderaError
@@ -141,7 +142,7 @@ class Governor:
                 self._after_snapshot(db, job, gov, now)
                 continue
             f = facts(job, gov)
-            limit = decide.runtime(f, rule.max_runtime_s.get(job.kind), self.p.settings.runtime_limit_warning_s, now)
+            limit = decide.runtime(f, rule.runtime_limit(job.kind), self.p.settings.runtime_limit_warning_s, now)
             if limit.action is not Action.NONE:
                 self._runtime(db, job, limit, now)
                 if limit.action is Action.STOP:
@@ -192,10 +193,10 @@ class Governor:
             self._idle_stop(db, job, gov, values, now)
 
     def _idle_stop(self, db: Session, job: Job, gov: JobGovernance, values: dict, now: float) -> None:
-        """A Jupyter session in a container is saved first (the stop waits for the snapshot); any other job
-        stops now. Its workspace always stays."""
+        """A session (any interactive kind) in a container is saved first (the stop waits for the snapshot); any
+        other job stops now. Its workspace always stays."""
         message = f"stopped: its GPUs stayed idle for {values['window']} and {values['grace']} after the warning"
-        if job.kind == "jupyter" and self.p.settings.runtime == "container" and self.builds is not None:
+        if is_interactive(job.kind) and self.p.settings.runtime == "container" and self.builds is not None:
             owner = db.get(User, job.user_id)
             try:
                 img = snapshot.start(self.p, self.builds, db, owner, job, SNAPSHOT_NAME, f"idle-{job.id}-{job.attempt}")
