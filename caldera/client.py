@@ -275,6 +275,11 @@ class Client:
         """GPU-hours allocated and used per UTC day and per user, account or queue: yours (an admin: everyone's)."""
         return self.get("/usage/gpu-hours", since=since, by=by)
 
+    def idle_gpu_hours(self, since: str = "7d", by: str = "user") -> dict:
+        """The low-utilisation list: GPU-hours allocated but idle per user or account, the most idle first (admins:
+        everyone; account admins: their accounts)."""
+        return self.get("/usage/idle-gpu-hours", since=since, by=by)
+
     def gpu_hours_csv(self, since: str = "30d", by: str = "user") -> str:
         """Everyone's GPU-hours as CSV (admins)."""
         resp = self.http.get("/api/v1/usage/gpu-hours.csv", params={"since": since, "by": by})

@@ -109,7 +109,6 @@ def test_covered_needs_every_step_within_the_gap():
 
 def test_runtime_limit_warns_once_before_and_stops_at_the_limit():
     j = job(started_at=NOW - 3 * 86400)
-    assert Governance().max_runtime_s["jupyter"] == 4 * 86400
     limit = 4 * 86400
     assert runtime(j, limit, 86400, NOW - 1).action is Action.NONE
     v = runtime(j, limit, 86400, NOW)
@@ -119,3 +118,14 @@ def test_runtime_limit_warns_once_before_and_stops_at_the_limit():
     # an approved extension moves the limit; no limit, no stop
     assert runtime(job(started_at=NOW - 5 * 86400, extended_s=2 * 86400), limit, 0, NOW).action is Action.NONE
     assert runtime(j, None, 86400, NOW + 10**7).reason == "NoLimit"
+
+
+def test_every_kind_that_is_not_batch_is_an_interactive_session_without_naming_it():
+    g = Governance()
+    for kind in ("jupyter", "vscode", "a-kind-added-later"):  # an IDE kind, or any later one
+        assert g.idle_rule(kind) is g.idle_interactive and g.runtime_limit(kind) == 4 * 86400, kind
+    for kind in ("batch", "distributed"):
+        assert g.idle_rule(kind) is g.idle_batch and g.runtime_limit(kind) is None, kind
+    # a queue that names a kind overrides the interactive default for that kind only
+    named = Governance(max_runtime_s={"interactive": 86400, "vscode": 3600, "batch": 7200})
+    assert [named.runtime_limit(k) for k in ("jupyter", "vscode", "batch", "distributed")] == [86400, 3600, 7200, None]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import shutil
 import time
 
@@ -16,6 +17,7 @@ from caldera.metrics.agent import Agent
 from caldera.metrics.sources.fake.source import FakeSource
 from caldera.server.metrics import holdings
 from tests.conftest import api_on, free_port, make_settings, wait_for
+from tests.portal import browser_for
 from tests.test_runs import _submit, _until
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus is not installed")
@@ -139,6 +141,42 @@ def test_gpu_hours_per_day_are_my_own_and_the_csv_is_everyones(cluster):
     assert all(float(row["allocated_gpu_hours"]) > 0 for row in rows)
 
 
+def test_the_low_utilisation_list_ranks_idle_gpu_hours_for_admins_and_account_admins(cluster):
+    api, admin, alice, bob, _, _ = cluster
+    listed = _get(api, admin, "/api/v1/usage/idle-gpu-hours?since=1d")
+    assert listed["available"] and listed["accounts"] is None
+    bobs, alices = listed["rows"]  # bob's GPU idles at 2 %, alice's computes at 70 %: bob first
+    assert (bobs["user"], alices["user"]) == ("bob", "alice")
+    days = _get(api, admin, "/api/v1/usage/gpu-hours?since=1d&by=user")["days"]
+    for row in (bobs, alices):  # the same figures as the GPU-hours per day
+        mine = [d for d in days if d["user"] == row["user"]]
+        assert row["allocated_gpu_hours"] == pytest.approx(sum(d["allocated_gpu_hours"] for d in mine), abs=1e-3)
+        assert row["used_gpu_hours"] == pytest.approx(sum(d["used_gpu_hours"] for d in mine), abs=1e-3)
+        assert row["idle_gpu_hours"] == pytest.approx(row["allocated_gpu_hours"] - row["used_gpu_hours"], abs=1e-3)
+    assert bobs["used_percent"] == pytest.approx(2, abs=1) and alices["used_percent"] == pytest.approx(70, abs=5)
+    by_account = _get(api, admin, "/api/v1/usage/idle-gpu-hours?since=1d&by=account")["rows"]
+    assert [r["account"] for r in by_account] == ["default"]
+    # a user who administers no account is refused; an account admin sees only their accounts' jobs
+    _get(api, alice, "/api/v1/usage/idle-gpu-hours", 403)
+    assert api.client.post("/api/v1/accounts", json={"name": "other-lab"}, headers=admin).status_code == 201
+    heads = {account: api.user(admin, f"head-{account}", accounts=[account]) for account in ("default", "other-lab")}
+    for account in heads:
+        r = api.client.put(f"/api/v1/accounts/{account}/admins/head-{account}", json={"admin": True}, headers=admin)
+        assert r.status_code == 200, r.text
+    theirs = _get(api, heads["default"], "/api/v1/usage/idle-gpu-hours?since=1d")
+    assert theirs["accounts"] == ["default"] and [r["user"] for r in theirs["rows"]] == ["bob", "alice"]
+    assert _get(api, heads["other-lab"], "/api/v1/usage/idle-gpu-hours?since=1d")["rows"] == []
+    _get(api, admin, "/api/v1/usage/idle-gpu-hours?by=queue", 400)
+    # the portal's page: the same list, for the same people
+    page = browser_for(api.client, "head-default", "password-123").get("/low-utilisation?by=user")
+    assert page.status_code == 200
+    assert (
+        re.findall(r'<tr data-key="([^"]+)">', page.text) == ["bob", "alice"]
+        and 'data-chart="idle-gpu-hours"' in page.text
+    )
+    assert browser_for(api.client, "alice", "password-123").get("/low-utilisation").status_code == 403
+
+
 def test_the_gpus_held_now_are_mine_and_the_model_mean_is_everyones(cluster):
     api, _, alice, _, busy, _ = cluster
     view = _get(api, alice, "/api/v1/metrics/allocated?window_s=60")
@@ -166,6 +204,7 @@ def test_without_prometheus_every_view_says_why_within_its_time_box(tmp_path, ha
             f"/api/v1/metrics/jobs/{job}",
             "/api/v1/metrics/allocated",
             "/api/v1/usage/gpu-hours",
+            "/api/v1/usage/idle-gpu-hours",
         ):
             view = _get(api, admin, path)
             assert view["available"] is False and url in view["reason"], path

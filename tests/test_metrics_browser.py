@@ -110,6 +110,11 @@ def test_a_job_loading_a_fake_gpu_is_drawn_on_every_view(metered, browser):  # n
     assert boss.get_attribute("[data-chart=node-gpu]", "data-drawn") == "2"  # the server's two fake GPUs
     assert jid in boss.inner_text("#node-holders") and "alice" in boss.inner_text("#node-holders")
     _shot(boss, "node")
+    boss.goto(server.url + "/low-utilisation?since=7d&by=user")  # the low-utilisation list: idle stacked on used
+    _drawn(boss, "#low-utilisation-chart")
+    assert boss.get_attribute("[data-chart=idle-gpu-hours]", "data-drawn") == "2"
+    assert boss.locator("#low-utilisation tr[data-key=alice]").count() == 1
+    _shot(boss, "low-utilisation")
     assert boss_violations == []
 
     zh = browser.new_context(locale="zh-CN").new_page()

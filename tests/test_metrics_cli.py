@@ -1,6 +1,7 @@
 """`caldera top` and `caldera usage --since` against `caldera up` with its agent and the real Prometheus: a job that
 loads a fake GPU is in the live table with its utilisation, and its GPU-hours come out as a table, JSON, CSV and a
-plot; `caldera usage` without --since is still the queues' usage against their caps."""
+plot, and as the low-utilisation list (`--idle`); `caldera usage` without --since is still the queues' usage
+against their caps."""
 
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ def test_top_and_usage_show_a_job_loading_a_fake_gpu(metered, tmp_path, monkeypa
     assert 60 <= used_share <= 100, table
     rows = list(csv.DictReader(io.StringIO(cli(server, "usage", "--since", "1d", "-o", "csv").stdout)))
     assert [r["user"] for r in rows] == ["admin"] and float(rows[0]["allocated_gpu_hours"]) > 0
+    idle = cli(server, "usage", "--idle", "--since", "1d", "--by", "account").stdout  # the low-utilisation list
+    (row,) = [line for line in idle.splitlines() if "default" in line]
+    assert "IDLE GPU-H" in idle and re.search(r"default\s+\d+\.\d\d\s+\d+\.\d\d", row), idle
+    idle_rows = list(csv.DictReader(io.StringIO(cli(server, "usage", "--idle", "--since", "1d", "-o", "csv").stdout)))
+    assert [r["user"] for r in idle_rows] == ["admin"] and float(idle_rows[0]["idle_gpu_hours"]) >= 0
     plot = tmp_path / "usage.png"
     cli(server, "usage", "--since", "1d", "--plot", str(plot))
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

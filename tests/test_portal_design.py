@@ -22,6 +22,7 @@ PAGES = {
     "accounts": "/accounts", "job": "/jobs/{jid}", "admin-users": "/admin/users", "admin-accounts": "/admin/accounts",
     "admin-queues": "/admin/queues", "admin-queue": "/admin/queue?name=default", "admin-nodes": "/admin/nodes",
     "admin-jobs": "/admin/jobs", "admin-audit": "/admin/audit", "approvals": "/approvals",
+    "low-utilisation": "/low-utilisation",
 }  # fmt: skip
 SERIOUS = """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
     .filter(v => v.impact === "serious" || v.impact === "critical")

@@ -149,7 +149,7 @@ def test_save_as_image_on_the_job_page_shows_the_apis_refusal_and_records_nothin
     ana = browser_for(api.client, "ana", "password-123")
     assert 'id="save-image"' not in ana.get(f"/jobs/{jid}").text  # only a running session offers it
     r = post_form(ana, f"/jobs/{jid}/snapshot", {"name": "lab"})
-    assert r.status_code == 400 and "only a running Jupyter session can be saved" in r.text, r.text
+    assert r.status_code == 400 and "only a running interactive session can be saved" in r.text, r.text
     r = post_form(ana, f"/jobs/{jid}/snapshot", {"name": "Bad Name!"})
     assert r.status_code == 400 and "<code>name</code>: must match the pattern" in r.text, r.text
     assert ana.post(f"/jobs/{jid}/snapshot", data={"name": "lab"}, follow_redirects=False).status_code == 403

@@ -20,7 +20,7 @@ from caldera.cli.governance import account_admin, request_app
 from caldera.cli.images import images_app
 from caldera.cli.jobs import register as register_jobs
 from caldera.cli.jobs import requeue
-from caldera.cli.metrics import BY, PLOT, SINCE, USAGE_OUTPUT, UsageFormat, gpu_hours, top
+from caldera.cli.metrics import BY, IDLE, PLOT, SINCE, USAGE_OUTPUT, UsageFormat, gpu_hours, idle_hours, top
 from caldera.cli.nodes_admin import nodes_admin_app
 from caldera.cli.output import OUTPUT, Format, emit
 from caldera.cli.remote import register as register_remote
@@ -301,9 +301,16 @@ def _nodes_table(rows: list[dict]) -> None:
 
 @app.command()
 def usage(
-    output: UsageFormat = USAGE_OUTPUT, since: str | None = SINCE, by: str = BY, plot: Path | None = PLOT
+    output: UsageFormat = USAGE_OUTPUT,
+    since: str | None = SINCE,
+    by: str = BY,
+    plot: Path | None = PLOT,
+    idle: bool = IDLE,
 ) -> None:
-    """Your usage and limits in each of your queues; with --since, GPU-hours allocated and used per day."""
+    """Your usage and limits in each of your queues; with --since, GPU-hours allocated and used per day; with
+    --idle, the low-utilisation list over --since (7d unless given; admins and account admins)."""
+    if idle:
+        return idle_hours(since or "7d", by, output)
     if since:
         return gpu_hours(since, by, output, plot)
     if output is UsageFormat.csv:

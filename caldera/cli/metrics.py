@@ -1,4 +1,5 @@
-"""`caldera usage --since 7d` (GPU-hours allocated and used per day, as a table, JSON, YAML, CSV or a plot) and
+"""`caldera usage --since 7d` (GPU-hours allocated and used per day, as a table, JSON, YAML, CSV or a plot; with
+--idle the low-utilisation list: GPU-hours allocated but idle per user or account, the most idle first) and
 `caldera top` (the GPUs held now and how busy they are, refreshed live), on the SDK like every verb."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class UsageFormat(str, Enum):
 USAGE_OUTPUT = typer.Option(UsageFormat.table, "--output", "-o", help="table, json, yaml; csv with --since")
 SINCE = typer.Option(None, help="GPU-hours per day since then: 7d, 12h, 2w or a UTC date 2026-12-01")
 BY = typer.Option("user", help="with --since: per user, account or queue")
+IDLE = typer.Option(False, "--idle", help="GPU-hours allocated but idle per user or account since --since (7d)")
 PLOT = typer.Option(None, help="with --since: also draw the days into this PNG (needs matplotlib)")
 
 
@@ -49,6 +51,25 @@ def gpu_hours(since: str, by: str, output: UsageFormat, plot: Path | None) -> No
         emit(view, Format(output.value), lambda v: _hours_table(v["days"], by))
     if plot is not None:
         _plot(days, by, plot)
+
+
+def idle_hours(since: str, by: str, output: UsageFormat) -> None:
+    view = _available(call(client().idle_gpu_hours, since, by))
+    columns = (by, "idle_gpu_hours", "allocated_gpu_hours", "used_gpu_hours", "used_percent")
+    if output is UsageFormat.csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows([r[c] for c in columns] for r in view["rows"])
+        return
+    emit(view, Format(output.value), lambda v: _idle_table(v["rows"], by))
+
+
+def _idle_table(rows: list[dict], by: str) -> None:
+    t = Table(by.upper(), "IDLE GPU-H", "ALLOCATED GPU-H", "USED GPU-H", "USED", box=None)
+    for r in rows:
+        hours = (f"{r[k]:.2f}" for k in ("idle_gpu_hours", "allocated_gpu_hours", "used_gpu_hours"))
+        t.add_row(r[by], *hours, _share(r))
+    console.print(t)
 
 
 def _hours_table(days: list[dict], by: str) -> None:

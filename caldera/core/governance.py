@@ -7,6 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from caldera.core.kinds import INTERACTIVE, is_interactive
+
 DAY_S = 86400
 
 
@@ -26,15 +28,23 @@ class IdleRule(BaseModel):
 class Governance(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    idle_interactive: IdleRule = Field(default_factory=IdleRule)
+    idle_interactive: IdleRule = Field(
+        default_factory=IdleRule, description="every interactive kind (Jupyter, and any kind that is not batch)"
+    )
     idle_batch: IdleRule = Field(
         default_factory=lambda: IdleRule(enabled=False, window_s=6 * 3600, stop=False),
         description="batch and distributed jobs: off, and only flagged, unless the queue says so",
     )
-    # job kind (batch, distributed, jupyter) -> the longest it may run before it is stopped; none: no limit
+    # job kind (batch, distributed, jupyter, ...) -> the longest it may run before it is stopped; "interactive":
+    # every interactive kind not named; none: no limit
     max_runtime_s: dict[Annotated[str, Field(max_length=16)], Annotated[int, Field(ge=60)]] = Field(
-        default_factory=lambda: {"jupyter": 4 * DAY_S}, max_length=8
+        default_factory=lambda: {INTERACTIVE: 4 * DAY_S}, max_length=8
     )
 
     def idle_rule(self, kind: str) -> IdleRule:
-        return self.idle_interactive if kind == "jupyter" else self.idle_batch
+        return self.idle_interactive if is_interactive(kind) else self.idle_batch
+
+    def runtime_limit(self, kind: str) -> int | None:
+        if kind in self.max_runtime_s:
+            return self.max_runtime_s[kind]
+        return self.max_runtime_s.get(INTERACTIVE) if is_interactive(kind) else None

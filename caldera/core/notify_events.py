@@ -16,6 +16,7 @@ APPROVAL_DECIDED = "approval_decided"
 IMAGE_BUILD_FINISHED = "image_build_finished"
 IDLE_WARNING = "idle_warning"
 IDLE_FLAG = "idle_flag"  # a job whose queue only tells: it is not stopped
+ACCOUNT_FLAG = "account_flag"  # to an account's admins: one of its jobs was flagged idle or hit its runtime limit
 
 NotifyEvent = Literal[
     "job_started_after_wait",
@@ -29,5 +30,6 @@ NotifyEvent = Literal[
     "image_build_finished",
     "idle_warning",
     "idle_flag",
+    "account_flag",
 ]
 EVENTS: tuple[str, ...] = NotifyEvent.__args__  # type: ignore[attr-defined]

@@ -19,16 +19,10 @@ from pydantic import (
     model_validator,
 )
 
+from caldera.core.kinds import JobKind, is_interactive
 from caldera.core.notify_events import NotifyEvent
 from caldera.core.resources import Resources
 from caldera.core.tenancy import PriorityClass
-
-
-class JobKind(str, Enum):
-    BATCH = "batch"
-    DISTRIBUTED = "distributed"  # PyTorch distributed: replicas x procs_per_replica ranks, gang-scheduled
-    JUPYTER = "jupyter"  # Jupyter Lab behind the platform's proxy
-
 
 # Size limits: a spec is stored with the job and sent in every listing of its owner's jobs, and its strings reach
 # execve, which refuses NUL bytes and arguments over 128 KiB
@@ -259,7 +253,7 @@ class JobSpec(BaseModel):
 
     @property
     def interactive(self) -> bool:
-        return self.kind is JobKind.JUPYTER
+        return is_interactive(self.kind.value)
 
     @property
     def world_size(self) -> int:

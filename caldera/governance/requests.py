@@ -41,14 +41,22 @@ def may_decide(db: Session, user: User, req: GovernanceRequest, job: Job) -> boo
     return req.user_id != user.id and is_account_admin(db, user, job.account)
 
 
-def deciders(db: Session, job: Job) -> list[User]:
-    """Everyone who may decide a request about ``job``: its account's admins and the platform admins."""
-    account_admins = (
+def _account_admin_ids(account: str):
+    return (
         select(Membership.user_id)
         .join(Account, Account.id == Membership.account_id)
-        .where(Account.name == job.account, Membership.admin)
+        .where(Account.name == account, Membership.admin)
     )
-    q = select(User).where(User.active, (User.role == Role.ADMIN.value) | User.id.in_(account_admins))
+
+
+def account_admins(db: Session, account: str) -> list[User]:
+    """The active admins of ``account`` (not the platform admins)."""
+    return list(db.scalars(select(User).where(User.active, User.id.in_(_account_admin_ids(account)))))
+
+
+def deciders(db: Session, job: Job) -> list[User]:
+    """Everyone who may decide a request about ``job``: its account's admins and the platform admins."""
+    q = select(User).where(User.active, (User.role == Role.ADMIN.value) | User.id.in_(_account_admin_ids(job.account)))
     return [u for u in db.scalars(q) if u.id != job.user_id or u.role == Role.ADMIN.value]
 
 

@@ -1,6 +1,7 @@
-"""Saving a running Jupyter session as an image: ``podman commit`` of the session's container (what the user
-installed into the image's file system; the workspace is a mount and stays out), size-capped, pushed and recorded
-as a new tag of the user's image. It runs in the build queue, so its log reads like a build's.
+"""Saving a running session (any interactive kind: Jupyter, an IDE) as an image: ``podman commit`` of the session's
+container (what the user installed into the image's file system; the workspace is a mount and stays out),
+size-capped, pushed and recorded as a new tag of the user's image. It runs in the build queue, so its log reads like
+a build's.
 
 ``podman commit`` writes the container's configuration into the image: the session's environment (the user's
 values, API keys among them, and the platform's), the lab's command line, working directory, user and labels.
@@ -15,6 +16,7 @@ import time
 
 from sqlalchemy.orm import Session
 
+from caldera.core.kinds import is_interactive
 from caldera.db.models import Image, Job, User
 from caldera.errors import Conflict, Forbidden
 from caldera.images import catalogue
@@ -31,8 +33,9 @@ def start(p: Host, q: BuildQueue, db: Session, user: User, job: Job, name: str, 
     """``job``: one the user may see (the server looks it up with its visibility rule)."""
     if job.user_id != user.id:
         raise Forbidden("only the session's owner saves it")
-    if job.kind != "jupyter" or job.state != "Running":
-        raise Conflict(f"only a running Jupyter session can be saved; job {job.id} is a {job.state} {job.kind} job")
+    if not is_interactive(job.kind) or job.state != "Running":
+        why = f"only a running interactive session can be saved; job {job.id} is a {job.state} {job.kind} job"
+        raise Conflict(why)
     if p.settings.runtime != "container":
         raise Conflict("sessions run in containers only with the container runtime")
     catalogue.check_quota(db, p.settings, user)

@@ -33,9 +33,14 @@ def quoted(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def selector(**labels: str | None) -> str:
-    """``{a="x",b="y"}`` of the labels that are set (None: any value)."""
-    return "{" + ",".join(f"{k}={quoted(v)}" for k, v in labels.items() if v is not None) + "}"
+def selector(**labels: str | list[str] | None) -> str:
+    """``{a="x",b=~"y|z"}`` of the labels that are set (None: any value; a list: any of its values, each escaped:
+    the names are data in the regular expression too)."""
+
+    def matcher(k: str, v: str | list[str]) -> str:
+        return f"{k}={quoted(v)}" if isinstance(v, str) else f"{k}=~{quoted('|'.join(map(re.escape, v)))}"
+
+    return "{" + ",".join(matcher(k, v) for k, v in labels.items() if v is not None) + "}"
 
 
 _SINCE = re.compile(r"^(\d{1,6})([mhdw])$")
@@ -259,14 +264,23 @@ def allocated_now(prom: Prometheus, at: float, window_s: int, user: str | None) 
     }
 
 
-def gpu_hours(prom: Prometheus, start: float, end: float, by: str, interval_s: float, user: str | None) -> list[dict]:
+def gpu_hours(
+    prom: Prometheus,
+    start: float,
+    end: float,
+    by: str,
+    interval_s: float,
+    user: str | None,
+    accounts: list[str] | None = None,
+) -> list[dict]:
     """GPU-hours per UTC day and per ``by`` (user, account or queue): allocated (every sample of a GPU a job held
-    counts one scrape interval) and used (the same, weighted by its utilisation). Only ``user``'s jobs unless None."""
+    counts one scrape interval) and used (the same, weighted by its utilisation). Only ``user``'s jobs unless None,
+    and only the jobs of ``accounts`` unless None."""
     if by not in BY:
         raise ValueError(f"by: one of {', '.join(BY)}")
     first_day = math.floor(start / DAY_S) * DAY_S
     last_day = math.floor(end / DAY_S) * DAY_S
-    sel = selector(user=user)
+    sel = selector(user=user, account=accounts)
     hours = f"{float(interval_s)} / 3600"
     queries = {
         "allocated_gpu_hours": f"sum by ({by}) (count_over_time({JOB_GPU}{sel}[1d])) * {hours}",
@@ -282,3 +296,24 @@ def gpu_hours(prom: Prometheus, start: float, end: float, by: str, interval_s: f
                 row[name] = round(v or 0.0, 6)
     out = [{"allocated_gpu_hours": 0.0, "used_gpu_hours": 0.0, **r} for r in rows.values()]
     return sorted(out, key=lambda r: (r["day"], r[by]))
+
+
+def idle_gpu_hours(days: list[dict], by: str) -> list[dict]:
+    """The low-utilisation list from ``gpu_hours``' days: per ``by`` over all the days, GPU-hours allocated, used,
+    and idle (allocated and not used), the most idle first."""
+    totals: dict[str, list[float]] = {}
+    for r in days:
+        t = totals.setdefault(r[by], [0.0, 0.0])
+        t[0] += r["allocated_gpu_hours"]
+        t[1] += r["used_gpu_hours"]
+    rows = [
+        {
+            by: key,
+            "allocated_gpu_hours": round(allocated, 4),
+            "used_gpu_hours": round(used, 4),
+            "idle_gpu_hours": round(max(0.0, allocated - used), 4),
+            "used_percent": round(100 * used / allocated, 1) if allocated else 0.0,
+        }
+        for key, (allocated, used) in totals.items()
+    ]
+    return sorted(rows, key=lambda r: (-r["idle_gpu_hours"], r[by]))

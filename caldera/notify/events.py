@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from caldera.core.notify_events import (
+    ACCOUNT_FLAG,
     APPROVAL_DECIDED,
     APPROVAL_REQUESTED,
     EVENTS,
@@ -49,12 +50,24 @@ TEXTS: dict[str, tuple[str, str]] = {
         "Your job %(job)s has not used its GPUs for %(window)s. It keeps running: end it if it no longer needs them, "
         "or ask for fewer GPUs next time, so that others can use them.",
     ),
+    ACCOUNT_FLAG: (
+        "Job %(job)s of %(user)s in account %(account)s",
+        "The job %(job)s of %(user)s in account %(account)s %(flag)s %(after)s. You are told as an admin of the "
+        "account.",
+    ),
 }
 assert set(TEXTS) == set(EVENTS), "every event has its text"
 
+# ACCOUNT_FLAG's flags (its ``flag`` parameter; each followed by a duration)
+FLAG_IDLE, FLAG_LIMIT = "has held idle GPUs for", "was stopped at its runtime limit of"
+
 # parameters whose value is a code, shown as the catalogue's word for it in the reader's language (an unknown
 # value is shown as it is)
-WORDS: dict[str, tuple[str, ...]] = {"action": ("extend", "lock"), "decision": ("approved", "declined")}
+WORDS: dict[str, tuple[str, ...]] = {
+    "action": ("extend", "lock"),
+    "decision": ("approved", "declined"),
+    "flag": (FLAG_IDLE, FLAG_LIMIT),
+}
 
 # what a user gets before choosing: everything in the portal, the end of a job and requests by e-mail too
 DEFAULT_CHANNELS: dict[str, list[str]] = {

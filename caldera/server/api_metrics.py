@@ -20,6 +20,8 @@ from sqlalchemy.orm import Session
 from caldera.core.states import JobState
 from caldera.core.tenancy import Role
 from caldera.db.models import User
+from caldera.errors import Forbidden
+from caldera.governance import requests
 from caldera.metrics import prometheus, views
 from caldera.metrics.query import MetricsUnavailable
 from caldera.server import jobs
@@ -107,11 +109,13 @@ def allocated(
     return answer(lambda: views.allocated_now(prometheus.view_client(s), time.time(), window_s, _visible_user(user)))
 
 
-def _gpu_hours(p: Platform, since: str, by: str, user: str | None) -> Callable[[], list[dict]]:
+def _gpu_hours(
+    p: Platform, since: str, by: str, user: str | None, accounts: list[str] | None = None
+) -> Callable[[], list[dict]]:
     """The read of GPU-hours (``since`` is checked now: a bad one is a 400, not a missing Prometheus)."""
     now = time.time()
     start, s = _since(p, since, now), p.settings
-    return lambda: views.gpu_hours(prometheus.view_client(s), start, now, by, s.metrics_interval_s, user)
+    return lambda: views.gpu_hours(prometheus.view_client(s), start, now, by, s.metrics_interval_s, user, accounts)
 
 
 @router.get("/usage/gpu-hours")
@@ -121,6 +125,32 @@ def gpu_hours(
     """GPU-hours allocated and used (utilisation-weighted) per UTC day and per user, account or queue: a user's own,
     an admin's of everyone. (``/usage`` is what runs now against the queues' caps.)"""
     return answer(_gpu_hours(p, since, by, _visible_user(user)), "days") | {"by": by}
+
+
+def overseen_accounts(db: Session, user: User) -> list[str] | None:
+    """The accounts whose use ``user`` oversees: every one (None) for an admin, else those they are an admin of;
+    Forbidden for someone who oversees none."""
+    if user.role == Role.ADMIN.value:
+        return None
+    accounts = requests.admin_accounts(db, user)
+    if not accounts:
+        raise Forbidden("the low-utilisation list is for admins and account admins", "NotAccountAdmin")
+    return accounts
+
+
+@router.get("/usage/idle-gpu-hours")
+def idle_gpu_hours(
+    since: str = Query("7d", max_length=16),
+    by: str = Query("user", pattern="^(user|account)$"),
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
+    """The low-utilisation list: GPU-hours allocated but idle per user or account since ``since``, the most idle
+    first, from the figures of ``/usage/gpu-hours`` (admins: everyone; an account admin: their accounts' jobs)."""
+    accounts = overseen_accounts(db, user)
+    read = _gpu_hours(p, since, by, None, accounts)
+    return answer(lambda: views.idle_gpu_hours(read(), by), "rows") | {"by": by, "since": since, "accounts": accounts}
 
 
 @router.get("/usage/gpu-hours.csv")

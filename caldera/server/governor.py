@@ -13,21 +13,23 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.governance import Governance
+from caldera.core.kinds import is_interactive
 from caldera.core.states import JobState
 from caldera.db.models import GovernanceRequest, Image, Job, JobGovernance, User
 from caldera.errors import CalderaError
 from caldera.governance import decide
 from caldera.governance.advice import advise
 from caldera.governance.decide import Action, JobFacts, Verdict
+from caldera.governance.requests import account_admins
 from caldera.governance.samples import job_gpu_samples, job_use
 from caldera.images import catalogue, snapshot
 from caldera.metrics import prometheus
 from caldera.metrics.query import MetricsUnavailable
-from caldera.notify import events
+from caldera.notify import events, outbox
 from caldera.runtime.base import Handle
 from caldera.server import audit, tenancy
 from caldera.server.jobs import note
-from caldera.server.notifications import duration, tell
+from caldera.server.notifications import duration, gettext_for, tell
 from caldera.server.platform import Platform
 
 log = logging.getLogger(__name__)
@@ -140,7 +142,7 @@ class Governor:
                 self._after_snapshot(db, job, gov, now)
                 continue
             f = facts(job, gov)
-            limit = decide.runtime(f, rule.max_runtime_s.get(job.kind), self.p.settings.runtime_limit_warning_s, now)
+            limit = decide.runtime(f, rule.runtime_limit(job.kind), self.p.settings.runtime_limit_warning_s, now)
             if limit.action is not Action.NONE:
                 self._runtime(db, job, limit, now)
                 if limit.action is Action.STOP:
@@ -161,6 +163,7 @@ class Governor:
         elif v.action is Action.STOP:
             limit = duration(v.params["limit_s"])
             self.stop(db, job, "RuntimeLimitReached", f"stopped at its runtime limit of {limit}", {"limit": limit})
+            tell_account_admins(db, job, events.FLAG_LIMIT, limit, now)
 
     # ---- idle GPUs
     def _idle(self, db: Session, job: Job, v: Verdict, now: float) -> None:
@@ -185,14 +188,15 @@ class Governor:
             gov.idle_flagged_at = now
             note(db, job, "IdleFlagged", f"its GPUs averaged {v.params['percent']}% over {window}", values)
             tell(db, job, events.IDLE_FLAG, {"window": window}, now)
+            tell_account_admins(db, job, events.FLAG_IDLE, window, now)
         elif v.action is Action.STOP:
             self._idle_stop(db, job, gov, values, now)
 
     def _idle_stop(self, db: Session, job: Job, gov: JobGovernance, values: dict, now: float) -> None:
-        """A Jupyter session in a container is saved first (the stop waits for the snapshot); any other job
-        stops now. Its workspace always stays."""
+        """A session (any interactive kind) in a container is saved first (the stop waits for the snapshot); any
+        other job stops now. Its workspace always stays."""
         message = f"stopped: its GPUs stayed idle for {values['window']} and {values['grace']} after the warning"
-        if job.kind == "jupyter" and self.p.settings.runtime == "container" and self.builds is not None:
+        if is_interactive(job.kind) and self.p.settings.runtime == "container" and self.builds is not None:
             owner = db.get(User, job.user_id)
             try:
                 img = snapshot.start(self.p, self.builds, db, owner, job, SNAPSHOT_NAME, f"idle-{job.id}-{job.attempt}")
@@ -228,6 +232,17 @@ class Governor:
         if job.handle:
             runtime = self.p.runtime_of(job.runtime, job.handle)
             runtime.stop(Handle(job.id, job.attempt, job.handle), self.p.settings.cancel_grace_s)
+
+
+def tell_account_admins(db: Session, job: Job, flag: str, after: str, now: float) -> None:
+    """A flag (``events.FLAG_*``) told to the admins of the job's account as well, on their own preference for
+    ``account_flag`` (the job's ``notify:`` is its owner's choice, not theirs); an owner who is one is told once."""
+    owner = db.get(User, job.user_id)
+    params = {"job": job.name, "user": owner.username if owner else "", "account": job.account}
+    for admin in account_admins(db, job.account):
+        if admin.id != job.user_id:
+            outbox.notify(db, admin.id, events.ACCOUNT_FLAG, params | {"flag": flag, "after": after}, gettext_for,
+                          None, job.id, now)  # fmt: skip
 
 
 def expire_locks(db: Session, now: float) -> None:

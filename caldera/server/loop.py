@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.cluster import Allocation
+from caldera.core.kinds import is_interactive
 from caldera.core.resources import Resources
 from caldera.core.spec import JobKind, JobSpec
 from caldera.core.states import JobState
@@ -376,10 +377,10 @@ class SchedulerLoop:
                 replicas=int(spec.get("replicas", 1)),
                 submitted_at=job.submitted_at,
                 queued_since=job.queued_at,
-                interactive=job.kind == "jupyter",
+                interactive=is_interactive(job.kind),
                 max_runtime_s=spec.get("max_runtime_s"),
                 attained_gpu_s=job.attained_gpu_s,
-                las=job.kind != "jupyter" and spec.get("preemptible", True),
+                las=not is_interactive(job.kind) and spec.get("preemptible", True),
                 shareable=bool(spec.get("shareable", False)),
                 decay_tolerance=spec.get("decay_tolerance"),
                 expected_runtime_s=learned.get((job.user_id, job.kind)),

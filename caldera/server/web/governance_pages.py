@@ -98,7 +98,9 @@ def _approvals(request: Request, db: Session, user: User, errors=(), status: int
     if user.role == Role.ADMIN.value:
         running = list(db.scalars(select(Job).where(Job.state == JobState.RUNNING.value)))
         idle = [(j, e, names.get(j.user_id)) for j, e in notices(db, running)]
-    return page(request, "approvals.html", status=status, user=user, rows=rows, idle=idle, errors=list(errors))
+    oversees = user.role == Role.ADMIN.value or bool(rules.admin_accounts(db, user))  # the low-utilisation list
+    context = {"rows": rows, "idle": idle, "oversees": oversees, "errors": list(errors)}
+    return page(request, "approvals.html", status=status, user=user, **context)
 
 
 @router.get("/approvals")

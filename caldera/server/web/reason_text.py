@@ -274,6 +274,8 @@ ERRORS: dict[str, Message] = {
     "AlreadyDecided": Message(_("request %(request)s is already decided")),
     # storage (caldera/server/api_files.py, caldera/server/catalogue)
     "SpaceInUse": Message(_("%(space)s is in use by running jobs %(jobs)s: delete it once they end")),
+
+    "NotAccountAdmin": Message(_("the low-utilisation list is for admins and account admins")),
     "PriorityNeedsGrant": Message(
         _(
             "priority %(priority)s needs a grant in queue %(queue)s: you may submit up to %(granted)s there; an "

@@ -3,7 +3,7 @@
 // to draw in data attributes, the numbers come from the API's JSON (the session cookie authenticates the fetch):
 //   <section data-metrics=URL data-missing=TEXT>   where the charts of one view read from; TEXT is shown, with the
 //                                                 API's reason, when Prometheus gave nothing
-//   <div class="chart" data-chart=KIND data-title=TITLE data-names=JSON>   one chart (KIND: see DRAW below)
+//   <div class="chart" data-chart=KIND data-title=TITLE data-names=JSON>   one chart (KIND: see DRAW and BARS)
 //   <tbody data-table=KIND>                       rows filled from the answer (KIND: see ROWS below)
 // Each chart element gets data-drawn="N" (its number of series) once drawn, for the browser tests.
 "use strict";
@@ -37,6 +37,19 @@
     "cluster-utilisation": (d, n) => ["all", "allocated"].map((k) => line(n[k], d.utilisation[k])),
     "node-gpu": (d) => d.gpus.map((g) => line("GPU " + g.gpu, g.utilisation)),
     "node-memory": (d) => d.gpus.map((g) => line("GPU " + g.gpu, g.memory_used_bytes, GIB)),
+  };
+
+  // bar chart kind -> {categories, series}: totals per name (not over time)
+  const BARS = {
+    "idle-gpu-hours": (d, n) => {
+      const key = d.by;
+      return {
+        categories: d.rows.map((r) => r[key]),
+        series: [["idle", "idle_gpu_hours"], ["used", "used_gpu_hours"]].map(([k, field]) => ({
+          name: n[k], type: "bar", stack: "hours", data: d.rows.map((r) => r[field]),
+        })),
+      };
+    },
   };
 
   function cell(row, text, href) {
@@ -73,8 +86,26 @@
     }));
   }
 
+  function drawBars(el, d, names) {
+    const bars = BARS[el.dataset.chart](d, names);
+    const chart = echarts.init(el, null, { renderer: "canvas" });
+    chart.setOption({
+      animation: false,
+      title: { text: el.dataset.title, textStyle: { fontSize: 14 } },
+      tooltip: { trigger: "axis" },
+      legend: { bottom: 0 },
+      grid: { top: 40, left: 50, right: 20, bottom: 56 },
+      xAxis: { type: "category", data: bars.categories, axisLabel: { hideOverlap: true } },
+      yAxis: { type: "value", min: 0 },
+      series: bars.series,
+    });
+    window.addEventListener("resize", () => chart.resize());
+    el.dataset.drawn = String(bars.series.length);
+  }
+
   function draw(el, d, states) {
     const names = el.dataset.names ? JSON.parse(el.dataset.names) : {};
+    if (BARS[el.dataset.chart]) return drawBars(el, d, names);
     const series = DRAW[el.dataset.chart](d, names);
     const marks = events(d, states);
     if (marks.length && series.length) {
