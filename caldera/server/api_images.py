@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import asdict
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
@@ -13,7 +14,7 @@ from sqlalchemy.orm import Session
 from caldera.core.spec import field_path
 from caldera.core.tenancy import Role
 from caldera.db.models import Image, ImageQuota, User
-from caldera.images import catalogue, environments, registry, snapshot
+from caldera.images import bases, catalogue, environments, registry, snapshot
 from caldera.images.builds import BuildQueue, log_path
 from caldera.images.catalogue import RegistryDown
 from caldera.images.form import CUDA, CUDNN, CUDNN_CUDA, NAME, PYTHONS, TAG, BuildForm
@@ -86,6 +87,18 @@ def list_environments(
     return environments.views(db, q.builder.has)
 
 
+@router.get("/bases")
+def list_bases(
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    q: BuildQueue = Depends(builds),
+    db: Session = Depends(db_session),
+) -> list[dict]:
+    """What a build may name as its ``base``: the catalogue's environments and my runnable images built from a
+    form (caldera/images/bases.py); ``choice`` is the value to send."""
+    return [asdict(b) for b in bases.choices(db, p.settings, user, q.builder.has)]
+
+
 @router.post("/environments", status_code=201)
 def add_environment(
     body: environments.EnvironmentForm,
@@ -125,7 +138,10 @@ def build(
     catalogue.check_namespace(db, user, form.visibility, form.account)
     catalogue.check_quota(db, p.settings, user)
     _registry_reachable(p)
-    if form.python not in offered_pythons(db, q):
+    if form.base is not None:
+        base = bases.resolve(db, p.settings, user, form.base, q.builder.has)
+        form = parse_form({**form.model_dump(mode="json"), "base": base.reference, "python": base.python})
+    elif form.python not in offered_pythons(db, q):
         base = q.builder.base_for(form.python)
         suite = PYTHONS[form.python]
         raise Invalid(

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.db.models import Image, User
-from caldera.images import catalogue, environments
+from caldera.images import bases, catalogue
 from caldera.images.form import CUDA, CUDNN
 from caldera.server import api_images
 from caldera.server.deps import db_session, platform
@@ -40,11 +40,14 @@ def _images_page(request: Request, p: Platform, user: User, db: Session, errors=
             query = query.where(getattr(Image, key) == want.filters[key])
     found, want = listing.fetch(db, query, want, IMAGE_SORTS, Image.id)
     names = api_images._owners(db)
+    choices = bases.choices(db, p.settings, user, q.builder.has)
+    present = [b for b in choices if b.present]
+    default = next((b for b in present if b.kind == "base" and b.python == "3.11"), present[0] if present else None)
     return page(
         request, "images.html", status=status, user=user, errors=list(errors), form=form or {}, listing=want,
         images=[catalogue.view(p.settings, i, names.get(i.owner_id)) for i in found],
-        build_logs=_build_logs(p, db, user), pythons=api_images.offered_pythons(db, q), cudas=list(CUDA),
-        environments=environments.views(db, q.builder.has),
+        build_logs=_build_logs(p, db, user), cudas=list(CUDA), bases=choices,
+        default_base=default.choice if default else "",
         cudnns=list(CUDNN), used_mib=catalogue.used_bytes(db, user) // MIB,
         quota_mib=catalogue.quota_bytes(db, p.settings, user) // MIB,
     )  # fmt: skip
@@ -71,6 +74,7 @@ def build(
     tag: str = Form("latest", max_length=64),
     visibility: str = Form("private", max_length=16),
     python: str = Form("3.11", max_length=8),
+    base: str = Form("", max_length=200),
     cuda: str = Form("none", max_length=8),
     cudnn: str = Form("none", max_length=8),
     jupyter: bool = Form(False),
@@ -82,7 +86,7 @@ def build(
     db: Session = Depends(db_session),
 ):
     """The form as the API's body: packages split on white space, one extra line per line."""
-    body = {"name": name, "tag": tag or "latest", "visibility": visibility, "python": python, "cuda": cuda,
+    body = {"name": name, "tag": tag or "latest", "visibility": visibility, "python": python, "base": base or None, "cuda": cuda,
             "cudnn": cudnn, "jupyter": jupyter, "pip": pip.split(), "apt": apt.split(),
             "extra_lines": [x for x in extra_lines.splitlines() if x.strip()]}  # fmt: skip
     _, errors = api_call.call(db, api_images.build, body=body, user=user, p=p, q=request.app.state.builds, db=db)
