@@ -3,6 +3,8 @@ violation in English and Chinese, light and dark; no page scrolls sideways at 12
 keyboard reaches the content first; a newcomer starts a first job from the home page's empty state. Screenshots of
 every page in every combination go to test-output/portal/ (git-ignored)."""
 
+import re
+
 import httpx
 import pytest
 
@@ -95,10 +97,12 @@ def test_a_newcomer_starts_a_first_job_from_the_empty_home(server, browser):  # 
     page.wait_for_url("**/new/batch")
     page.click("#presets .preset:first-child")  # a preset fills the resources
     assert page.input_value("#cpu") == "2" and page.input_value("#memory_mib") == "4096"
-    page.fill("#name", "bad name!")
-    assert "is-invalid" in page.get_attribute("#name", "class")  # said while typing, before any submit
+    page.fill("#name", "bad name!")  # said while typing, before any submit, by the server's own rules
+    page.wait_for_selector("#name.is-invalid[aria-invalid=true]")
+    assert "pattern" in page.inner_text(".field-err.live[data-field=name]")
     page.fill("#name", "my-first-job")
-    assert "is-invalid" not in (page.get_attribute("#name", "class") or "")
+    page.wait_for_selector("#name:not(.is-invalid)")
+    assert not page.query_selector(".field-err.live")
     page.fill("#command", "sh -c 'echo hello-newcomer; sleep 15'")
     page.click("#submit")
     page.wait_for_url("**/jobs/*")
@@ -109,4 +113,29 @@ def test_a_newcomer_starts_a_first_job_from_the_empty_home(server, browser):  # 
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "newcomer-first-job-card.png"), full_page=True)
     assert not violations, violations
+    page.context.close()
+
+
+def test_the_forms_check_every_field_as_one_types_in_the_readers_language(server, browser):  # noqa: F811
+    """The job form's and the image form's fields are checked by the server as one types (the submit's own
+    code: /new/<kind>/check, /images/check), the messages in Chinese for a Chinese reader; nothing is recorded."""
+    page = _context(browser, "zh", "light", "desktop").new_page()
+    _login(page, server, "admin", "admin-password")
+    page.wait_for_url(server.url + "/")
+    page.goto(server.url + "/new/batch")
+    page.fill("#memory_mib", "-5")
+    assert re.search("[\u4e00-\u9fff]", page.wait_for_selector(".field-err.live[data-field=memory_mib]").inner_text())
+    page.fill("#env", "NOT A PAIR")
+    assert "KEY=VALUE" in page.wait_for_selector(".field-err.live[data-field=env]").inner_text()
+    assert not page.query_selector(".field-err.live[data-field=name]")  # untouched fields are left alone
+    page.goto(server.url + "/images")
+    page.fill("#image-pip", "six;rm")
+    said = page.wait_for_selector(".field-err.live[data-field=pip]").inner_text()
+    assert "six;rm" in said and re.search("[\u4e00-\u9fff]", said), said
+    page.fill("#image-tag", "-bad")
+    page.wait_for_selector("#image-tag[aria-invalid=true]")
+    page.fill("#image-pip", "six")
+    page.wait_for_selector("#image-pip:not([aria-invalid])")
+    jobs = httpx.get(server.url + "/api/v1/jobs?all=true", headers=token(server)).json()
+    assert jobs == [] and httpx.get(server.url + "/api/v1/images", headers=token(server)).json() == []
     page.context.close()

@@ -64,8 +64,9 @@ class BuildForm(BaseModel):
     visibility: Literal["private", "account", "public"] = "private"
     account: str | None = Field(None, max_length=64, pattern=NAME, description="the namespace of an account image")
     python: Literal[tuple(PYTHONS)] = "3.11"  # type: ignore[valid-type]
-    base: str | None = Field(None, max_length=200, pattern=BASE,
-                             description="a base of the catalogue (bases.py); none: the Python version's base")  # fmt: skip
+    base: str | None = Field(
+        None, max_length=200, pattern=BASE, description="a base of the catalogue (bases.py); none: the Python's base"
+    )
     cuda: Literal[tuple(CUDA)] = "none"  # type: ignore[valid-type]
     cudnn: Literal[tuple(CUDNN)] = "none"  # type: ignore[valid-type]
     jupyter: bool = False

@@ -134,28 +134,35 @@ def build(
     db: Session = Depends(db_session),
 ) -> dict:
     """Queues a build of the form; its state and log tell how it went (GET /images/{id}, /images/{id}/log)."""
-    form = parse_form(body)
-    catalogue.check_namespace(db, user, form.visibility, form.account)
+    form = check_build(body, user, p, q, db)
     catalogue.check_quota(db, p.settings, user)
     _registry_reachable(p)
-    if form.base is not None:
-        base = bases.resolve(db, p.settings, user, form.base, q.builder.has)
-        form = parse_form({**form.model_dump(mode="json"), "base": base.reference, "python": base.python})
-    elif form.python not in offered_pythons(db, q):
-        base = q.builder.base_for(form.python)
-        suite = PYTHONS[form.python]
-        raise Invalid(
-            "python",
-            f"Python {form.python} needs the {base} base image, not on this host; an admin makes it with "
-            f"`caldera images bootstrap --suite {suite}`",
-            "BaseImageMissing",
-            {"python": form.python, "base": base, "suite": suite},
-        )
     ns = catalogue.namespace(user, form.visibility, form.account)
     img = catalogue.new(db, user, ns, form.name, form.tag, form.visibility, "form", form.model_dump(mode="json"))
     db.commit()
     q.submit(img.id)
     return catalogue.view(p.settings, img, user.username)
+
+
+def check_build(body: dict, user: User, p: Platform, q: BuildQueue, db: Session) -> BuildForm:
+    """The form as it will be built (its base resolved, the base's Python), or the errors a build of it meets;
+    the portal's form checks as one types through it."""
+    form = parse_form(body)
+    catalogue.check_namespace(db, user, form.visibility, form.account)
+    if form.base is not None:
+        base = bases.resolve(db, p.settings, user, form.base, q.builder.has)
+        return parse_form({**form.model_dump(mode="json"), "base": base.reference, "python": base.python})
+    if form.python not in offered_pythons(db, q):
+        base_ref = q.builder.base_for(form.python)
+        suite = PYTHONS[form.python]
+        raise Invalid(
+            "python",
+            f"Python {form.python} needs the {base_ref} base image, not on this host; an admin makes it with "
+            f"`caldera images bootstrap --suite {suite}`",
+            "BaseImageMissing",
+            {"python": form.python, "base": base_ref, "suite": suite},
+        )
+    return form
 
 
 def _registry_reachable(p: Platform) -> None:

@@ -14,6 +14,7 @@ from caldera.server.web import (
     admin_account_pages,
     admin_pages,
     auth_pages,
+    file_pages,
     governance_pages,
     image_pages,
     jobs_pages,
@@ -35,6 +36,7 @@ def install(app: FastAPI) -> None:
         metrics_pages.router,
         template_pages.router,
         image_pages.router,
+        file_pages.router,
         admin_pages.router,
         admin_account_pages.router,
     ):

@@ -1,0 +1,134 @@
+"""The file browser: my storage spaces with their usage, and a space's folders a page at a time, with new folder,
+delete, download and (static/file_upload.js) resumable uploads through the API. Every rule is the API's
+(caldera/server/api_files.py); a space the user may not read is a page that does not exist."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import RedirectResponse
+from sqlalchemy.orm import Session
+
+from caldera.db.models import User
+from caldera.server import api_files
+from caldera.server.deps import db_session, platform
+from caldera.server.platform import Platform
+from caldera.server.web import api_call
+from caldera.server.web.render import page
+from caldera.server.web.session import PageNotFound, page_user
+from caldera.storage.errors import NoAccess, NoSuchPath, PathRefused
+from caldera.storage.paths import MAX_PATH_CHARS
+from caldera.storage.spaces import Access
+
+router = APIRouter(include_in_schema=False)
+PAGE_SIZE = 50
+
+
+def _caller(request: Request, user: User, db: Session) -> api_files.Caller:
+    return api_files.Caller(user, db, request.app.state.spaces)
+
+
+def _readable(c: api_files.Caller, space: str):
+    """The space opened for reading, or no page: another user's space is as if it did not exist."""
+    try:
+        return c.open(space, Access.READ)
+    except (NoAccess, NoSuchPath, PathRefused):
+        raise PageNotFound() from None
+
+
+@router.get("/files")
+def spaces(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
+    c = _caller(request, user, db)
+    return page(request, "files.html", user=user, spaces=api_files.list_spaces(c))
+
+
+def folder_url(space: str, path: str, **more: str) -> str:
+    return f"/files/{space}?" + urlencode({"path": path, **more}) if path or more else f"/files/{space}"
+
+
+def _folder_page(request: Request, p: Platform, c: api_files.Caller, space: str, path: str, after: str,
+                 errors=(), status=200):  # fmt: skip
+    opened = _readable(c, space)
+    try:
+        listed = api_files.list_folder(space, path, after, PAGE_SIZE, c)
+    except NoSuchPath:
+        raise PageNotFound() from None
+    names = listed["path"].split("/") if listed["path"] else []
+    crumbs = [(n, "/".join(names[: i + 1])) for i, n in enumerate(names)]
+    return page(
+        request, "files_space.html", status=status, user=c.user, errors=list(errors), space=str(opened.ref),
+        info=c.spaces.view(opened.ref, opened.row, opened.access), path=listed["path"], crumbs=crumbs,
+        entries=listed["entries"], next_after=listed["next"], after=after, folder_url=folder_url,
+        chunk_bytes=p.settings.storage_chunk_bytes, writable=opened.access >= Access.WRITE,
+    )  # fmt: skip
+
+
+@router.get("/files/{space}")
+def folder(
+    request: Request,
+    space: str,
+    path: str = Query("", max_length=MAX_PATH_CHARS),
+    after: str = Query("", max_length=1024),
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    return _folder_page(request, p, _caller(request, user, db), space[:80], path, after)
+
+
+@router.get("/files/{space}/download")
+def download(
+    request: Request,
+    space: str,
+    path: str = Query(..., max_length=MAX_PATH_CHARS),
+    user: User = Depends(page_user),
+    db: Session = Depends(db_session),
+):
+    c = _caller(request, user, db)
+    _readable(c, space[:80])
+    try:
+        return api_files.download(space[:80], path, c)
+    except (NoSuchPath, PathRefused):
+        raise PageNotFound() from None
+
+
+def _parent(path: str) -> str:
+    """The folder to go back to (the API judges the path itself)."""
+    return path.strip("/").rpartition("/")[0]
+
+
+def _write(request: Request, p: Platform, c: api_files.Caller, space: str, back_to: str, fn, *args):
+    """A form's change through the API, back to the folder; the API's refusal shown on it."""
+    _readable(c, space)
+    _, errors = api_call.call(c.db, fn, space, *args, c)
+    if errors:
+        return _folder_page(request, p, c, space, back_to, "", errors, status=400)
+    return RedirectResponse(folder_url(space, back_to), 303)
+
+
+@router.post("/files/{space}/folders")
+def new_folder(
+    request: Request,
+    space: str,
+    folder: str = Form("", max_length=MAX_PATH_CHARS),
+    name: str = Form(..., max_length=255),
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """``name`` in the folder shown (the API refuses a name with a slash, .. or NUL as any path)."""
+    body = api_files.FolderIn(path=f"{folder}/{name}" if folder else name)
+    return _write(request, p, _caller(request, user, db), space[:80], folder, api_files.mkdir, body)
+
+
+@router.post("/files/{space}/delete")
+def delete(
+    request: Request,
+    space: str,
+    path: str = Form(..., max_length=MAX_PATH_CHARS),
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    return _write(request, p, _caller(request, user, db), space[:80], _parent(path), api_files.delete, path)

@@ -1,0 +1,79 @@
+"""The portal's file browser (issue 27) in a real browser (Debian's chromium) against a real server: a space's
+folder with its usage, a new folder, a file uploaded in several chunks through the API's resumable uploads,
+downloaded back byte for byte, deleted; another user finds neither the space nor the file (404), and does not
+see the space among theirs. The page's accessibility is checked with every other page's (test_portal_design)."""
+
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from caldera.server.web.render import STATIC
+from tests.conftest import ServerProcess, free_port, server_env, traversable
+from tests.test_browser import browser  # noqa: F401 - the chromium fixture
+from tests.test_portal_browser import _login
+from tests.test_server_process import token
+
+pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+CHUNK = 4096
+
+
+@pytest.fixture
+def small_chunks(tmp_path, db_url):
+    """A server whose uploads come in 4 KiB chunks: a small file takes several."""
+    env = {**server_env(tmp_path, db_url), "CALDERA_STORAGE_CHUNK_BYTES": str(CHUNK)}
+    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def test_upload_browse_download_and_delete_in_my_space_and_another_user_gets_404(small_chunks, browser, tmp_path):  # noqa: F811
+    server = small_chunks
+    admin = token(server)
+    for name in ("ana", "bob"):
+        r = httpx.post(server.url + "/api/v1/users", json={"username": name, "password": "password-123"},
+                       headers=admin, timeout=30)  # fmt: skip
+        assert r.status_code == 201, r.text
+    assert (STATIC / "file_upload.js").exists()
+    page = browser.new_context(accept_downloads=True).new_page()
+    _login(page, server, "ana", "password-123")
+    page.wait_for_url(server.url + "/")
+    page.click("nav a[href='/files']")
+    page.click("#spaces [data-space='personal:ana'] a")
+    page.wait_for_url("**/files/personal:ana")
+    assert "This folder is empty." in page.inner_text("#entries")
+    page.fill("#folder-name", "data set")
+    page.click("#new-folder button[type=submit]")
+    page.click("#entries a.folder:has-text('data set')")
+    page.wait_for_selector("#crumbs [aria-current=page]:has-text('data set')")
+    payload = os.urandom(3 * CHUNK + 123)  # four chunks
+    source = tmp_path / "weights 数据.bin"
+    source.write_bytes(payload)
+    page.set_input_files("#upload-files", str(source))
+    page.click("#upload-start")
+    link = page.wait_for_selector("#entries a.download:has-text('weights 数据.bin')")
+    with page.expect_download() as got:
+        link.click()
+    assert Path(got.value.path()).read_bytes() == payload
+    href = link.get_attribute("href")
+    assert "12.1 KiB of" in page.inner_text("#space-usage")  # the space counts the upload
+    # bob: not among his spaces, and neither the folder nor the file exists for him
+    other = browser.new_context().new_page()
+    _login(other, server, "bob", "password-123")
+    other.wait_for_url(server.url + "/")
+    other.goto(server.url + "/files")
+    assert not other.query_selector("[data-space='personal:ana']") and other.query_selector(
+        "[data-space='personal:bob']"
+    )
+    for path in ("/files/personal:ana", "/files/personal:ana?path=data+set", href):
+        assert other.goto(server.url + path).status == 404, path
+    other.context.close()
+    # deleted: gone from the folder and from the API
+    page.click(f"#entries tr[data-entry='{source.name}'] form.delete button")
+    page.wait_for_selector("#entries:has-text('This folder is empty.')")
+    r = httpx.get(server.url + "/api/v1/spaces/personal:ana/list", params={"path": "data set"},
+                  headers=token(server, "ana", "password-123"))  # fmt: skip
+    assert r.status_code == 200 and r.json()["entries"] == []
+    page.context.close()
