@@ -57,6 +57,7 @@ def _local(ref: str) -> bool:
     return subprocess.run(["podman", "image", "exists", ref]).returncode == 0
 
 
+@pytest.mark.timeout(600)  # two builds: the second on the first, from the catalogue
 def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, ana, settings):
     t0 = time.monotonic()
     # a new token each run, so buildah's layer cache cannot replay an earlier build's output; cgroup v2 or v1 files

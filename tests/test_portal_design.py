@@ -20,7 +20,7 @@ LOCALES = {"en": "en-US", "zh": "zh-CN"}
 PAGES = {
     "home": "/", "jobs": "/jobs?sort=name", "queue": "/queue", "new-batch": "/new/batch",
     "new-distributed": "/new/distributed", "new-jupyter": "/new/jupyter", "images": "/images",
-    "templates": "/templates", "tokens": "/tokens",
+    "templates": "/templates", "tokens": "/tokens", "files": "/files", "files-space": "/files/personal:admin",
     "accounts": "/accounts", "job": "/jobs/{jid}", "admin-users": "/admin/users", "admin-accounts": "/admin/accounts",
     "admin-queues": "/admin/queues", "admin-queue": "/admin/queue?name=default", "admin-nodes": "/admin/nodes",
     "admin-jobs": "/admin/jobs", "admin-audit": "/admin/audit", "approvals": "/approvals",

@@ -3,7 +3,9 @@ folder with its usage, a new folder, a file uploaded in several chunks through t
 downloaded back byte for byte, deleted; another user finds neither the space nor the file (404), and does not
 see the space among theirs. The page's accessibility is checked with every other page's (test_portal_design)."""
 
+import html
 import os
+import re
 from pathlib import Path
 
 import httpx
@@ -11,6 +13,7 @@ import pytest
 
 from caldera.server.web.render import STATIC
 from tests.conftest import ServerProcess, free_port, server_env, traversable
+from tests.portal import browser_for
 from tests.test_browser import browser  # noqa: F401 - the chromium fixture
 from tests.test_portal_browser import _login
 from tests.test_server_process import token
@@ -77,3 +80,19 @@ def test_upload_browse_download_and_delete_in_my_space_and_another_user_gets_404
                   headers=token(server, "ana", "password-123"))  # fmt: skip
     assert r.status_code == 200 and r.json()["entries"] == []
     page.context.close()
+
+
+def test_a_large_folder_is_listed_a_page_at_a_time(api, admin):
+    """Through the app: 55 files make a page of 50 with a link to the next, which has the other 5 (the API's
+    cursor); a path that leaves the space is refused."""
+    ana = api.user(admin, "ana")
+    for i in range(55):
+        r = api.client.post("/api/v1/spaces/personal/uploads", json={"path": f"f{i:02}.txt", "size": 0}, headers=ana)
+        assert r.status_code == 201, r.text
+    page = browser_for(api.client, "ana", "password-123")
+    first = page.get("/files/personal:ana").text
+    assert first.count("data-entry=") == 50 and 'data-entry="f49.txt"' in first and "f50.txt" not in first
+    following = html.unescape(re.search(r'rel="next" href="([^"]+)"', first)[1])
+    second = page.get(following).text
+    assert second.count("data-entry=") == 5 and 'data-entry="f54.txt"' in second and 'rel="next"' not in second
+    assert page.get("/files/personal:ana", params={"path": "../bob"}).status_code == 400  # refused, not followed
