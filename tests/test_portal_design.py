@@ -35,6 +35,7 @@ def _context(chromium, lang, scheme, size):
     return chromium.new_context(locale=LOCALES[lang], color_scheme=scheme, viewport={"width": w, "height": h})
 
 
+@pytest.mark.timeout(600)  # 21 pages in 8 combinations: about 5 minutes on a loaded 2-core machine
 def test_every_page_is_accessible_and_fits_in_both_languages_and_themes(server, browser):  # noqa: F811
     assert AXE.exists(), "no axe-core: run scripts/build-web (needs npm)"
     admin = token(server)
