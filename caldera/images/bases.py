@@ -44,8 +44,8 @@ def resolve(db: Session, settings: Settings, user: User, choice: str, has: Calla
         found = next((b for b in _environments(db, has) if b.reference == ref), None)
     else:
         img = db.get(Image, choice)
-        found = _image_base(settings, img) if img and img.state == "ready" and _builds_on(img) else None
-        found = found if img and catalogue.may_use(db, user, img) else None
+        usable = img is not None and img.state == "ready" and _builds_on(img) and catalogue.may_use(db, user, img)
+        found = _image_base(settings, img) if usable else None
     if found is None:
         raise NotFound(f"no base {choice[:80]!r} among the images you may build on (GET /api/v1/images/bases)",
                        "BaseNotOffered", {"base": repr(choice[:80])})  # fmt: skip
