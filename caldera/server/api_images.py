@@ -134,9 +134,11 @@ def build(
     db: Session = Depends(db_session),
 ) -> dict:
     """Queues a build of the form; its state and log tell how it went (GET /images/{id}, /images/{id}/log)."""
-    form = check_build(body, user, p, q, db)
+    form = parse_form(body)
+    catalogue.check_namespace(db, user, form.visibility, form.account)
     catalogue.check_quota(db, p.settings, user)
     _registry_reachable(p)
+    form = on_base(form, user, p, q, db)
     ns = catalogue.namespace(user, form.visibility, form.account)
     img = catalogue.new(db, user, ns, form.name, form.tag, form.visibility, "form", form.model_dump(mode="json"))
     db.commit()
@@ -146,9 +148,15 @@ def build(
 
 def check_build(body: dict, user: User, p: Platform, q: BuildQueue, db: Session) -> BuildForm:
     """The form as it will be built (its base resolved, the base's Python), or the errors a build of it meets;
-    the portal's form checks as one types through it."""
+    the portal's form checks as one types through it (quota and registry are the build's to find)."""
     form = parse_form(body)
     catalogue.check_namespace(db, user, form.visibility, form.account)
+    return on_base(form, user, p, q, db)
+
+
+def on_base(form: BuildForm, user: User, p: Platform, q: BuildQueue, db: Session) -> BuildForm:
+    """The form with its base resolved through the allowlist (bases.py) and the base's Python; without a base,
+    its Python's base image, which must be here."""
     if form.base is not None:
         base = bases.resolve(db, p.settings, user, form.base, q.builder.has)
         return parse_form({**form.model_dump(mode="json"), "base": base.reference, "python": base.python})
