@@ -1,6 +1,7 @@
 """The portal's file browser (issue 27) in a real browser (Debian's chromium) against a real server: a space's
 folder with its usage, a new folder, a file uploaded in several chunks through the API's resumable uploads,
-downloaded back byte for byte, deleted; another user finds neither the space nor the file (404), and does not
+downloaded back byte for byte, deleted; a text file previewed as escaped text and an image as an image that
+runs nothing; another user finds neither the space nor the file (404), and does not
 see the space among theirs. The page's accessibility is checked with every other page's (test_portal_design)."""
 
 import html
@@ -56,7 +57,8 @@ def test_upload_browse_download_and_delete_in_my_space_and_another_user_gets_404
     source.write_bytes(payload)
     page.set_input_files("#upload-files", str(source))
     page.click("#upload-start")
-    link = page.wait_for_selector("#entries a.download:has-text('weights 数据.bin')")
+    page.wait_for_selector("#entries a.preview:has-text('weights 数据.bin')")
+    link = page.locator(f"#entries tr[data-entry='{source.name}'] a.download")
     with page.expect_download() as got:
         link.click()
     assert Path(got.value.path()).read_bytes() == payload
@@ -96,3 +98,32 @@ def test_a_large_folder_is_listed_a_page_at_a_time(api, admin):
     second = page.get(following).text
     assert second.count("data-entry=") == 5 and 'data-entry="f54.txt"' in second and 'rel="next"' not in second
     assert page.get("/files/personal:ana", params={"path": "../bob"}).status_code == 400  # refused, not followed
+
+
+def _put(api, headers, path: str, data: bytes) -> None:
+    r = api.client.post("/api/v1/spaces/personal/uploads", json={"path": path, "size": len(data)}, headers=headers)
+    assert r.status_code == 201, r.text
+    r = api.client.patch(f"/api/v1/spaces/personal/uploads/{r.json()['id']}", content=data,
+                         headers={**headers, "Upload-Offset": "0"})  # fmt: skip
+    assert r.json()["done"], r.text
+
+
+def test_a_text_file_previews_as_text_an_image_as_an_image_and_others_only_download(api, admin):
+    ana = api.user(admin, "ana")
+    api.user(admin, "bob")
+    _put(api, ana, "notes.md", "# 笔记\n<script>alert(1)</script>\n".encode())
+    png = bytes.fromhex("89504e470d0a1a0a") + b"<html><script>alert(1)</script>"  # an image's name, anything inside
+    _put(api, ana, "plot.png", png)
+    _put(api, ana, "weights.bin", bytes(range(256)))
+    page = browser_for(api.client, "ana", "password-123")
+    text = page.get("/files/personal:ana/preview", params={"path": "notes.md"}).text
+    assert "# 笔记" in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "<script>alert" not in text
+    assert 'id="preview-image"' in page.get("/files/personal:ana/preview", params={"path": "plot.png"}).text
+    r = page.get("/files/personal:ana/image", params={"path": "plot.png"})
+    assert r.content == png and r.headers["content-type"] == "image/png"
+    assert r.headers["x-content-type-options"] == "nosniff" and "sandbox" in r.headers["content-security-policy"]
+    assert page.get("/files/personal:ana/image", params={"path": "notes.md"}).status_code == 404  # not an image type
+    assert 'id="no-preview"' in page.get("/files/personal:ana/preview", params={"path": "weights.bin"}).text
+    bob = browser_for(api.client, "bob", "password-123")
+    for route in ("preview", "image"):
+        assert bob.get(f"/files/personal:ana/{route}", params={"path": "plot.png"}).status_code == 404, route

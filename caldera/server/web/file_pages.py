@@ -4,13 +4,15 @@ delete, download and (static/file_upload.js) resumable uploads through the API. 
 
 from __future__ import annotations
 
+from contextlib import closing
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Query, Request
-from fastapi.responses import RedirectResponse
+from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from caldera.db.models import User
+from caldera.errors import CalderaError
 from caldera.server import api_files
 from caldera.server.deps import db_session, platform
 from caldera.server.platform import Platform
@@ -18,11 +20,15 @@ from caldera.server.web import api_call
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 from caldera.storage.errors import NoAccess, NoSuchPath, PathRefused
-from caldera.storage.paths import MAX_PATH_CHARS
+from caldera.storage.paths import MAX_PATH_CHARS, file_parts
 from caldera.storage.spaces import Access
 
 router = APIRouter(include_in_schema=False)
 PAGE_SIZE = 50
+PREVIEW_BYTES = 256 << 10  # a text file's preview: its start
+# images shown inline, by the name's ending: an allowlist of types no browser runs as a document (no SVG, no HTML)
+IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
+IMAGE_BYTES = 20 << 20
 
 
 def _caller(request: Request, user: User, db: Session) -> api_files.Caller:
@@ -132,3 +138,67 @@ def delete(
     db: Session = Depends(db_session),
 ):
     return _write(request, p, _caller(request, user, db), space[:80], _parent(path), api_files.delete, path)
+
+
+def _start_of(c: api_files.Caller, space: str, path: str, limit: int) -> tuple[int, bytes]:
+    """The file's size and its first ``limit`` bytes (read no further); no page for what is not a readable file."""
+    opened = _readable(c, space)
+    try:
+        size, blocks = opened.tree.reader(file_parts(path))
+    except (CalderaError, OSError):  # a folder, a link out, a name the file system refuses
+        raise PageNotFound() from None
+    data = bytearray()
+    with closing(blocks):
+        while len(data) < limit and (block := next(blocks, b"")):
+            data += block
+    return size, bytes(data[:limit])
+
+
+def _image_type(path: str) -> str | None:
+    return IMAGE_TYPES.get(path.rpartition(".")[2].lower())
+
+
+@router.get("/files/{space}/preview")
+def preview(
+    request: Request,
+    space: str,
+    path: str = Query(..., max_length=MAX_PATH_CHARS),
+    user: User = Depends(page_user),
+    db: Session = Depends(db_session),
+):
+    """A text file's start as text (escaped like any page text), an image as an image, anything else: download."""
+    c = _caller(request, user, db)
+    size, start = _start_of(c, space[:80], path, 0 if _image_type(path) else PREVIEW_BYTES)
+    text = None
+    if not _image_type(path):
+        try:  # a multi-byte character cut at the limit is not binary
+            text = start.decode("utf-8") if size <= PREVIEW_BYTES else start.decode("utf-8", "ignore")
+        except UnicodeDecodeError:
+            text = None
+        text = None if text is not None and "\x00" in text else text
+    return page(
+        request, "files_preview.html", user=user, space=space[:80], path=path.strip("/"), size=size, text=text,
+        cut=size > PREVIEW_BYTES, image=_image_type(path) is not None and size <= IMAGE_BYTES, folder_url=folder_url,
+        parent=_parent(path),
+    )  # fmt: skip
+
+
+@router.get("/files/{space}/image")
+def image(
+    request: Request,
+    space: str,
+    path: str = Query(..., max_length=MAX_PATH_CHARS),
+    user: User = Depends(page_user),
+    db: Session = Depends(db_session),
+):
+    """An image of the allowlist, inline, under a policy that runs nothing (sandboxed, no sniffing)."""
+    kind = _image_type(path)
+    if kind is None:
+        raise PageNotFound()
+    size, data = _start_of(_caller(request, user, db), space[:80], path, IMAGE_BYTES + 1)
+    if size > IMAGE_BYTES:
+        raise PageNotFound()
+    return Response(data, media_type=kind, headers={
+        "X-Content-Type-Options": "nosniff", "Content-Security-Policy": "default-src 'none'; sandbox",
+        "Content-Disposition": "inline", "Cache-Control": "no-store",
+    })  # fmt: skip
