@@ -21,6 +21,7 @@ PAGES = {
     "home": "/", "jobs": "/jobs?sort=name", "queue": "/queue", "new-batch": "/new/batch",
     "new-distributed": "/new/distributed", "new-jupyter": "/new/jupyter", "images": "/images",
     "templates": "/templates", "tokens": "/tokens", "files": "/files", "files-space": "/files/personal:admin",
+    "files-preview": "/files/personal:admin/preview?path=notes.txt",
     "accounts": "/accounts", "job": "/jobs/{jid}", "admin-users": "/admin/users", "admin-accounts": "/admin/accounts",
     "admin-queues": "/admin/queues", "admin-queue": "/admin/queue?name=default", "admin-nodes": "/admin/nodes",
     "admin-jobs": "/admin/jobs", "admin-audit": "/admin/audit", "approvals": "/approvals",
@@ -40,6 +41,8 @@ def test_every_page_is_accessible_and_fits_in_both_languages_and_themes(server, 
     assert AXE.exists(), "no axe-core: run scripts/build-web (needs npm)"
     admin = token(server)
     jid = httpx.post(server.url + "/api/v1/jobs", json={"name": "train", "command": "true"}, headers=admin).json()["id"]
+    notes = {"path": "notes.txt", "size": 0}  # an empty file, for the file browser's preview
+    assert httpx.post(server.url + "/api/v1/spaces/personal/uploads", json=notes, headers=admin).status_code == 201
     axe = AXE.read_text()
     problems: list[str] = []
     for lang in LOCALES:
