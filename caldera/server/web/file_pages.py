@@ -5,6 +5,7 @@ delete, download and (static/file_upload.js) resumable uploads through the API. 
 from __future__ import annotations
 
 from contextlib import closing
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Query, Request
@@ -41,6 +42,25 @@ def _readable(c: api_files.Caller, space: str):
         return c.open(space, Access.READ)
     except (NoAccess, NoSuchPath, PathRefused):
         raise PageNotFound() from None
+
+
+@dataclass
+class FileAt:
+    """A file of a space the request names, and who asks."""
+
+    c: api_files.Caller
+    space: str
+    path: str
+
+
+def file_at(
+    request: Request,
+    space: str,
+    path: str = Query(..., max_length=MAX_PATH_CHARS),
+    user: User = Depends(page_user),
+    db: Session = Depends(db_session),
+) -> FileAt:
+    return FileAt(_caller(request, user, db), space[:80], path)
 
 
 @router.get("/files")
@@ -84,17 +104,10 @@ def folder(
 
 
 @router.get("/files/{space}/download")
-def download(
-    request: Request,
-    space: str,
-    path: str = Query(..., max_length=MAX_PATH_CHARS),
-    user: User = Depends(page_user),
-    db: Session = Depends(db_session),
-):
-    c = _caller(request, user, db)
-    _readable(c, space[:80])
+def download(at: FileAt = Depends(file_at)):
+    _readable(at.c, at.space)
     try:
-        return api_files.download(space[:80], path, c)
+        return api_files.download(at.space, at.path, at.c)
     except (NoSuchPath, PathRefused):
         raise PageNotFound() from None
 
@@ -140,11 +153,11 @@ def delete(
     return _write(request, p, _caller(request, user, db), space[:80], _parent(path), api_files.delete, path)
 
 
-def _start_of(c: api_files.Caller, space: str, path: str, limit: int) -> tuple[int, bytes]:
+def _start_of(at: FileAt, limit: int) -> tuple[int, bytes]:
     """The file's size and its first ``limit`` bytes (read no further); no page for what is not a readable file."""
-    opened = _readable(c, space)
+    opened = _readable(at.c, at.space)
     try:
-        size, blocks = opened.tree.reader(file_parts(path))
+        size, blocks = opened.tree.reader(file_parts(at.path))
     except (CalderaError, OSError):  # a folder, a link out, a name the file system refuses
         raise PageNotFound() from None
     data = bytearray()
@@ -159,16 +172,10 @@ def _image_type(path: str) -> str | None:
 
 
 @router.get("/files/{space}/preview")
-def preview(
-    request: Request,
-    space: str,
-    path: str = Query(..., max_length=MAX_PATH_CHARS),
-    user: User = Depends(page_user),
-    db: Session = Depends(db_session),
-):
+def preview(request: Request, at: FileAt = Depends(file_at)):
     """A text file's start as text (escaped like any page text), an image as an image, anything else: download."""
-    c = _caller(request, user, db)
-    size, start = _start_of(c, space[:80], path, 0 if _image_type(path) else PREVIEW_BYTES)
+    path = at.path
+    size, start = _start_of(at, 0 if _image_type(path) else PREVIEW_BYTES)
     text = None
     if not _image_type(path):
         try:  # a multi-byte character cut at the limit is not binary
@@ -177,25 +184,19 @@ def preview(
             text = None
         text = None if text is not None and "\x00" in text else text
     return page(
-        request, "files_preview.html", user=user, space=space[:80], path=path.strip("/"), size=size, text=text,
+        request, "files_preview.html", user=at.c.user, space=at.space, path=path.strip("/"), size=size, text=text,
         cut=size > PREVIEW_BYTES, image=_image_type(path) is not None and size <= IMAGE_BYTES, folder_url=folder_url,
         parent=_parent(path),
     )  # fmt: skip
 
 
 @router.get("/files/{space}/image")
-def image(
-    request: Request,
-    space: str,
-    path: str = Query(..., max_length=MAX_PATH_CHARS),
-    user: User = Depends(page_user),
-    db: Session = Depends(db_session),
-):
+def image(at: FileAt = Depends(file_at)):
     """An image of the allowlist, inline, under a policy that runs nothing (sandboxed, no sniffing)."""
-    kind = _image_type(path)
+    kind = _image_type(at.path)
     if kind is None:
         raise PageNotFound()
-    size, data = _start_of(_caller(request, user, db), space[:80], path, IMAGE_BYTES + 1)
+    size, data = _start_of(at, IMAGE_BYTES + 1)
     if size > IMAGE_BYTES:
         raise PageNotFound()
     return Response(data, media_type=kind, headers={
