@@ -57,6 +57,7 @@ def _local(ref: str) -> bool:
     return subprocess.run(["podman", "image", "exists", ref]).returncode == 0
 
 
+@pytest.mark.timeout(600)  # two builds: the second on the first, from the catalogue
 def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, ana, settings):
     t0 = time.monotonic()
     # a new token each run, so buildah's layer cache cannot replay an earlier build's output; cgroup v2 or v1 files
@@ -97,6 +98,12 @@ def test_a_form_builds_pushes_and_records_an_image_that_has_its_packages(api, an
     # the same reference again is a conflict, not a second record
     r = api.client.post("/api/v1/images", json={"name": "six-env", "tag": "1"}, headers=ana)
     assert r.status_code == 409, r.text
+    # built on from the catalogue: the build user pulls it from the registry (its own copy removed first)
+    assert _as_builder(api, "podman", "rmi", ref).returncode == 0
+    on = _built(api, ana, {"name": "on-six", "base": img["id"], "extra_lines": ["RUN python3 -c 'import six'"]})
+    assert on["state"] == "ready" and on["form"]["base"] == ref, on["message"]
+    assert "buildah pull" in api.client.get(f"/api/v1/images/{on['id']}/log", headers=ana).text
+    assert api.client.delete(f"/api/v1/images/{on['id']}", headers=ana).status_code == 204
     # deleting removes it from the registry, this host and the catalogue
     assert api.client.delete(f"/api/v1/images/{img['id']}", headers=ana).status_code == 204
     assert registry.tags(settings, "user/ana/six-env") == [] and not _local(ref) and not _in_build_storage(api, ref)

@@ -3,6 +3,8 @@ violation in English and Chinese, light and dark; no page scrolls sideways at 12
 keyboard reaches the content first; a newcomer starts a first job from the home page's empty state. Screenshots of
 every page in every combination go to test-output/portal/ (git-ignored)."""
 
+import re
+
 import httpx
 import pytest
 
@@ -18,7 +20,8 @@ LOCALES = {"en": "en-US", "zh": "zh-CN"}
 PAGES = {
     "home": "/", "jobs": "/jobs?sort=name", "queue": "/queue", "new-batch": "/new/batch",
     "new-distributed": "/new/distributed", "new-jupyter": "/new/jupyter", "images": "/images",
-    "templates": "/templates", "tokens": "/tokens", "data": "/data",
+    "templates": "/templates", "tokens": "/tokens", "data": "/data", "files": "/files",
+    "files-space": "/files/personal:admin", "files-preview": "/files/personal:admin/preview?path=notes.txt",
     "accounts": "/accounts", "job": "/jobs/{jid}", "admin-users": "/admin/users", "admin-accounts": "/admin/accounts",
     "admin-queues": "/admin/queues", "admin-queue": "/admin/queue?name=default", "admin-nodes": "/admin/nodes",
     "admin-jobs": "/admin/jobs", "admin-audit": "/admin/audit", "approvals": "/approvals",
@@ -34,10 +37,13 @@ def _context(chromium, lang, scheme, size):
     return chromium.new_context(locale=LOCALES[lang], color_scheme=scheme, viewport={"width": w, "height": h})
 
 
+@pytest.mark.timeout(600)  # 21 pages in 8 combinations: about 5 minutes on a loaded 2-core machine
 def test_every_page_is_accessible_and_fits_in_both_languages_and_themes(server, browser):  # noqa: F811
     assert AXE.exists(), "no axe-core: run scripts/build-web (needs npm)"
     admin = token(server)
     jid = httpx.post(server.url + "/api/v1/jobs", json={"name": "train", "command": "true"}, headers=admin).json()["id"]
+    notes = {"path": "notes.txt", "size": 0}  # an empty file, for the file browser's preview
+    assert httpx.post(server.url + "/api/v1/spaces/personal/uploads", json=notes, headers=admin).status_code == 201
     axe = AXE.read_text()
     problems: list[str] = []
     for lang in LOCALES:
@@ -96,10 +102,12 @@ def test_a_newcomer_starts_a_first_job_from_the_empty_home(server, browser):  # 
     page.wait_for_url("**/new/batch")
     page.click("#presets .preset:first-child")  # a preset fills the resources
     assert page.input_value("#cpu") == "2" and page.input_value("#memory_mib") == "4096"
-    page.fill("#name", "bad name!")
-    assert "is-invalid" in page.get_attribute("#name", "class")  # said while typing, before any submit
+    page.fill("#name", "bad name!")  # said while typing, before any submit, by the server's own rules
+    page.wait_for_selector("#name.is-invalid[aria-invalid=true]")
+    assert "pattern" in page.inner_text(".field-err.live[data-field=name]")
     page.fill("#name", "my-first-job")
-    assert "is-invalid" not in (page.get_attribute("#name", "class") or "")
+    page.wait_for_selector("#name:not(.is-invalid)")
+    assert not page.query_selector(".field-err.live")
     page.fill("#command", "sh -c 'echo hello-newcomer; sleep 15'")
     page.click("#submit")
     page.wait_for_url("**/jobs/*")
@@ -110,4 +118,29 @@ def test_a_newcomer_starts_a_first_job_from_the_empty_home(server, browser):  # 
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "newcomer-first-job-card.png"), full_page=True)
     assert not violations, violations
+    page.context.close()
+
+
+def test_the_forms_check_every_field_as_one_types_in_the_readers_language(server, browser):  # noqa: F811
+    """The job form's and the image form's fields are checked by the server as one types (the submit's own
+    code: /new/<kind>/check, /images/check), the messages in Chinese for a Chinese reader; nothing is recorded."""
+    page = _context(browser, "zh", "light", "desktop").new_page()
+    _login(page, server, "admin", "admin-password")
+    page.wait_for_url(server.url + "/")
+    page.goto(server.url + "/new/batch")
+    page.fill("#memory_mib", "-5")
+    assert re.search("[\u4e00-\u9fff]", page.wait_for_selector(".field-err.live[data-field=memory_mib]").inner_text())
+    page.fill("#env", "NOT A PAIR")
+    assert "KEY=VALUE" in page.wait_for_selector(".field-err.live[data-field=env]").inner_text()
+    assert not page.query_selector(".field-err.live[data-field=name]")  # untouched fields are left alone
+    page.goto(server.url + "/images")
+    page.fill("#image-pip", "six;rm")
+    said = page.wait_for_selector(".field-err.live[data-field=pip]").inner_text()
+    assert "six;rm" in said and re.search("[\u4e00-\u9fff]", said), said
+    page.fill("#image-tag", "-bad")
+    page.wait_for_selector("#image-tag[aria-invalid=true]")
+    page.fill("#image-pip", "six")
+    page.wait_for_selector("#image-pip:not([aria-invalid])")
+    jobs = httpx.get(server.url + "/api/v1/jobs?all=true", headers=token(server)).json()
+    assert jobs == [] and httpx.get(server.url + "/api/v1/images", headers=token(server)).json() == []
     page.context.close()

@@ -1,7 +1,8 @@
-"""The images page through the real app: my images and the quota, the build form with the Python versions whose
-base exists, and the API's errors shown on the form with nothing recorded."""
+"""The images page through the real app: my images and the quota, the build form with the base images of the
+catalogue that exist here, and the API's errors shown on the form with nothing recorded."""
 
 import html
+import re
 
 import pytest
 
@@ -31,8 +32,9 @@ def test_the_page_lists_the_quota_and_offers_the_pythons_whose_base_exists(api, 
     assert page.status_code == 200 and 'href="/images"' in page.text
     assert "Quota used: 0 of" in page.text and "No images yet." in page.text
     builder = api.client.app.state.builds.builder
-    for v in ("3.11", "3.13"):
-        assert (f'<option value="{v}"' in page.text) == builder.has(builder.base_for(v)), v
+    for v in ("3.11", "3.13"):  # the base cards: one to choose where the base image is on this host
+        card = re.search(rf'<input type="radio" name="base"[^>]*value="{builder.base_for(v)}"[^>]*>', page.text)
+        assert card and ("disabled" not in card[0]) == builder.has(builder.base_for(v)), v
     assert "镜像" in ana.get("/images", headers={"Accept-Language": "zh"}).text
 
 

@@ -92,6 +92,9 @@ def build(
     visibility: str = typer.Option("private", help="private, account or public"),
     account: str | None = typer.Option(None, help="the account of an account image"),
     python: str = typer.Option("3.11", help=f"{', '.join(PYTHONS)} (a base image each: `caldera images environments`)"),
+    base: str | None = typer.Option(
+        None, help="build on this base (its Python wins): an environment or an image id of `GET /images/bases`"
+    ),
     cuda: str = typer.Option("none", help=f"{', '.join(CUDA)} (pip wheels)"),
     cudnn: str = typer.Option("none", help=f"{', '.join(CUDNN)} (pip wheels; 8.x needs CUDA 11, 9.x CUDA 12)"),
     jupyter: bool = typer.Option(False, help="install JupyterLab"),
@@ -103,7 +106,7 @@ def build(
     """Build an image from a form on the platform (queued), push it to the registry and record it."""
     form = {
         "name": name, "tag": tag, "visibility": visibility, "account": account, "python": python, "cuda": cuda,
-        "cudnn": cudnn, "jupyter": jupyter, "pip": pip, "apt": apt, "extra_lines": line,
+        "cudnn": cudnn, "base": base, "jupyter": jupyter, "pip": pip, "apt": apt, "extra_lines": line,
     }  # fmt: skip
     img = _api("post", "/images", form)
     console.print(f"build [bold]{img['id']}[/bold] of {img['reference']} queued")

@@ -113,7 +113,8 @@ class Builder:
         return self.sandbox.argv(tool)
 
     def build(self, form: BuildForm, ref: str, log: Path) -> None:
-        base = self.base_for(form.python)
+        """On the form's base (the API resolved it to a reference from the catalogue) or its Python's."""
+        base = form.base or self.base_for(form.python)
         self.build_file(render(form, base, ref), base, ref, log)
 
     def build_file(self, containerfile: str, base: str, ref: str, log: Path) -> None:
@@ -121,7 +122,10 @@ class Builder:
         s = self.p.settings
         buildah = self._rootless("buildah")
         self.sandbox.fresh_config()
-        self._hand_over(base, log)
+        if base.startswith(registry.host(s) + "/"):
+            self._pull(base, log)
+        else:
+            self._hand_over(base, log)
         ctx = self.sandbox.context(log.stem, containerfile)
         cgroup = BuildCgroup(log.stem, s.image_build_memory_mib, s.image_build_cpus)
         argv = [
@@ -180,6 +184,15 @@ class Builder:
             self.run(pull, log, 900, rootless="buildah pull")
         finally:
             archive.unlink(missing_ok=True)
+
+    def _pull(self, base: str, log: Path) -> None:
+        """A catalogue image as the base: the build user pulls it from the registry (the newest push of its tag)."""
+        s = self.p.settings
+        tls = f"--tls-verify={'false' if registry.insecure(s) else 'true'}"
+        with self.sandbox.authfile(registry.auth_json(s)) as authfile:
+            creds = [f"--authfile={authfile}"] if authfile else []
+            pull = [*self._rootless("buildah"), "pull", *creds, tls, f"docker://{base}"]
+            self.run(pull, log, 1800, rootless="buildah pull")
 
     def base_for(self, python: str) -> str:
         """The base image of a Python version: the one bootstrapped from its Debian release."""

@@ -51,6 +51,7 @@ _OP = r"(?:==|>=|<=|~=|!=|>|<)[A-Za-z0-9.*+!-]{1,64}"
 _EXTRAS = r"(?:\[[A-Za-z0-9._,-]{1,100}\])?"
 PIP = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,99}}{_EXTRAS}(?:{_OP}(?:,{_OP}){{0,3}})?$")
 APT = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,99}(?:=[A-Za-z0-9.+:~-]{1,64})?$")
+BASE = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,199}$"  # a choice of bases.py's allowlist; the pattern only bounds it
 MAX_PACKAGES = 100
 MAX_EXTRA_LINES = 50
 
@@ -63,6 +64,9 @@ class BuildForm(BaseModel):
     visibility: Literal["private", "account", "public"] = "private"
     account: str | None = Field(None, max_length=64, pattern=NAME, description="the namespace of an account image")
     python: Literal[tuple(PYTHONS)] = "3.11"  # type: ignore[valid-type]
+    base: str | None = Field(
+        None, max_length=200, pattern=BASE, description="a base of the catalogue (bases.py); none: the Python's base"
+    )
     cuda: Literal[tuple(CUDA)] = "none"  # type: ignore[valid-type]
     cudnn: Literal[tuple(CUDNN)] = "none"  # type: ignore[valid-type]
     jupyter: bool = False

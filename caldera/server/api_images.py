@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import asdict
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
@@ -13,7 +14,7 @@ from sqlalchemy.orm import Session
 from caldera.core.spec import field_path
 from caldera.core.tenancy import Role
 from caldera.db.models import Image, ImageQuota, User
-from caldera.images import catalogue, environments, registry, snapshot
+from caldera.images import bases, catalogue, environments, registry, snapshot
 from caldera.images.builds import BuildQueue, log_path
 from caldera.images.catalogue import RegistryDown
 from caldera.images.form import CUDA, CUDNN, CUDNN_CUDA, NAME, PYTHONS, TAG, BuildForm
@@ -86,6 +87,18 @@ def list_environments(
     return environments.views(db, q.builder.has)
 
 
+@router.get("/bases")
+def list_bases(
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    q: BuildQueue = Depends(builds),
+    db: Session = Depends(db_session),
+) -> list[dict]:
+    """What a build may name as its ``base``: the catalogue's environments and my runnable images built from a
+    form (caldera/images/bases.py); ``choice`` is the value to send."""
+    return [asdict(b) for b in bases.choices(db, p.settings, user, q.builder.has)]
+
+
 @router.post("/environments", status_code=201)
 def add_environment(
     body: environments.EnvironmentForm,
@@ -125,21 +138,39 @@ def build(
     catalogue.check_namespace(db, user, form.visibility, form.account)
     catalogue.check_quota(db, p.settings, user)
     _registry_reachable(p)
-    if form.python not in offered_pythons(db, q):
-        base = q.builder.base_for(form.python)
-        suite = PYTHONS[form.python]
-        raise Invalid(
-            "python",
-            f"Python {form.python} needs the {base} base image, not on this host; an admin makes it with "
-            f"`caldera images bootstrap --suite {suite}`",
-            "BaseImageMissing",
-            {"python": form.python, "base": base, "suite": suite},
-        )
+    form = on_base(form, user, p, q, db)
     ns = catalogue.namespace(user, form.visibility, form.account)
     img = catalogue.new(db, user, ns, form.name, form.tag, form.visibility, "form", form.model_dump(mode="json"))
     db.commit()
     q.submit(img.id)
     return catalogue.view(p.settings, img, user.username)
+
+
+def check_build(body: dict, user: User, p: Platform, q: BuildQueue, db: Session) -> BuildForm:
+    """The form as it will be built (its base resolved, the base's Python), or the errors a build of it meets;
+    the portal's form checks as one types through it (quota and registry are the build's to find)."""
+    form = parse_form(body)
+    catalogue.check_namespace(db, user, form.visibility, form.account)
+    return on_base(form, user, p, q, db)
+
+
+def on_base(form: BuildForm, user: User, p: Platform, q: BuildQueue, db: Session) -> BuildForm:
+    """The form with its base resolved through the allowlist (bases.py) and the base's Python; without a base,
+    its Python's base image, which must be here."""
+    if form.base is not None:
+        base = bases.resolve(db, p.settings, user, form.base, q.builder.has)
+        return parse_form({**form.model_dump(mode="json"), "base": base.reference, "python": base.python})
+    if form.python not in offered_pythons(db, q):
+        base_ref = q.builder.base_for(form.python)
+        suite = PYTHONS[form.python]
+        raise Invalid(
+            "python",
+            f"Python {form.python} needs the {base_ref} base image, not on this host; an admin makes it with "
+            f"`caldera images bootstrap --suite {suite}`",
+            "BaseImageMissing",
+            {"python": form.python, "base": base_ref, "suite": suite},
+        )
+    return form
 
 
 def _registry_reachable(p: Platform) -> None:

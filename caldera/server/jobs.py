@@ -69,7 +69,9 @@ def note(db: Session, job: Job, reason: str, message: str, params: dict[str, Any
     )
 
 
-def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
+def check(p: Platform, db: Session, user: User, spec: JobSpec) -> tuple[JobSpec, str, str]:
+    """Every rule a submission passes, recording nothing (the portal's form checks as one types through it): the
+    spec as it will run (its image resolved), its account and its queue."""
     account = spec.account or user.default_account
     if not account:
         raise Invalid("account", "you belong to no account; ask an admin to add you to one", "NoAccount")
@@ -108,6 +110,11 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
     if over:
         raise Invalid("resources", *over)
 
+    return spec, account, queue
+
+
+def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
+    spec, account, queue = check(p, db, user, spec)
     now = time.time()
     job = Job(
         id=secrets.token_hex(5),

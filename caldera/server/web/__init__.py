@@ -15,6 +15,7 @@ from caldera.server.web import (
     admin_pages,
     auth_pages,
     catalogue_pages,
+    file_pages,
     governance_pages,
     image_pages,
     jobs_pages,
@@ -37,6 +38,7 @@ def install(app: FastAPI) -> None:
         template_pages.router,
         image_pages.router,
         catalogue_pages.router,
+        file_pages.router,
         admin_pages.router,
         admin_account_pages.router,
     ):

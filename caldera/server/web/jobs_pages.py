@@ -20,7 +20,7 @@ from caldera.server.errors import NotFound
 from caldera.server.params import RowId
 from caldera.server.platform import Platform
 from caldera.server.web import api_call, governance_pages, gpu_use, job_forms, job_yaml, listing, overview, queue_view
-from caldera.server.web.render import page
+from caldera.server.web.render import checked, page
 from caldera.server.web.session import PageNotFound, page_user
 
 router = APIRouter(include_in_schema=False)
@@ -177,6 +177,24 @@ def submit_job(
         if job_id:
             return RedirectResponse(f"/jobs/{job_id}", 303)
     return form_page(request, p, db, user, kind, form, job_forms.by_field(errors), status=400)
+
+
+@router.post("/new/{kind}/check")
+def check_form(
+    request: Request,
+    kind: str,
+    form: Annotated[job_forms.JobForm, Form()],
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """The errors a submit of the form would meet, by field, recording nothing: the same code as the submit's."""
+    if kind not in job_forms.KINDS:
+        raise PageNotFound()
+    body, errors = form_body(p, db, user, kind, form)
+    if not errors:
+        _, errors = api_call.call(db, lambda: jobs.check(p, db, user, parse_spec(body)))
+    return checked(request, job_forms.by_field(errors))
 
 
 def _yaml_file(text: str, name: str) -> Response:

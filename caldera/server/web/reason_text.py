@@ -265,6 +265,8 @@ ERRORS: dict[str, Message] = {
             "images bootstrap --suite %(suite)s`"
         )
     ),
+    "BaseNotOffered": Message(_("no base %(base)s among the images you may build on (GET /api/v1/images/bases)")),
+    "BaseMissing": Message(_("%(base)s is not on this host; an admin makes it with `%(command)s`")),
     # governance requests (caldera/server/approvals.py)
     "OnlyOwnerAsks": Message(_("only the job's owner asks to extend or lock it")),
     "NotAskable": Message(_("job %(job)s is %(state)s: only a queued or running job can be extended or locked")),

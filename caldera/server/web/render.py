@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from caldera.server import csrf, jobs
@@ -35,6 +35,17 @@ def clock(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
+def size(n: int | None) -> str:
+    """Bytes as people read them: 0 B, 900 B, 1.5 KiB ... 2.0 TiB."""
+    value = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return ""
+
+
+env.filters["size"] = size
 env.filters["age"] = age
 env.filters["clock"] = clock
 env.filters["gpus"] = jobs.total_gpus
@@ -49,6 +60,13 @@ def _csp(request: Request, style_nonce: str = "") -> str:
         f"default-src 'self'; script-src 'self'; style-src {styles}; img-src 'self' data:; connect-src 'self'; "
         f"frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self' {lab}"
     )
+
+
+def checked(request: Request, errors: dict[str, list]) -> JSONResponse:
+    """A form's errors by field, as a page would show them (the reader's language): what a form's script shows
+    as one types (static/form_check.js)."""
+    say = Say(i18n.translations(i18n.choose(request)).gettext)
+    return JSONResponse({"errors": say.errors(errors)}, headers={"Cache-Control": "no-store"})
 
 
 def page(request: Request, template: str, status: int = 200, style_nonce: str = "", **ctx: Any) -> HTMLResponse:

@@ -1,6 +1,6 @@
 // The job form's helpers (the server checks everything again on submit): offer only the GPU models and counts the
-// selected queue allows, show the largest request that starts now in it, fill resources from a preset, and say
-// as one types when the name is not one the API accepts.
+// selected queue allows, show the largest request that starts now in it, fill resources from a preset. The checks
+// as one types are form_check.js's.
 "use strict";
 (function () {
   const queue = document.getElementById("queue");
@@ -26,12 +26,8 @@
       gpus.value = b.dataset.gpu;
       document.getElementById("cpu").value = b.dataset.cpu;
       document.getElementById("memory_mib").value = b.dataset.memory;
+      gpus.dispatchEvent(new Event("change", {bubbles: true})); // checked like a choice of one's own
     });
-  }
-  const name = document.getElementById("name");
-  if (name && name.dataset.pattern) {
-    const ok = new RegExp(name.dataset.pattern);
-    name.addEventListener("input", () => name.classList.toggle("is-invalid", name.value !== "" && !ok.test(name.value)));
   }
   queue.addEventListener("change", restrict);
   restrict();
