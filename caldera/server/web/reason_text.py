@@ -276,7 +276,6 @@ ERRORS: dict[str, Message] = {
     "AlreadyDecided": Message(_("request %(request)s is already decided")),
     # storage (caldera/server/api_files.py, caldera/server/catalogue)
     "SpaceInUse": Message(_("%(space)s is in use by running jobs %(jobs)s: delete it once they end")),
-
     "NotAccountAdmin": Message(_("the low-utilisation list is for admins and account admins")),
     "PriorityNeedsGrant": Message(
         _(
