@@ -28,6 +28,12 @@ class JobKind(str, Enum):
     BATCH = "batch"
     DISTRIBUTED = "distributed"  # PyTorch distributed: replicas x procs_per_replica ranks, gang-scheduled
     JUPYTER = "jupyter"  # Jupyter Lab behind the platform's proxy
+    VSCODE = "vscode"  # VS Code in the browser (code-server) behind the same proxy
+
+    @property
+    def interactive(self) -> bool:
+        """A session the platform serves (on a lab origin of its own) rather than a command it runs."""
+        return self in (JobKind.JUPYTER, JobKind.VSCODE)
 
 
 # Size limits: a spec is stored with the job and sent in every listing of its owner's jobs, and its strings reach
@@ -161,8 +167,9 @@ class JobSpec(BaseModel):
     @classmethod
     def _command_size(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
         if v is not None:
-            if info.data.get("kind") is JobKind.JUPYTER:
-                raise ValueError("does not apply to jupyter jobs: the job runs Jupyter Lab")
+            kind = info.data.get("kind")
+            if isinstance(kind, JobKind) and kind.interactive:
+                raise ValueError(f"does not apply to {kind.value} jobs: the platform runs the session's server")
             if sum(len(a) for a in v) > MAX_COMMAND_CHARS:
                 raise ValueError(f"at most {MAX_COMMAND_CHARS} characters in all arguments together")
             if any("\0" in a for a in v):
@@ -212,7 +219,7 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _kind_rules(self) -> JobSpec:
-        if self.kind is not JobKind.JUPYTER and not self.command:
+        if not self.kind.interactive and not self.command:
             raise ValueError(f"a {self.kind.value} job needs a command")
         if self.kind is not JobKind.DISTRIBUTED and (self.replicas != 1 or self.procs_per_replica != 1):
             raise ValueError("replicas and procs_per_replica apply to distributed jobs only")
@@ -224,7 +231,7 @@ class JobSpec(BaseModel):
 
     @property
     def interactive(self) -> bool:
-        return self.kind is JobKind.JUPYTER
+        return self.kind.interactive
 
     @property
     def world_size(self) -> int:
