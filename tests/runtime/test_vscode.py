@@ -29,8 +29,10 @@ def _http(sock: str) -> httpx.Client:
     return httpx.Client(transport=httpx.HTTPTransport(uds=sock), base_url="http://localhost", timeout=30)
 
 
-def test_code_server_on_a_private_socket_with_the_platform_s_login_alone(launch, runtime, settings, monkeypatch):
-    h = launch(kind="vscode")
+def test_code_server_on_a_private_socket_with_the_platform_s_login_alone(
+    launch, runtime, settings, monkeypatch, tmp_path
+):
+    h = launch(kind="vscode", env={"HOME": str(tmp_path)})  # its settings and extensions in the owner's home
     with monkeypatch.context() as m:  # as long as code-server does not answer, the job is starting, no endpoint
         m.setattr(code_server, "login", lambda *a, **k: None)
         assert runtime.observe(h).phase is Phase.STARTING
@@ -58,8 +60,11 @@ def test_code_server_on_a_private_socket_with_the_platform_s_login_alone(launch,
     assert code_server.login(ep.socket, "not-the-password") is None  # the password is checked
 
     with _http(ep.socket) as http:
-        assert http.get("/").status_code == 302  # no login, no editor (to its login page)
-        page = http.get("/", headers=ep.headers)
+        no_login = http.get("/")
+        assert no_login.status_code == 302 and no_login.headers["location"] == "./login"  # no login, no editor
+        opened = http.get("/", headers=ep.headers)  # logged in: to the workspace it opens
+        assert opened.status_code == 302 and opened.headers["location"] == f"./?folder={tmp_path}/work/{h.job_id}"
+        page = http.get(f"/?folder={tmp_path}/work/{h.job_id}", headers=ep.headers)
         assert page.status_code == 200 and "workbench" in page.text and password not in page.text
     assert LocalRuntime(settings).endpoints(h)[0].socket == ep.socket  # a restarted server logs in again
 

@@ -28,6 +28,8 @@ from caldera.runtime.local.jupyter import HOST, UnixConnection
 
 SESSION_COOKIE = "code-server-session"
 CONFIG = "code-server.yaml"  # in the job's scratch, deleted once the platform logged in
+# a login hashes the password with argon2 (64 MiB, 3 passes): most of a second on a loaded host
+LOGIN_TIMEOUT_S = 3.0
 
 
 def config_text(password: str) -> str:
@@ -51,7 +53,7 @@ def argv(exe: str, sock: Path, workspace: Path, config: Path) -> list[str]:
     ]
 
 
-def login(sock: str, password: str, timeout_s: float = 1.0) -> str | None:
+def login(sock: str, password: str, timeout_s: float = LOGIN_TIMEOUT_S) -> str | None:
     """code-server accepts the password: returns the ``Cookie`` header value of its session, or None while it is
     not up yet."""
     conn = UnixConnection(sock, timeout_s)

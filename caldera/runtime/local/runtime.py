@@ -594,7 +594,7 @@ class LocalRuntime:
             if not token or not sock:
                 return None
             if meta["kind"] == JobKind.VSCODE.value:
-                cookie = code_server.login(sock, token, timeout_s=0.5)
+                cookie = code_server.login(sock, token, timeout_s=code_server.LOGIN_TIMEOUT_S)
             else:
                 cookie = jupyter.login(sock, meta["base_url"], token, timeout_s=0.5)
             if cookie is not None:
