@@ -181,6 +181,9 @@ def _upstream_headers(headers, ep: Endpoint) -> dict[str, str]:
     out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST}
     out["cookie"] = "; ".join([*_browser_cookies(headers.get("cookie", "")), ep.headers.get("Cookie", "")]).strip("; ")
     out["host"] = ep.host if ep.socket else f"{ep.host}:{ep.port}"
+    # identity, said explicitly: httpx would otherwise offer gzip, and a server that compresses (code-server does)
+    # would send a page the proxy cannot scrub, under a Content-Encoding that no longer holds once httpx decoded it
+    out["accept-encoding"] = "identity"
     out.update({k: v for k, v in ep.headers.items() if k.lower() != "cookie"})
     return out
 

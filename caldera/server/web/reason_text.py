@@ -221,6 +221,7 @@ EVENTS: dict[str, Message] = {
     "ShellNotInImage": Message(_("its image has no shell: %(error)s")),
     "JupyterNotInImage": Message(_("its image has no JupyterLab: %(error)s")),
     "CodeServerMissing": Message(_("VS Code's code-server is not installed where the runtime looks: %(error)s")),
+    "KindUnsupported": Message(_("its runtime does not run jobs of this kind: %(error)s")),
     "AlreadyRunning": Message(_("this attempt was already running: %(error)s")),
     "AlreadyLaunching": Message(_("this attempt was already being launched: %(error)s")),
     "BadJobId": Message(_("the runtime refused its id: %(error)s")),
