@@ -55,7 +55,7 @@ def test_vscode_in_the_browser(server, browser, tmp_path) -> None:  # noqa: F811
         page.click("#open-lab")  # a new tab, on the lab's origin
     ide = opened.value
     ide.wait_for_selector(".monaco-workbench .explorer-folders-view", timeout=120_000)
-    assert ide.url.rstrip("/") == server.lab_url(jid)  # at the root of its own origin, not under a prefix
+    assert ide.url.startswith(server.lab_url(jid) + "/?folder=")  # at the root of its own origin, no prefix
     # the explorer lists the workspace: code-server's remote file system answered over its websocket
     ide.wait_for_selector(".explorer-folders-view .monaco-list-row[aria-label*='notes.txt']", timeout=60_000)
     ide.screenshot(path=str(tmp_path / "vscode.png"))

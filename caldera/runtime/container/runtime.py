@@ -211,6 +211,8 @@ class ContainerRuntime:
             argv = self._jupyter(req, rd, scratch, workdir, env, data)
         elif spec.kind is JobKind.VSCODE:
             argv = self._code_server(req, rd, scratch, workdir, data)
+            if "SHELL" not in spec.env:  # its terminals' shell: the image's bash, else sh
+                env["SHELL"] = "/bin/sh" if info.missing("/bin/bash") else "/bin/bash"
         else:
             argv = list(spec.command or [])
         self._check_command(info, argv, mounts, spec.kind)
