@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -58,6 +59,8 @@ def test_code_server_on_a_private_socket_with_the_platform_s_login_alone(
     ):
         assert password not in leak
     assert code_server.login(ep.socket, "not-the-password") is None  # the password is checked
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert f"SHELL={shutil.which('bash')}".encode() in environ  # its terminals' shell: not the user's nologin
 
     with _http(ep.socket) as http:
         no_login = http.get("/")
