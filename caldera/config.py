@@ -115,6 +115,10 @@ class Settings(BaseSettings):
         None, description="each lab's URL, {job} its host's first label, e.g. https://{job}.lab.example.edu"
     )
     lab_cookie_ttl_s: int = Field(2 * 3600, description="lifetime of a lab's cookie in the browser")
+    code_server: Path = Field(
+        Path("/var/cache/caldera-code-server/node_modules/.bin/code-server"),
+        description="the code-server the process runtime runs for vscode jobs (scripts/install-code-server)",
+    )
     # API hardening (README "API security")
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="larger request bodies get 413")
     login_max_failures_per_user: int = Field(5, ge=1, description="failed logins of one name per window, then 429")

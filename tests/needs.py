@@ -52,6 +52,15 @@ def module(name: str) -> None:
     require(importlib.util.find_spec(name) is not None, f"{name} is not installed")
 
 
+def code_server() -> str:
+    """The code-server vscode jobs run on the process runtime (scripts/install-code-server puts it there)."""
+    from caldera.config import Settings
+
+    path = Settings.model_fields["code_server"].default
+    require(os.access(path, os.X_OK), f"code-server is not installed at {path} (scripts/install-code-server)")
+    return str(path)
+
+
 @pytest.fixture
 def podman_usable() -> None:
     """For ``pytestmark = pytest.mark.usefixtures("podman_usable")`` (import it into the module)."""

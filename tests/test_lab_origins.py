@@ -130,3 +130,40 @@ def test_lab_and_session_cookies_are_secure_when_the_public_urls_are_https(tmp_p
         set_cookie = r.headers["set-cookie"]
         assert set_cookie.startswith("caldera_lab=") and "Secure" in set_cookie and "HttpOnly" in set_cookie
         assert "domain=" not in set_cookie.lower()
+
+
+def test_a_vscode_lab_lives_at_its_origins_root_and_its_login_leads_nowhere_else(tmp_path, db_url):
+    """code-server is served at the root of its lab's origin: the way in keeps the path, the cookie is the host's
+    whole path, and a ``next`` that a browser reads as another site (``//host``, ``/\\host``) is refused."""
+    from fastapi.testclient import TestClient
+
+    from caldera.server.lab_app import create_lab_app
+
+    s = make_settings(tmp_path, db_url)
+    with api_on(s, FakeRuntime(s)) as (api, admin):
+        jid = api.client.post("/api/v1/jobs", json={"name": "ide", "kind": "vscode"}, headers=admin).json()["id"]
+        lab_host = urlsplit(s.lab_url(jid)).netloc
+
+        def entry(path: str) -> tuple[str, str]:
+            r = api.client.get(f"/jobs/{jid}/lab/{path}", headers=admin, follow_redirects=False)
+            assert r.status_code == 303, r.text
+            url = urlsplit(r.headers["location"])
+            assert url.netloc == lab_host and url.path == "/_caldera/lab-login"
+            query = parse_qs(url.query)
+            return query["ticket"][0], query["next"][0]
+
+        platform = api.client.app.state.platform
+        with TestClient(create_lab_app(platform), base_url=f"http://{lab_host}") as lab:
+            for elsewhere in ("//evil.example/", "/\\evil.example/"):
+                r = lab.get("/_caldera/lab-login", params={"ticket": entry("")[0], "next": elsewhere})
+                assert r.status_code == 400, (elsewhere, r.text)
+            ticket, target = entry("src/main.py?line=3")
+            assert target == "/src/main.py?line=3"  # the same place, at the root
+            r = lab.get("/_caldera/lab-login", params={"ticket": ticket, "next": target}, follow_redirects=False)
+            assert r.status_code == 303 and r.headers["location"] == target
+            assert "Path=/;" in r.headers["set-cookie"] + ";" and "domain=" not in r.headers["set-cookie"].lower()
+        with TestClient(create_lab_app(platform), base_url=f"http://{lab_host}") as stranger:
+            # no cookie: a page of the editor sends the browser to the platform's way in, for the same place
+            r = stranger.get("/src/main.py?line=3", headers={"Accept": "text/html"}, follow_redirects=False)
+            assert r.status_code == 303 and r.headers["location"] == f"{s.url}/jobs/{jid}/lab/src/main.py?line=3"
+            assert stranger.get("/src/main.py").status_code == 401

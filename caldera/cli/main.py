@@ -24,6 +24,7 @@ from caldera.cli.metrics import BY, IDLE, PLOT, SINCE, USAGE_OUTPUT, UsageFormat
 from caldera.cli.nodes_admin import nodes_admin_app
 from caldera.cli.output import OUTPUT, Format, emit
 from caldera.cli.remote import register as register_remote
+from caldera.cli.sessions import register as register_sessions
 from caldera.client import Client, forget_credentials, load_credentials, save_credentials
 
 app = typer.Typer(help="Caldera: GPUs for labs.", no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -476,6 +477,7 @@ def _queues_table(rows: list[dict]) -> None:
 
 register_jobs(app)
 register_remote(app)
+register_sessions(app)
 app.add_typer(nodes_admin_app, name="node")
 app.add_typer(request_app, name="request")
 admin_app.command("account-admin")(account_admin)

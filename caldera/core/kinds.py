@@ -12,6 +12,12 @@ class JobKind(str, Enum):
     BATCH = "batch"
     DISTRIBUTED = "distributed"  # PyTorch distributed: replicas x procs_per_replica ranks, gang-scheduled
     JUPYTER = "jupyter"  # Jupyter Lab behind the platform's proxy
+    VSCODE = "vscode"  # VS Code in the browser (code-server) behind the same proxy
+
+    @property
+    def interactive(self) -> bool:
+        """A session the platform serves (on a lab origin of its own) rather than a command it runs."""
+        return is_interactive(self.value)
 
 
 BATCH_KINDS = frozenset({JobKind.BATCH.value, JobKind.DISTRIBUTED.value})

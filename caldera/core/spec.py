@@ -189,8 +189,9 @@ class JobSpec(BaseModel):
     @classmethod
     def _command_size(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
         if v is not None:
-            if info.data.get("kind") is JobKind.JUPYTER:
-                raise ValueError("does not apply to jupyter jobs: the job runs Jupyter Lab")
+            kind = info.data.get("kind")
+            if isinstance(kind, JobKind) and kind.interactive:
+                raise ValueError(f"does not apply to {kind.value} jobs: the platform runs the session's server")
             if sum(len(a) for a in v) > MAX_COMMAND_CHARS:
                 raise ValueError(f"at most {MAX_COMMAND_CHARS} characters in all arguments together")
             if any("\0" in a for a in v):
@@ -240,7 +241,7 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _kind_rules(self) -> JobSpec:
-        if self.kind is not JobKind.JUPYTER and not self.command:
+        if not self.kind.interactive and not self.command:
             raise ValueError(f"a {self.kind.value} job needs a command")
         if self.kind is not JobKind.DISTRIBUTED and (self.replicas != 1 or self.procs_per_replica != 1):
             raise ValueError("replicas and procs_per_replica apply to distributed jobs only")

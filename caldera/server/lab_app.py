@@ -46,8 +46,8 @@ class SpentTickets:
 
 
 class LabHostMiddleware:
-    """Routes by Host: a request is for the lab its Host names (``request.state.lab_job``), or it is refused here,
-    before any route sees it."""
+    """Routes by Host: a request is for the lab its Host names (``request.state.lab_job``, its home
+    ``lab_home``), or it is refused here, before any route sees it."""
 
     def __init__(self, app: ASGIApp, platform: Platform):
         self.app, self.platform = app, platform
@@ -58,14 +58,14 @@ class LabHostMiddleware:
             return
         host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
         try:
-            job_id = await asyncio.to_thread(lab_proxy.host_job, self.platform, host)
+            job_id, home = await asyncio.to_thread(lab_proxy.host_job, self.platform, host)
         except HTTPException as exc:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             else:
                 await lab_errors.response(HTTPConnection(scope), exc)(scope, receive, send)
             return
-        scope.setdefault("state", {})["lab_job"] = job_id
+        scope.setdefault("state", {}).update(lab_job=job_id, lab_home=home)
         await self.app(scope, receive, send)
 
 
@@ -101,8 +101,9 @@ def create_lab_app(platform: Platform) -> FastAPI:
             raise LabRefused(401, "TicketRefused", why=str(exc)) from None
         if claims.job_id != job_id:
             raise LabRefused(401, "TicketForAnotherLab")
-        home = lab_proxy.lab_path(job_id)
-        if not next.startswith(home):
+        home = request.state.lab_home
+        # a path of this lab: never "//host" or "/\\host", which a browser takes for another site
+        if not next.startswith(home) or next.startswith(("//", "/\\")):
             raise LabRefused(400, "TicketForAnotherJob")
         if not app.state.spent_tickets.spend(claims.jti, claims.issued_at + 300):
             raise LabRefused(401, "TicketUsed")

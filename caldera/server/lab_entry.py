@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from caldera.server import jobs
 from caldera.server.deps import db_session, platform, presented_token, user_for_token
-from caldera.server.lab_proxy import lab_path
+from caldera.server.lab_proxy import lab_home
 from caldera.server.platform import Platform
 from caldera.server.security import LAB_TICKET, issue_lab
 
@@ -28,8 +28,8 @@ def enter_lab(
     if not token:
         return RedirectResponse(f"/login?{urlencode({'next': here})}", status_code=303)
     user = user_for_token(p, db, token)
-    jobs.visible(db, user, job_id)
+    job = jobs.visible(db, user, job_id)
     ticket = issue_lab(p.keys, LAB_TICKET, user.id, job_id, _TICKET_TTL_S)
-    target = lab_path(job_id) + quote(path) + (f"?{request.url.query}" if request.url.query else "")
+    target = lab_home(job.id, job.kind) + quote(path) + (f"?{request.url.query}" if request.url.query else "")
     entry = f"{p.settings.lab_url(job_id)}/_caldera/lab-login?{urlencode({'ticket': ticket, 'next': target})}"
     return RedirectResponse(entry, status_code=303)

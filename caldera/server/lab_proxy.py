@@ -1,8 +1,10 @@
-"""The reverse proxy to interactive jobs (Jupyter Lab), served on the labs' origins only: each lab on its own,
-``CALDERA_LAB_PUBLIC_URL`` with the job's id for ``{job}`` (``http://<job>.lab.localhost:8643`` by default).
+"""The reverse proxy to interactive jobs (Jupyter Lab, VS Code's code-server), served on the labs' origins only: each
+lab on its own, ``CALDERA_LAB_PUBLIC_URL`` with the job's id for ``{job}`` (``http://<job>.lab.localhost:8643`` by
+default).
 
-Which lab: the one the request's Host names. A Host that names no existing lab is refused, and so is a path of
-another job under it, so one lab's page never reaches another lab through its own origin.
+Which lab: the one the request's Host names. A Host that names no existing lab is refused, and so is a path outside
+its home (``lab_home``: Lab's base URL, ``/jobs/<job>/lab/``; code-server's the origin's root, as code-server is
+not made to live under a prefix), so one lab's page never reaches another lab through its own origin.
 
 Who may pass: the holder of this job's lab cookie (minted by ``lab_app`` from a one-use ticket that the platform's
 origin issued after its own login; host-only, so the browser keeps it for this lab's host alone), or an API client
@@ -63,7 +65,8 @@ _DROP_REQUEST = {
     "accept-encoding",
 }  # identity upstream, so HTML can be scrubbed of the lab's token
 _DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding"}
-_LAB_LOGIN_COOKIE = "username-"  # Lab's own login cookies: added here, never given to or taken from a browser
+# the servers' own login cookies (Lab's, code-server's): added here, never given to or taken from a browser
+_LAB_LOGIN_COOKIES = ("username-", "code-server-session")
 
 
 @dataclass(frozen=True)
@@ -80,20 +83,27 @@ def lab_path(job_id: str) -> str:
     return f"/jobs/{job_id}/lab/"
 
 
-def host_job(p: Platform, host: str) -> str:
-    """The job whose lab this Host names; 404 unless it names an existing lab."""
+def lab_home(job_id: str, kind: str) -> str:
+    """Where a lab lives on its origin: Jupyter under its base URL, code-server at the root."""
+    return "/" if kind == JobKind.VSCODE.value else lab_path(job_id)
+
+
+def host_job(p: Platform, host: str) -> tuple[str, str]:
+    """The job whose lab this Host names, and the lab's home; 404 unless it names an existing lab."""
     job_id = lab_job_of(p.settings.lab_url_template, host)
     with p.session() as db:
         job = db.get(Job, job_id) if job_id else None
-        if job is None or job.kind != JobKind.JUPYTER.value:
+        if job is None or not JobKind(job.kind).interactive:
             raise LabRefused(404, "NoLab")
-        return job.id
+        return job.id, lab_home(job.id, job.kind)
 
 
-def _this_lab(connection: Request | WebSocket, path_job: str) -> None:
-    """A path of another job under this lab's host is no path here (``lab_app`` put the Host's job in the state)."""
-    if connection.state.lab_job != path_job:
+def _this_lab(connection: Request | WebSocket) -> str:
+    """The Host's job (``lab_app`` put it in the state); a path outside its lab's home, such as another job's lab
+    under this host, is no path here."""
+    if not connection.url.path.startswith(connection.state.lab_home):
         raise LabRefused(404, "NoSuchPath")
+    return connection.state.lab_job
 
 
 def _lab_cookies(header: str) -> list[str]:
@@ -164,13 +174,16 @@ def _browser_cookies(header: str) -> list[str]:
         jar.load(header)
     except CookieError:
         return []
-    return [f"{k}={m.coded_value}" for k, m in jar.items() if k != LAB_COOKIE and not k.startswith(_LAB_LOGIN_COOKIE)]
+    return [f"{k}={m.coded_value}" for k, m in jar.items() if k != LAB_COOKIE and not k.startswith(_LAB_LOGIN_COOKIES)]
 
 
 def _upstream_headers(headers, ep: Endpoint) -> dict[str, str]:
     out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST}
     out["cookie"] = "; ".join([*_browser_cookies(headers.get("cookie", "")), ep.headers.get("Cookie", "")]).strip("; ")
     out["host"] = ep.host if ep.socket else f"{ep.host}:{ep.port}"
+    # identity, said explicitly: httpx would otherwise offer gzip, and a server that compresses (code-server does)
+    # would send a page the proxy cannot scrub, under a Content-Encoding that no longer holds once httpx decoded it
+    out["accept-encoding"] = "identity"
     out.update({k: v for k, v in ep.headers.items() if k.lower() != "cookie"})
     return out
 
@@ -179,7 +192,7 @@ def _response_headers(resp: httpx.Response) -> list[tuple[bytes, bytes]]:
     keep = []
     for k, v in resp.headers.multi_items():
         lk = k.lower()
-        if lk in _DROP_RESPONSE or (lk == "set-cookie" and v.lstrip().startswith(_LAB_LOGIN_COOKIE)):
+        if lk in _DROP_RESPONSE or (lk == "set-cookie" and v.lstrip().startswith(_LAB_LOGIN_COOKIES)):
             continue
         keep.append((k.encode("latin-1"), v.encode("latin-1")))
     return keep
@@ -196,25 +209,25 @@ def _client(request: Request, ep: Endpoint) -> httpx.AsyncClient:
     return clients[key]
 
 
-def _to_platform(p: Platform, request: Request) -> RedirectResponse:
-    """A browser without a (valid) lab cookie goes back to the platform, which logs it in and sends it here."""
+def _to_platform(p: Platform, request: Request, job_id: str) -> RedirectResponse:
+    """A browser without a (valid) lab cookie goes back to the platform's way into this lab (``lab_entry``), which
+    logs it in and sends it here, to the same place."""
     query = f"?{request.url.query}" if request.url.query else ""
-    return RedirectResponse(f"{p.settings.url}{quote(request.url.path)}{query}", status_code=303)
+    here = lab_path(job_id) + request.url.path.removeprefix(request.state.lab_home)
+    return RedirectResponse(f"{p.settings.url}{quote(here)}{query}", status_code=303)
 
 
 @router.api_route(
-    "/jobs/{job_id}/lab/{path:path}",
-    methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
-    include_in_schema=False,
+    "/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"], include_in_schema=False
 )
-async def http_proxy(job_id: str, path: str, request: Request) -> Response:
+async def http_proxy(path: str, request: Request) -> Response:
     p: Platform = request.app.state.platform
-    _this_lab(request, job_id)
+    job_id = _this_lab(request)
     cookies = _lab_cookies(request.headers.get("cookie", ""))
     caller = await asyncio.to_thread(_caller, p, job_id, request.headers.get("authorization", ""), cookies)
     if caller is None:
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
-            return _to_platform(p, request)
+            return _to_platform(p, request, job_id)
         raise LabRefused(401, "NotAuthenticated")
     if not _fetch_ok(request, caller) or (
         request.method not in _SAFE_METHODS and not _origin_ok(p, job_id, request.headers.get("origin"), caller)
@@ -246,11 +259,11 @@ async def http_proxy(job_id: str, path: str, request: Request) -> Response:
     return out
 
 
-@router.websocket("/jobs/{job_id}/lab/{path:path}")
-async def ws_proxy(websocket: WebSocket, job_id: str, path: str) -> None:
+@router.websocket("/{path:path}")
+async def ws_proxy(websocket: WebSocket, path: str) -> None:
     p: Platform = websocket.app.state.platform
     try:
-        _this_lab(websocket, job_id)
+        job_id = _this_lab(websocket)
         cookies = _lab_cookies(websocket.headers.get("cookie", ""))
         caller = await asyncio.to_thread(_caller, p, job_id, websocket.headers.get("authorization", ""), cookies)
         if caller is None or not _origin_ok(p, job_id, websocket.headers.get("origin"), caller):

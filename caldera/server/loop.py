@@ -475,11 +475,11 @@ class SchedulerLoop:
 
 def workdir_for(home: Path, job_id: str, requested: str | None, kind: str = JobKind.BATCH.value) -> Path:
     """Inside the owner's own space: the requested relative path; else a lab opens in the workspace itself (the
-    notebooks of yesterday's session are there today), and any other job gets a fresh directory of its own."""
+    notebooks or files of yesterday's session are there today), and any other job gets a fresh directory of its own."""
     if requested:
         path = Path(os.path.normpath(home / requested))
     else:
-        path = home if kind == JobKind.JUPYTER.value else home / "jobs" / job_id
+        path = home if JobKind(kind).interactive else home / "jobs" / job_id
     if path != home and home not in path.parents:
         raise ValueError(f"working directory {requested!r} leaves your space")
     return path

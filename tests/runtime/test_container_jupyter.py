@@ -43,7 +43,7 @@ def jupyter_image() -> str:
 
 
 def _status(sock: str, base_url: str, cookie: str) -> int:
-    conn = jupyter._UnixConnection(sock, 5)
+    conn = jupyter.UnixConnection(sock, 5)
     try:
         conn.request("GET", f"{base_url}api/status", headers={"Cookie": cookie, "Host": jupyter.HOST})
         return conn.getresponse().status

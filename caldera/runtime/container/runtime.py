@@ -47,7 +47,7 @@ from caldera.runtime.container.image import ImageInfo
 from caldera.runtime.container.podman import Podman, PodmanError
 from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.exec_process import ExecProcess, spawn, terminal_name
-from caldera.runtime.local import jupyter, owner
+from caldera.runtime.local import code_server, jupyter, owner
 from caldera.runtime.local.gpus import discover_gpus, nvml_devices
 from caldera.runtime.local.rundir import RunDir, create_json_exclusive, read_json, write_json_atomic, write_text_atomic
 from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
@@ -210,9 +210,13 @@ class ContainerRuntime:
         mps_args = self._mps(spec, env)
         if spec.kind is JobKind.JUPYTER:
             argv = self._jupyter(req, rd, scratch, workdir, env, data)
+        elif spec.kind is JobKind.VSCODE:
+            argv = self._code_server(req, rd, scratch, workdir, data)
+            if "SHELL" not in spec.env:  # its terminals' shell: the image's bash, else sh
+                env["SHELL"] = "/bin/sh" if info.missing("/bin/bash") else "/bin/bash"
         else:
             argv = list(spec.command or [])
-        self._check_command(info, argv, mounts, jupyter=spec.kind is JobKind.JUPYTER)
+        self._check_command(info, argv, mounts, spec.kind)
         if self._gpus is None:
             self.nodes()
         for r in range(world):
@@ -296,14 +300,16 @@ class ContainerRuntime:
         owner.platform_dir(self.settings.scratch_dir, 0o711)
         return self.settings.scratch_dir
 
-    def _check_command(self, info: ImageInfo, argv: list[str], mounts: list[Path], jupyter: bool) -> None:
+    def _check_command(self, info: ImageInfo, argv: list[str], mounts: list[Path], kind: JobKind) -> None:
         if not argv:
             raise LaunchError("NoCommand", "no command")
         exe = argv[0]
         in_host_dir = (not exe.startswith("/") and "/" in exe) or any(m in Path(exe).parents for m in mounts)
         if in_host_dir:
             return  # a program in the workspace: the job reports it if it is not there
-        why = info.missing(exe, jupyter=jupyter)
+        why = info.missing(exe, jupyter=kind is JobKind.JUPYTER)
+        if why and kind is JobKind.VSCODE:
+            raise LaunchError("CodeServerMissing", f"image {info.image} has no code-server on its PATH")
         if why:
             raise LaunchError(*why)
 
@@ -381,6 +387,18 @@ class ContainerRuntime:
         data.update(socket=str(sock), base_url=base_url)
         return ["python3", *jupyter.lab_argv(sock, base_url, workdir, as_root=req.run_as is None)[1:]]
 
+    @staticmethod
+    def _code_server(req: LaunchRequest, rd: RunDir, scratch: Path, workdir: Path, data: dict[str, Any]) -> list[str]:
+        """The image's code-server on a Unix socket in the scratch directory, its password in a config file deleted
+        once the platform logged in, as in the local runtime (see local.code_server)."""
+        password = secrets.token_hex(24)
+        write_text_atomic(rd.token, password, mode=0o600)
+        config = scratch / code_server.CONFIG
+        owner.write_owned(config, code_server.config_text(password), req.run_as)
+        sock = scratch / "lab.sock"
+        data.update(socket=str(sock), base_url="/")
+        return code_server.argv("code-server", sock, workdir, config)
+
     def end_attempt(self, job_id: str, attempt: int) -> bool:
         """For an attempt whose record cannot be read: remove every container labelled with it. True once podman
         lists none, so the platform may call the attempt Lost."""
@@ -450,8 +468,9 @@ class ContainerRuntime:
                 return Observation(Phase.RUNNING, message=f"rank {failed[0]} failed; stopping the other ranks")
             if any(ranks[r]["State"] in _STARTING for r in running):
                 return Observation(Phase.STARTING, message="containers are being created")
-            if meta["kind"] == JobKind.JUPYTER.value and not self._lab_login(key, meta, rd):
-                return Observation(Phase.STARTING, message="waiting for Jupyter to answer")
+            if JobKind(meta["kind"]).interactive and not self._lab_login(key, meta, rd):
+                server = "Jupyter" if meta["kind"] == JobKind.JUPYTER.value else "code-server"
+                return Observation(Phase.STARTING, message=f"waiting for {server} to answer")
             return Observation(Phase.RUNNING)
         return self._finish(key, rd, self._outcome(meta, rd, exits))
 
@@ -529,12 +548,17 @@ class ContainerRuntime:
                 token = rd.token.read_text().strip()
             except OSError:
                 return None
-            cookie = jupyter.login(meta["socket"], meta["base_url"], token, timeout_s=0.5)
+            scratch = Path(meta["scratch"])
+            if meta["kind"] == JobKind.VSCODE.value:
+                cookie = code_server.login(meta["socket"], token)
+                read = [scratch / code_server.CONFIG]
+            else:
+                cookie = jupyter.login(meta["socket"], meta["base_url"], token, timeout_s=0.5)
+                read = [scratch / "lab-token", scratch / "runtime" / "jupyter_cookie_secret"]
             if cookie is None:
                 return None
             self._lab_logins[key] = cookie
-            scratch = Path(meta["scratch"])  # Lab has read them: nothing on disk lets anyone else in now
-            for secret in (scratch / "lab-token", scratch / "runtime" / "jupyter_cookie_secret"):
+            for secret in read:  # the server has read them: nothing on disk lets anyone else in now
                 secret.unlink(missing_ok=True)
         return cookie
 
@@ -567,9 +591,9 @@ class ContainerRuntime:
 
     # -- endpoints -------------------------------------------------------------------------------------------
     def endpoints(self, handle: Handle) -> list[Endpoint]:
-        """The Lab of a running jupyter job on its Unix socket, exactly as the local runtime gives it."""
+        """The Lab (code-server) of a running jupyter (vscode) job on its Unix socket, as the local runtime gives it."""
         meta = self._get_meta(handle)
-        if meta is None or meta["kind"] != JobKind.JUPYTER.value or self.observe(handle).phase is not Phase.RUNNING:
+        if meta is None or not JobKind(meta["kind"]).interactive or self.observe(handle).phase is not Phase.RUNNING:
             return []
         key = (handle.job_id, handle.attempt)
         rd = RunDir(meta["run_dir"])
@@ -580,6 +604,8 @@ class ContainerRuntime:
             return []
         if not cookie:
             return []
+        if meta["kind"] == JobKind.VSCODE.value:
+            return [code_server.endpoint(meta["socket"], cookie, token)]
         return [jupyter.lab_endpoint(meta["base_url"], meta["socket"], cookie, token)]
 
     # -- exec ------------------------------------------------------------------------------------------------

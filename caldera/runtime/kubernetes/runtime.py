@@ -136,6 +136,8 @@ class KubernetesRuntime:
     def launch(self, req: LaunchRequest) -> Handle:
         if req.mounts:
             raise LaunchError("MountsUnsupported", "this runtime does not mount storage spaces yet (docs/storage.md)")
+        if req.spec.kind is JobKind.VSCODE:
+            raise LaunchError("KindUnsupported", "this runtime does not run vscode jobs yet (docs/ide.md)")
         ns = m.namespace(self.ks, m.account_of(req))
         self._ensure_namespace(ns)
         data: dict[str, Any] = {

@@ -63,7 +63,7 @@ def lab_argv(sock: Path, base_url: str, root_dir: Path, as_root: bool, ipc_kerne
     return argv
 
 
-class _UnixConnection(http.client.HTTPConnection):
+class UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float):
         super().__init__(HOST, timeout=timeout)
         self._path = path
@@ -123,7 +123,7 @@ def connect_unix(path: str, timeout: float) -> socket.socket:
 def login(sock: str, base_url: str, token: str, timeout_s: float = 1.0) -> str | None:
     """Lab answers its authenticated status API: returns the ``Cookie`` header value of the login it granted,
     or None while it is not up yet."""
-    conn = _UnixConnection(sock, timeout_s)
+    conn = UnixConnection(sock, timeout_s)
     try:
         conn.request("GET", f"{base_url}api/status", headers={"Authorization": f"token {token}", "Host": HOST})
         resp = conn.getresponse()

@@ -4,7 +4,7 @@ State lives in files (see ``rundir``), so any ``LocalRuntime`` built from the sa
 was SIGKILLed and restarted -- re-attaches to running jobs by reading their run directory. ``Handle.data`` holds
 
     run_dir      the attempt's run directory (settings.runs_dir/<job_id>/<attempt>)
-    kind         "batch" | "distributed" | "jupyter"
+    kind         "batch" | "distributed" | "jupyter" | "vscode"
     world_size   number of ranks
     ranks        [{"rank": r, "pid": shim pid (= its process group), "start": /proc start time}]
     netns        true when the ranks share a private network namespace
@@ -12,8 +12,8 @@ was SIGKILLed and restarted -- re-attaches to running jobs by reading their run 
                  owner's SSH public keys (authorized_keys, named by CALDERA_SSH_AUTHORIZED_KEYS), and under a root
                  server ``tmp``, the job's own /tmp (see ``view``)
     run_as       [uid, gid] the commands run as, or null (the server's own user)
-    socket, base_url   (jupyter) where Lab listens; the platform's copy of its token is <run_dir>/jupyter.token, and
-                 it connects through <run_dir>/lab.sock (see ``jupyter.pin_socket``)
+    socket, base_url   (jupyter, vscode) where Lab (code-server) listens; the platform's copy of its token (password)
+                 is <run_dir>/jupyter.token, and it connects through <run_dir>/lab.sock (see ``jupyter.pin_socket``)
     lab_runtime  (jupyter) Jupyter's runtime directory (kernel connection files and sockets), relative to scratch
 
 A handle with empty ``data`` works too: it is read back from <run_dir>/meta.json.
@@ -52,7 +52,7 @@ from caldera.runtime.base import (
     RunAs,
 )
 from caldera.runtime.exec_process import ExecProcess, spawn, terminal_name
-from caldera.runtime.local import jupyter, launchfile, netns, owner, procs, view
+from caldera.runtime.local import code_server, jupyter, launchfile, netns, owner, procs, view
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.launchfile import Launch
 from caldera.runtime.local.log_follow import follow_file
@@ -139,9 +139,9 @@ class LocalRuntime:
         self._meta: dict[_Key, dict[str, Any]] = {}
         self._exits: dict[_Key, dict[int, dict[str, Any]]] = {}  # exit records never change once written
         self._final: dict[_Key, Observation] = {}  # all that is kept of a job once it ended
-        self._ready: set[_Key] = set()  # jupyter answered once
+        self._ready: set[_Key] = set()  # the session's server (Lab, code-server) answered once
         self._tokens: dict[_Key, str] = {}
-        self._lab_logins: dict[_Key, str] = {}  # Lab's login cookie, for the proxy
+        self._lab_logins: dict[_Key, str] = {}  # Lab's (code-server's) login cookie, for the proxy
         self._children: dict[_Key, list[subprocess.Popen[bytes]]] = {}  # our shims, reaped so no zombies pile up
         self._launching: set[_Key] = set()
 
@@ -245,6 +245,11 @@ class LocalRuntime:
             # spec.command is never used: it could listen elsewhere
             argv = jupyter.lab_argv(sock, base_url, workdir, as_root, ipc_kernels=private)
             data.update(socket=str(sock), base_url=base_url, lab_runtime=str(lab_runtime))
+        elif spec.kind is JobKind.VSCODE:
+            argv = self._code_server(req, rd, scratch, workdir)
+            if "SHELL" not in spec.env:  # its terminals' shell; the users the platform made have nologin
+                base_env["SHELL"] = shutil.which("bash") or "/bin/sh"
+            data.update(socket=str(scratch / "lab.sock"), base_url="/")
         else:
             argv = list(spec.command or [])
         if not argv:
@@ -518,8 +523,9 @@ class LocalRuntime:
         if running:
             failure = read_json(rd.gang_failure)
             msg = f"rank {failure['rank']} failed; stopping the other ranks" if failure else ""
-            if meta["kind"] == JobKind.JUPYTER.value and not self._jupyter_ready(key, meta, rd):
-                return Observation(Phase.STARTING, message="waiting for Jupyter to answer")
+            if JobKind(meta["kind"]).interactive and not self._session_ready(key, meta, rd):
+                server = "Jupyter" if meta["kind"] == JobKind.JUPYTER.value else "code-server"
+                return Observation(Phase.STARTING, message=f"waiting for {server} to answer")
             return Observation(Phase.RUNNING, message=msg)
 
         return self._finish(key, self._outcome(meta, rd, exits))
@@ -557,14 +563,28 @@ class LocalRuntime:
             self._children.pop(key, None)
         return obs
 
-    def _jupyter_ready(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> bool:
+    def _code_server(self, req: LaunchRequest, rd: RunDir, scratch: Path, workdir: Path) -> list[str]:
+        """code-server's command line; its password in a config file the job owns (see ``local.code_server``)."""
+        exe = self.settings.code_server
+        if not os.access(exe, os.X_OK):
+            raise LaunchError("CodeServerMissing", f"code-server is not installed at {exe}")
+        password = secrets.token_hex(24)
+        write_text_atomic(rd.token, password, mode=0o600)
+        config = scratch / code_server.CONFIG
+        owner.write_owned(config, code_server.config_text(password), req.run_as)  # deleted once it answered
+        return code_server.argv(str(exe), scratch / "lab.sock", workdir, config)
+
+    def _session_ready(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> bool:
         if key in self._ready:
             return True
         if self._lab_login(key, meta, rd) is None:
             return False
         self._ready.add(key)
-        # Lab has read them: from now on nothing on disk lets anyone else in, another job of the same user too
+        # the server has read them: from now on nothing on disk lets anyone else in, another job of the same user too
         scratch = Path(meta["scratch"])
+        if meta["kind"] == JobKind.VSCODE.value:
+            owner.remove_owned(scratch, Path(code_server.CONFIG))
+            return True
         for secret in (Path("lab-token"), Path(meta.get("lab_runtime", "runtime"), "jupyter_cookie_secret")):
             owner.remove_owned(scratch, secret)
         return True
@@ -573,7 +593,12 @@ class LocalRuntime:
         cookie = self._lab_logins.get(key)
         if cookie is None:
             token, sock = self._token(key, rd), self._lab_socket(meta, rd)
-            cookie = jupyter.login(sock, meta["base_url"], token, timeout_s=0.5) if token and sock else None
+            if not token or not sock:
+                return None
+            if meta["kind"] == JobKind.VSCODE.value:
+                cookie = code_server.login(sock, token, timeout_s=code_server.LOGIN_TIMEOUT_S)
+            else:
+                cookie = jupyter.login(sock, meta["base_url"], token, timeout_s=0.5)
             if cookie is not None:
                 self._lab_logins[key] = cookie
         return cookie
@@ -687,10 +712,11 @@ class LocalRuntime:
 
     # -- endpoints -------------------------------------------------------------------------------------------
     def endpoints(self, handle: Handle) -> list[Endpoint]:
-        """The Lab of a running jupyter job, on its Unix socket. The proxy in front of it must send the returned
-        Cookie (Lab's login) on every request and websocket upgrade and Host ``localhost``; see ``local.jupyter``."""
+        """The Lab (code-server) of a running jupyter (vscode) job, on its Unix socket. The proxy in front of it must
+        send the returned Cookie (the server's login) on every request and websocket upgrade and Host ``localhost``;
+        see ``local.jupyter``."""
         meta = self._get_meta(handle)
-        if meta is None or meta["kind"] != JobKind.JUPYTER.value:
+        if meta is None or not JobKind(meta["kind"]).interactive:
             return []
         if self.observe(handle).phase is not Phase.RUNNING:
             return []
@@ -699,6 +725,8 @@ class LocalRuntime:
         cookie, token, sock = self._lab_login(key, meta, rd), self._token(key, rd), self._lab_socket(meta, rd)
         if not cookie or not token or not sock:
             return []
+        if meta["kind"] == JobKind.VSCODE.value:
+            return [code_server.endpoint(sock, cookie, token)]
         return [jupyter.lab_endpoint(meta["base_url"], sock, cookie, token)]
 
     # -- exec ------------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ STATES = {
     "Preempted": _("Preempted"),
     "Lost": _("Lost"),
 }
-KINDS = {"batch": _("batch"), "distributed": _("distributed"), "jupyter": _("Jupyter")}
+KINDS = {"batch": _("batch"), "distributed": _("distributed"), "jupyter": _("Jupyter"), "vscode": _("VS Code")}
 PRIORITIES = {"high": _("high"), "normal": _("normal"), "low": _("low"), "best-effort": _("best-effort")}
 USER_CAPS = {
     "max_gpus": _("GPUs"),
@@ -220,6 +220,8 @@ EVENTS: dict[str, Message] = {
     "CommandNotFound": Message(_("its command is not in its image: %(error)s")),
     "ShellNotInImage": Message(_("its image has no shell: %(error)s")),
     "JupyterNotInImage": Message(_("its image has no JupyterLab: %(error)s")),
+    "CodeServerMissing": Message(_("VS Code's code-server is not installed where the runtime looks: %(error)s")),
+    "KindUnsupported": Message(_("its runtime does not run jobs of this kind: %(error)s")),
     "AlreadyRunning": Message(_("this attempt was already running: %(error)s")),
     "AlreadyLaunching": Message(_("this attempt was already being launched: %(error)s")),
     "BadJobId": Message(_("the runtime refused its id: %(error)s")),

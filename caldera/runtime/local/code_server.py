@@ -1,0 +1,79 @@
+"""VS Code in the browser (code-server) as a job: its command line, and the probe that logs the platform in.
+
+The same model as Jupyter Lab (see ``local.jupyter``):
+* code-server listens on a Unix socket (0600, no TCP port) in the job's scratch directory; the platform reaches it
+  through the hard link ``jupyter.pin_socket`` makes in the root-only run directory.
+* It still requires a random password. The password reaches it in a 0600 config file the job owns, never through
+  the environment or the command line; once the platform logged in, that file is deleted, so nothing on disk lets
+  even another job of the same user in. The platform keeps its own copy in the root-only run directory.
+* The probe exchanges the password once for code-server's session cookie, which the proxy adds server-side; the
+  browser never sees it, and a ``code-server-session`` cookie the browser sends is dropped.
+
+code-server is served at the root of the lab's own origin (``/``), never under a path prefix: its workbench, web
+workers and webviews resolve their URLs against the origin, and a prefix is what breaks them behind proxies.
+Its own Origin check (a websocket's Origin must name the Host) is left with nothing to compare: the proxy sends no
+Origin upstream and checks it itself (caldera/server/lab_proxy.py). Its port proxy (``/proxy/<port>``) is off: a
+job's loopback is not the browser's business.
+"""
+
+from __future__ import annotations
+
+import http.client
+from http.cookies import SimpleCookie
+from pathlib import Path
+from urllib.parse import urlencode
+
+from caldera.runtime.base import Endpoint
+from caldera.runtime.local.jupyter import HOST, UnixConnection
+
+SESSION_COOKIE = "code-server-session"
+CONFIG = "code-server.yaml"  # in the job's scratch, deleted once the platform logged in
+# a login hashes the password with argon2 (64 MiB, 3 passes): most of a second on a loaded host
+LOGIN_TIMEOUT_S = 3.0
+
+
+def config_text(password: str) -> str:
+    return f"auth: password\npassword: {password}\n"
+
+
+def argv(exe: str, sock: Path, workspace: Path, config: Path) -> list[str]:
+    return [
+        exe,
+        f"--socket={sock}",
+        "--socket-mode=600",
+        f"--config={config}",
+        # no calls to the internet from a job, nothing served but the editor
+        "--disable-telemetry",
+        "--disable-update-check",
+        "--disable-proxy",
+        "--disable-workspace-trust",
+        "--disable-getting-started-override",
+        "--ignore-last-opened",
+        str(workspace),
+    ]
+
+
+def login(sock: str, password: str, timeout_s: float = LOGIN_TIMEOUT_S) -> str | None:
+    """code-server accepts the password: returns the ``Cookie`` header value of its session, or None while it is
+    not up yet."""
+    conn = UnixConnection(sock, timeout_s)
+    try:
+        body = urlencode({"password": password})
+        headers = {"Host": HOST, "Content-Type": "application/x-www-form-urlencoded"}
+        conn.request("POST", "/login", body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        jar: SimpleCookie = SimpleCookie()
+        for header in resp.headers.get_all("Set-Cookie") or []:
+            jar.load(header)
+        session = jar.get(SESSION_COOKIE)
+        return f"{SESSION_COOKIE}={session.coded_value}" if session is not None and session.value else None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def endpoint(sock: str, cookie: str, password: str) -> Endpoint:
+    """code-server as the platform's proxy reaches it: its socket, at the root, logged in with its cookie."""
+    return Endpoint("lab", HOST, 0, "/", headers={"Cookie": cookie}, socket=sock, secrets=(password,))
