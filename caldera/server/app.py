@@ -16,6 +16,7 @@ from caldera.images.builds import BuildQueue
 from caldera.server import (
     api_accounting,
     api_admin,
+    api_arrays,
     api_auth,
     api_exec,
     api_files,
@@ -135,6 +136,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_ssh_keys.router,
         api_notifications.router,
         api_jobs.router,
+        api_arrays.router,
         api_files.router,
         api_exec.router,
         ssh_relay.router,
