@@ -42,7 +42,9 @@ def parse_array(expression: str, max_size: int) -> ArrayRange:
         last = int(m.group(2)) if m.group(2) is not None else first
         step = int(m.group(3)) if m.group(3) is not None else 1
         if last < first or step < 1 or last > MAX_ARRAY_INDEX:
-            raise ValueError(f"{part.strip()!r}: a range goes up, by a step of at least 1, to {MAX_ARRAY_INDEX} at most")
+            raise ValueError(
+                f"{part.strip()!r}: a range goes up, by a step of at least 1, to {MAX_ARRAY_INDEX} at most"
+            )
         if len(indices) + (last - first) // step + 1 > max_size:  # counted before it is made
             raise ValueError(f"more than {max_size} tasks (the platform's max_array_size)")
         indices.update(range(first, last + 1, step))

@@ -70,7 +70,10 @@ def describe(array_id: str, user: User = Depends(current_user), db: Session = De
 
 @router.post("/{array_id}/cancel")
 def cancel(
-    array_id: str, user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
+    array_id: str,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
 ) -> dict:
     """Every task that has not ended: queued ones at once, running ones as ``cancel`` a job."""
     return _changed(p, db, user, array_id, lambda a: arrays.cancel(p, db, a, user))
@@ -90,7 +93,10 @@ def hold(
 
 @router.post("/{array_id}/release")
 def release(
-    array_id: str, user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
+    array_id: str,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
 ) -> dict:
     return _changed(p, db, user, array_id, lambda a: arrays.release(db, a, user))
 

@@ -1,6 +1,7 @@
 """What keeps a queued job from the scheduler: a hold (its owner's or an admin's) or a dependency that has not ended
 (``after`` in its spec, a job or a job array), or a task of an array that already runs as many tasks as its ``%N``
-allows. The loop offers such a job to no policy; its pending reason says why, in ``why`` and the portal. Also an admin's requeue of a running job, which is a preemption back to the queue."""
+allows. The loop offers such a job to no policy; its pending reason says why, in ``why`` and the portal. Also an
+admin's requeue of a running job, which is a preemption back to the queue."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from caldera.core.arrays import array_state
-
 from caldera.core.spec import DependencyWhen
 from caldera.core.states import JobState
 from caldera.core.tenancy import Role
