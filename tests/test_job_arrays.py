@@ -159,14 +159,13 @@ def test_cli_submit_array_ls_describe_task_and_cancel(server, sdk, tmp_path):  #
     tasks = sdk.array(array_id)["tasks"]
     assert until(server, h, tasks[1]["id"], set(ACTIVE))
 
-    listed = cli(server, "ls").stdout
+    listed = cli(server, "ls").stdout  # one row for the array, its tasks counted
     assert array_id in listed and "sweep[6 tasks]" in listed and tasks[0]["id"] not in listed
-    assert len(json.loads(cli(server, "ls", "-o", "json").stdout)) == 6  # the API's objects: one per task
+    assert "4 Queued" in listed
     described = cli(server, "describe", array_id[:7]).stdout  # a prefix of the array's id
     assert "job array 0-5:1%2 (6 tasks, at most 2 running)" in described and tasks[5]["id"] in described
     task = json.loads(cli(server, "describe", f"{array_id}_3", "-o", "json").stdout)
     assert (task["id"], task["array_index"]) == (tasks[3]["id"], 3)
-    assert "2 Running" in cli(server, "ls").stdout or "Starting" in cli(server, "ls").stdout
 
     cancelled = cli(server, "cancel", array_id).stdout
     assert f"{array_id}: job array" in cancelled
