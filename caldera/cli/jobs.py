@@ -7,6 +7,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -404,14 +405,13 @@ def cancel(
     if not targets:
         raise typer.BadParameter("give job ids, --state or --name")
     stopping = ("Running", "Starting")
-    _each(targets, c.cancel, lambda j: _said(j, " (stopping)" if j["state"] in stopping else ""))
+    said = _or_array(lambda j: f"{j['id']}: {j['state']}" + (" (stopping)" if j["state"] in stopping else ""))
+    _each(targets, c.cancel, said)
 
 
-def _said(j: dict, after: str = "") -> str:
-    """A job's or a job array's new state, for the verbs that change it."""
-    if "tasks" in j:
-        return f"{j['id']}: job array, {_counted(j['tasks'])}{after}"
-    return f"{j['id']}: {j['state']}{after}"
+def _or_array(say: Callable[[dict], str]) -> Callable[[dict], str]:
+    """``say`` for a job; for a job array (the verbs take either), its tasks counted per state."""
+    return lambda j: f"{j['id']}: job array, {_counted(j['tasks'])}" if "tasks" in j else say(j)
 
 
 def _each(job_ids: list[str], act, say) -> None:
@@ -433,13 +433,13 @@ def hold(
 ) -> None:
     """Keep waiting jobs from starting until released (an admin's hold only an admin releases)."""
     c = client()
-    _each(job_ids, lambda j: c.hold(j, reason), lambda j: _said(j, " (held)"))
+    _each(job_ids, lambda j: c.hold(j, reason), _or_array(lambda j: f"{j['id']}: held ({j['state']})"))
 
 
 def release(job_ids: list[str] = typer.Argument(..., help="job ids or unique prefixes")) -> None:
     """Let held jobs be scheduled again."""
     c = client()
-    _each(job_ids, c.release, lambda j: _said(j, " (released)"))
+    _each(job_ids, c.release, _or_array(lambda j: f"{j['id']}: released ({j['state']})"))
 
 
 def requeue(
