@@ -11,7 +11,7 @@ from caldera.core.states import JobState
 
 MAX_ARRAY_EXPRESSION_CHARS = 256
 MAX_ARRAY_INDEX = 1_000_000  # indices are task numbers, not data: a bound keeps a range's arithmetic small
-_PART = re.compile(r"(\d{1,7})(?:-(\d{1,7})(?::(\d{1,7}))?)?")
+_PART = re.compile(r"(\d{1,7})(?:-(\d{1,7})(?::(\d{1,7}))?)?", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def parse_array(expression: str, max_size: int) -> ArrayRange:
     body, sep, limit = text.partition("%")
     max_running = None
     if sep:
-        if not re.fullmatch(r"\d{1,7}", limit) or int(limit) < 1:
+        if not re.fullmatch(r"\d{1,7}", limit, re.ASCII) or int(limit) < 1:
             raise ValueError(f"%{limit}: the limit of running tasks is a whole number of at least 1")
         max_running = int(limit)
     indices: set[int] = set()
