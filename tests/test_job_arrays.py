@@ -174,3 +174,21 @@ def test_cli_submit_array_ls_describe_task_and_cancel(server, sdk, tmp_path):  #
     assert sdk.wait(array_id, timeout=10)["state"] == "Cancelled"
     bad = cli(server, "run", "--array", "0-99999", "--", "true", check=False)
     assert bad.returncode == 1 and "max_array_size" in bad.stderr
+
+
+@SQLITE
+def test_a_users_cap_on_running_jobs_counts_each_task(api, admin):
+    c = api.client
+    caps = {"account": "default", "user_caps": {"max_running_jobs": 1}}
+    assert c.put("/api/v1/queues/default", json=caps, headers=admin).status_code == 200
+    a = _array(api, admin, "0-2%2", name="capped", command=["sleep", "30"])  # its own limit is higher
+    loop = c.app.state.loop
+    wait_for(lambda: loop.tick() or _get(api, admin, a["id"])["state"] == "Running", 60, what="a task to start")
+    for _ in range(3):
+        c.app.state.loop.tick()
+        now = _get(api, admin, a["id"])
+        assert sum(now["counts"].get(s, 0) for s in ACTIVE) == 1, now
+    queued = [t["id"] for t in now["tasks"] if t["state"] == "Queued"]
+    waiting = c.get(f"/api/v1/jobs/{queued[0]}/why", headers=admin).json()["pending"]
+    assert waiting and waiting[0]["code"] != "ArrayLimit"  # the scheduler's cap, not the array's limit
+    c.post(f"/api/v1/arrays/{a['id']}/cancel", headers=admin)
