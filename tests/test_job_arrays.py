@@ -192,3 +192,15 @@ def test_a_users_cap_on_running_jobs_counts_each_task(api, admin):
     waiting = c.get(f"/api/v1/jobs/{queued[0]}/why", headers=admin).json()["pending"]
     assert waiting and waiting[0]["code"] != "ArrayLimit"  # the scheduler's cap, not the array's limit
     c.post(f"/api/v1/arrays/{a['id']}/cancel", headers=admin)
+
+
+@SQLITE
+def test_an_array_tells_its_user_once_when_its_last_task_ends(api, admin):
+    alice = api.user(admin, "alice")
+    a = _array(api, alice, "0-2", name="told", command=["sh", "-c", "exit $((CALDERA_ARRAY_TASK_ID == 1))"])
+    for t in a["tasks"]:
+        _until(api, alice, t["id"], {"Succeeded", "Failed"})
+    items = api.client.get("/api/v1/notifications", headers=alice).json()["items"]
+    assert [(n["subject"], n["body"]) for n in items] == [
+        ("Job told[3 tasks] failed", "Your job told[3 tasks] failed: 2 Succeeded, 1 Failed")
+    ]
