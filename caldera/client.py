@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -172,9 +173,11 @@ class Client:
                 self._check(resp)
             yield from resp.iter_raw()
 
-    # ---- jobs --------------------------------------------------------------------------------------------------
-    def submit(self, spec: Any = None, *, yaml_text: str | None = None, **overrides: Any) -> dict:
-        """Submit a job from a ``JobSpec``, a dict, or YAML text; keyword arguments override the spec's fields."""
+    # ---- jobs and job arrays -------------------------------------------------------------------------------------
+    def submit(self, spec: Any = None, *, yaml_text: str | None = None, array: str | None = None, **overrides: Any):
+        """Submit a job from a ``JobSpec``, a dict, or YAML text; keyword arguments override the spec's fields.
+        With ``array`` (Slurm's ``--array``: ``0-99%8``, ``1,3,5``, ``0-20:5``) the spec is submitted as a job array
+        of one task per index, and the answer is the array (as ``array()`` gives it), not a job."""
         if yaml_text is not None:
             import yaml
 
@@ -183,27 +186,60 @@ class Client:
             spec = spec.model_dump(mode="json", exclude_none=True)
         if not isinstance(spec, dict):
             raise TypeError("a job spec is a JobSpec, a mapping, or YAML text of one")
-        return self.post("/jobs", {**spec, **_params(**overrides)})
+        spec = {**spec, **_params(**overrides)}
+        if array is not None:
+            return self.post("/arrays", {"spec": spec, "array": array})
+        return self.post("/jobs", spec)
 
     def jobs(self, *, all: bool = False, state: list[str] | None = None, limit: int | None = None) -> list[dict]:
+        """Jobs, newest first; a job array's tasks are jobs with ``array_id`` and ``array_index``."""
         return self.get("/jobs", all=all or None, state=state or None, limit=limit)
 
-    def resolve_job(self, job_id: str) -> str:
-        """A whole job id from a unique prefix of one, as git resolves commits."""
-        try:
-            return self.get(f"/jobs/{job_id}")["id"]
-        except NotFound:
-            pass
+    def arrays(self, *, all: bool = False, limit: int | None = None) -> list[dict]:
+        """Job arrays, newest first, each with its tasks' ids and states and their counts per state."""
+        return self.get("/arrays", all=all or None, limit=limit)
+
+    def array(self, array_id: str) -> dict:
+        """A job array; ``array_id`` may be a unique prefix."""
+        kind, whole = self.resolve(array_id)
+        if kind != "arrays":
+            raise NotFound(404, f"{array_id!r} is a job, not a job array")
+        return self.get(f"/arrays/{whole}")
+
+    def resolve(self, ref: str) -> tuple[str, str]:
+        """``("jobs", id)`` or ``("arrays", id)`` for a job id, a job array id, a unique prefix of either (as git
+        resolves commits), or ``ARRAY_INDEX`` for one task of an array, as Slurm writes it."""
+        task = re.fullmatch(r"([A-Za-z0-9]+)_(\d{1,7})", ref)
+        if task:
+            array = self.array(task.group(1))
+            found = [t["id"] for t in array["tasks"] if t["index"] == int(task.group(2))]
+            if not found:
+                raise NotFound(404, f"job array {array['id']} has no task {task.group(2)}")
+            return "jobs", found[0]
+        for kind in ("jobs", "arrays"):
+            try:
+                return kind, self.get(f"/{kind}/{ref}")["id"]
+            except NotFound:
+                pass
         try:
             listed = self.jobs(all=True, limit=5000)
         except Forbidden:
             listed = self.jobs(limit=5000)
-        matches = sorted({j["id"] for j in listed if j["id"].startswith(job_id)})
+        ids = {("jobs", j["id"]) for j in listed} | {("arrays", j["array_id"]) for j in listed if j.get("array_id")}
+        matches = sorted(x for x in ids if x[1].startswith(ref))
         if not matches:
-            raise NotFound(404, f"no job {job_id!r}")
+            raise NotFound(404, f"no job {ref!r}")
         if len(matches) > 1:
-            raise Conflict(409, f"{job_id!r} is the start of {len(matches)} jobs: {', '.join(matches[:10])}")
+            names = ", ".join(m[1] for m in matches[:10])
+            raise Conflict(409, f"{ref!r} is the start of {len(matches)} jobs: {names}")
         return matches[0]
+
+    def resolve_job(self, job_id: str) -> str:
+        """A whole job id from a unique prefix, or from ``ARRAY_INDEX``; a job array's id is refused."""
+        kind, whole = self.resolve(job_id)
+        if kind == "arrays":
+            raise Invalid(400, f"{whole} is a job array: name one of its tasks, as {whole}_INDEX")
+        return whole
 
     def job(self, job_id: str) -> dict:
         """A job with its events; ``job_id`` may be a unique prefix."""
@@ -213,28 +249,33 @@ class Client:
         return self.get(f"/jobs/{self.resolve_job(job_id)}/why")
 
     def cancel(self, job_id: str) -> dict:
-        return self.post(f"/jobs/{self.resolve_job(job_id)}/cancel")
+        """A job, or every task of a job array that has not ended; the job or the array as it is now."""
+        kind, whole = self.resolve(job_id)
+        return self.post(f"/{kind}/{whole}/cancel")
 
     def hold(self, job_id: str, reason: str = "") -> dict:
-        """Keep a waiting job from starting until ``release``; an admin's hold only an admin releases."""
-        return self.post(f"/jobs/{self.resolve_job(job_id)}/hold", {"reason": reason})
+        """Keep a waiting job (or a job array's waiting tasks) from starting until ``release``; an admin's hold
+        only an admin releases."""
+        kind, whole = self.resolve(job_id)
+        return self.post(f"/{kind}/{whole}/hold", {"reason": reason})
 
     def release(self, job_id: str) -> dict:
-        return self.post(f"/jobs/{self.resolve_job(job_id)}/release")
+        kind, whole = self.resolve(job_id)
+        return self.post(f"/{kind}/{whole}/release")
 
     def requeue(self, job_id: str, reason: str = "") -> dict:
         """Admins: stop a running job as a preemption does and put it back in its queue."""
         return self.post(f"/jobs/{self.resolve_job(job_id)}/requeue", {"reason": reason})
 
     def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 1.0) -> dict:
-        """The job once it ended; ``TimeoutError`` after ``timeout`` seconds."""
-        job_id, t0 = self.resolve_job(job_id), time.monotonic()
+        """The job (or job array: once every task ended) when it ended; ``TimeoutError`` after ``timeout`` s."""
+        (kind, whole), t0 = self.resolve(job_id), time.monotonic()
         while True:
-            j = self.get(f"/jobs/{job_id}")
+            j = self.get(f"/{kind}/{whole}")
             if j["state"] in ENDED:
                 return j
             if timeout is not None and time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"{job_id} still {j['state']} after {timeout:g}s")
+                raise TimeoutError(f"{whole} still {j['state']} after {timeout:g}s")
             time.sleep(poll_s)
 
     def logs(self, job_id: str, *, follow: bool = False, rank: int | None = None) -> Iterator[bytes]:

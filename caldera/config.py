@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     node_cpu: float | None = Field(None, description="CPUs jobs may be given; all of this host's when empty")
     node_memory_mib: int | None = Field(None, description="memory jobs may be given; all of this host's when empty")
     cancel_grace_s: float = Field(10.0, description="SIGTERM to SIGKILL on cancel")
+    max_array_size: int = Field(
+        1000, ge=1, le=100_000, description="tasks one job array may have (caldera submit --array); each is a job"
+    )
     preempt_grace_s: float = Field(30.0, description="SIGTERM (and the notice) to SIGKILL on preemption")
     schedule_interval_s: float = Field(1.0, description="seconds between scheduling cycles")
     access_token_ttl_s: int = Field(900, description="lifetime of an access token")

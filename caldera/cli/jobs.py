@@ -1,4 +1,5 @@
-"""Job verbs: submit, run (inline), ls, describe, why, logs, cancel, wait. Ids may be unique prefixes."""
+"""Job verbs: submit, run (inline), ls, describe, why, logs, cancel, wait. Ids may be unique prefixes; a job array's
+id stands for all its tasks, ``ARRAY_INDEX`` for one."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from rich.table import Table
 from caldera.cli.common import call, client, console, err, say_error, ts
 from caldera.cli.output import OUTPUT, Format, emit
 from caldera.client import ApiError, Client
+from caldera.core.arrays import array_state
 from caldera.core.states import JobState
 
 STATES = tuple(s.value for s in JobState)
@@ -40,7 +43,14 @@ def register(app: typer.Typer) -> None:
 AFTER = typer.Option(
     [],
     "--after",
-    help="JOB[:ok|:any]: start only after JOB succeeded (ok, the default) or ended (any); repeat for several",
+    help="JOB[:ok|:any]: start only after JOB (a job, or every task of a job array) succeeded (ok, the default) "
+    "or ended (any); repeat for several",
+)
+ARRAY = typer.Option(
+    None,
+    "--array",
+    help="submit a job array, one task per index: 0-99, 1,3,5, 0-20:5; %N runs at most N at once (0-99%8). "
+    "Each task finds its index in CALDERA_ARRAY_INDEX",
 )
 
 
@@ -51,11 +61,18 @@ def _dependencies(c: Client, items: list[str]) -> list[dict[str, str]]:
         job_id, _, when = item.partition(":")
         if when not in ("", "ok", "any"):
             raise typer.BadParameter(f"{item!r}: expected JOB, JOB:ok or JOB:any", param_hint="--after")
-        out.append({"job": call(c.resolve_job, job_id), "when": when or "ok"})
+        out.append({"job": call(c.resolve, job_id)[1], "when": when or "ok"})
     return out
 
 
 def _submitted(job: dict) -> None:
+    if "tasks" in job:
+        limit = f", at most {job['max_running']} running at once" if job["max_running"] else ""
+        console.print(
+            f"submitted job array [bold]{job['id']}[/bold] ({job['name']}, {job['size']} tasks{limit}) "
+            f"to {job['queue']}: {job['state']}"
+        )
+        return
     console.print(f"submitted [bold]{job['id']}[/bold] ({job['name']}) to {job['queue']}: {job['state']}")
 
 
@@ -64,8 +81,9 @@ def submit(
     account: str | None = typer.Option(None),
     queue: str | None = typer.Option(None),
     after: list[str] = AFTER,
+    array: str | None = ARRAY,
 ) -> None:
-    """Submit a job from a YAML spec."""
+    """Submit a job (or with --array, a job array) from a YAML spec."""
     import yaml
 
     try:
@@ -79,7 +97,7 @@ def submit(
     c = client()
     if after:
         body["after"] = _dependencies(c, after)
-    _submitted(call(c.submit, body, account=account, queue=queue))
+    _submitted(call(c.submit, body, array=array, account=account, queue=queue))
 
 
 def run(
@@ -99,8 +117,13 @@ def run(
     wait_: bool = typer.Option(False, "--wait", help="follow its logs and exit with the job's exit code"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the spec as YAML and submit nothing"),
     after: list[str] = AFTER,
+    array: str | None = ARRAY,
 ) -> None:
     """Submit a job from the command line, as `sbatch --wrap` would."""
+    if array and wait_:
+        raise typer.BadParameter(
+            "--wait follows one job: use `caldera wait ARRAY` for a job array", param_hint="--wait"
+        )
     spec = _inline_spec(command, gpus, image, name, queue, account, kind, replicas, cpu, memory_mib, gpu_model)
     spec["env"] = _env(env)
     if priority:
@@ -115,7 +138,7 @@ def run(
         sys.stdout.write(yaml.safe_dump(spec, sort_keys=False))
         return
     c = c or client()
-    job = call(c.submit, spec)
+    job = call(c.submit, spec, array=array)
     _submitted(job)
     if wait_:
         raise typer.Exit(_follow_to_end(c, job["id"]))
@@ -235,11 +258,24 @@ def ls(
 
 
 def _jobs_table(rows: list[dict]) -> None:
+    """One row per job, and one per job array (where its newest-listed task would be) with its tasks counted."""
     t = Table(box=None)
     for col in ("ID", "NAME", "USER", "KIND", "QUEUE", "GPUS", "STATE", "SUBMITTED", "REASON"):
         t.add_column(col, no_wrap=col == "ID", overflow="fold")
+    tasks: dict[str, list[dict]] = {}
     for j in rows:
-        why = j["pending_reasons"][0]["message"] if j["state"] == "Queued" and j["pending_reasons"] else j["message"]
+        if j.get("array_id"):
+            tasks.setdefault(j["array_id"], []).append(j)
+    for j in rows:
+        if j.get("array_id"):
+            if j["array_id"] not in tasks:
+                continue  # its array's row is printed
+            group = tasks.pop(j["array_id"])
+            state, why = array_state(JobState(x["state"]) for x in group).value, _counted(group)
+            j = {**j, "id": j["array_id"], "name": f"{j['name']}[{len(group)} tasks]", "state": state}
+        else:
+            queued = j["state"] == "Queued" and j["pending_reasons"]
+            why = j["pending_reasons"][0]["message"] if queued else j["message"]
         style = _STATE_STYLE.get(j["state"], "")
         t.add_row(
             j["id"],
@@ -255,9 +291,32 @@ def _jobs_table(rows: list[dict]) -> None:
     console.print(t)
 
 
+def _counted(tasks: list[dict]) -> str:
+    """``2 Running, 6 Queued, 2 Succeeded``: a job array's tasks per state, in the states' order."""
+    counts = {s: sum(1 for x in tasks if x["state"] == s) for s in STATES}
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+
+
 def describe(job_id: str, output: Format = OUTPUT) -> None:
-    """Spec, state and every event of a job."""
-    emit(call(client().job, job_id), output, _describe_table)
+    """Spec, state and every event of a job; a job array's tasks with their states."""
+    c = client()
+    kind, whole = call(c.resolve, job_id)
+    if kind == "arrays":
+        emit(call(c.get, f"/arrays/{whole}"), output, _array_table)
+        return
+    emit(call(c.get, f"/jobs/{whole}"), output, _describe_table)
+
+
+def _array_table(a: dict) -> None:
+    limit = f", at most {a['max_running']} running" if a["max_running"] else ""
+    console.print(f"[bold]{a['id']}[/bold] {a['name']}  job array {a['array']} ({a['size']} tasks{limit})")
+    console.print(f"user {a['user']}  account {a['account']}  queue {a['queue']}  [bold]{a['state']}[/bold]")
+    console.print(_counted(a["tasks"]))
+    t = Table("INDEX", "JOB", "STATE", "EXIT", "REASON", box=None, title="tasks", title_justify="left")
+    for x in a["tasks"]:
+        exit_code = str(x["exit_code"]) if x["exit_code"] is not None else "-"
+        t.add_row(str(x["index"]), x["id"], x["state"], exit_code, x["reason"])
+    console.print(t)
 
 
 def _describe_table(j: dict) -> None:
@@ -346,7 +405,13 @@ def cancel(
     if not targets:
         raise typer.BadParameter("give job ids, --state or --name")
     stopping = ("Running", "Starting")
-    _each(targets, c.cancel, lambda j: f"{j['id']}: {j['state']}" + (" (stopping)" if j["state"] in stopping else ""))
+    said = _or_array(lambda j: f"{j['id']}: {j['state']}" + (" (stopping)" if j["state"] in stopping else ""))
+    _each(targets, c.cancel, said)
+
+
+def _or_array(say: Callable[[dict], str]) -> Callable[[dict], str]:
+    """``say`` for a job; for a job array (the verbs take either), its tasks counted per state."""
+    return lambda j: f"{j['id']}: job array, {_counted(j['tasks'])}" if "tasks" in j else say(j)
 
 
 def _each(job_ids: list[str], act, say) -> None:
@@ -368,13 +433,13 @@ def hold(
 ) -> None:
     """Keep waiting jobs from starting until released (an admin's hold only an admin releases)."""
     c = client()
-    _each(job_ids, lambda j: c.hold(j, reason), lambda j: f"{j['id']}: held ({j['state']})")
+    _each(job_ids, lambda j: c.hold(j, reason), _or_array(lambda j: f"{j['id']}: held ({j['state']})"))
 
 
 def release(job_ids: list[str] = typer.Argument(..., help="job ids or unique prefixes")) -> None:
     """Let held jobs be scheduled again."""
     c = client()
-    _each(job_ids, c.release, lambda j: f"{j['id']}: released ({j['state']})")
+    _each(job_ids, c.release, _or_array(lambda j: f"{j['id']}: released ({j['state']})"))
 
 
 def requeue(

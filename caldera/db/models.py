@@ -111,6 +111,24 @@ class Job(Base):
     stop_detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # a queued job held back from the scheduler: {"by", "admin", "at", "note"} (caldera/server/holds.py)
     hold: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # a task of a job array (caldera/server/arrays.py): its array and its index there (CALDERA_ARRAY_INDEX)
+    array_id: Mapped[str | None] = mapped_column(
+        ForeignKey("job_arrays.id", ondelete="CASCADE"), nullable=True, index=True
+    )
+    array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class JobArray(Base):
+    """One submission of many tasks (``caldera submit --array 0-99%8``); each task is a job of its own."""
+
+    __tablename__ = "job_arrays"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    name: Mapped[str] = mapped_column(String(128))
+    expression: Mapped[str] = mapped_column(String(256))  # as submitted, e.g. 0-99%8
+    size: Mapped[int] = mapped_column(Integer)
+    max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)  # %N
+    submitted_at: Mapped[float] = mapped_column(Float)
 
 
 class JobEventRow(Base):

@@ -16,6 +16,7 @@ from caldera.images.builds import BuildQueue
 from caldera.server import (
     api_accounting,
     api_admin,
+    api_arrays,
     api_auth,
     api_catalogue,
     api_exec,
@@ -136,6 +137,7 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
         api_ssh_keys.router,
         api_notifications.router,
         api_jobs.router,
+        api_arrays.router,
         api_files.router,
         api_catalogue.router,
         api_exec.router,

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from caldera.core.spec import JobSpec
 from caldera.core.states import JobState, check_transition
 from caldera.core.tenancy import PriorityClass, QueueConfig, Role
-from caldera.db.models import Job, JobEventRow, User
+from caldera.db.models import Job, JobArray, JobEventRow, User
 from caldera.images import catalogue
 from caldera.runtime.base import Handle
 from caldera.scheduler.quota import never_fits
@@ -69,9 +69,16 @@ def note(db: Session, job: Job, reason: str, message: str, params: dict[str, Any
     )
 
 
-def check(p: Platform, db: Session, user: User, spec: JobSpec) -> tuple[JobSpec, str, str]:
-    """Every rule a submission passes, recording nothing (the portal's form checks as one types through it): the
-    spec as it will run (its image resolved), its account and its queue."""
+def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
+    spec, account, queue = admissible(p, db, user, spec)
+    job = create(db, user, spec, account, queue, time.time())
+    db.flush()
+    return job
+
+
+def admissible(p: Platform, db: Session, user: User, spec: JobSpec) -> tuple[JobSpec, str, str]:
+    """The spec as it will be stored (the catalogue's image reference), its account and its queue; Invalid or
+    Forbidden where the user may not submit it, or it could never start."""
     account = spec.account or user.default_account
     if not account:
         raise Invalid("account", "you belong to no account; ask an admin to add you to one", "NoAccount")
@@ -109,15 +116,21 @@ def check(p: Platform, db: Session, user: User, spec: JobSpec) -> tuple[JobSpec,
     over = over_caps(cfg, spec)
     if over:
         raise Invalid("resources", *over)
-
     return spec, account, queue
 
 
-def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
-    spec, account, queue = check(p, db, user, spec)
-    now = time.time()
+def create(
+    db: Session,
+    user: User,
+    spec: JobSpec,
+    account: str,
+    queue: str,
+    now: float,
+    array: tuple[str, int] | None = None,
+) -> Job:
+    """A queued job of an admissible spec; ``array``: the array and index of a task."""
     job = Job(
-        id=secrets.token_hex(5),
+        id=new_id(db),
         name=spec.name,
         user_id=user.id,
         account=account,
@@ -130,22 +143,34 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec) -> Job:
         attempt=0,
         allocations=[],
         pending_reasons=[],
+        array_id=array[0] if array else None,
+        array_index=array[1] if array else None,
     )
     db.add(job)
     record(db, job, JobState.PENDING, "Submitted", f"submitted by {user.username}", now, {"user": user.username})
     record(db, job, JobState.QUEUED, "Admitted", f"queued in {queue}", now, {"queue": queue})
     job.queued_at = now
-    db.flush()
     return job
 
 
+def new_id(db: Session) -> str:
+    """An id that no job and no job array has (arrays and jobs share one name space: ``--after`` takes either)."""
+    while True:
+        candidate = secrets.token_hex(5)
+        if db.get(Job, candidate) is None and db.get(JobArray, candidate) is None:
+            return candidate
+
+
 def _check_dependencies(db: Session, user: User, spec: JobSpec) -> None:
-    """A job waits only for jobs its owner may see (an unknown id would make it wait for ever)."""
+    """A job waits only for jobs and job arrays its owner may see (an unknown id would make it wait for ever)."""
     for after in spec.after:
         try:
             visible(db, user, after.job)
         except NotFound:
-            raise Invalid("after", f"no job {after.job!r}", "UnknownDependency", {"job": after.job}) from None
+            try:
+                visible_array(db, user, after.job)
+            except NotFound:
+                raise Invalid("after", f"no job {after.job!r}", "UnknownDependency", {"job": after.job}) from None
 
 
 def _check_priority(cfg: QueueConfig, user: User, spec: JobSpec) -> None:
@@ -195,6 +220,14 @@ def visible(db: Session, user: User, job_id: str) -> Job:
     if job is None or (job.user_id != user.id and user.role != Role.ADMIN.value):
         raise NotFound(f"no job {job_id!r}")
     return job
+
+
+def visible_array(db: Session, user: User, array_id: str) -> JobArray:
+    """A job array the user may see, as ``visible`` a job."""
+    array = db.get(JobArray, array_id)
+    if array is None or (array.user_id != user.id and user.role != Role.ADMIN.value):
+        raise NotFound(f"no job array {array_id!r}")
+    return array
 
 
 def jobs_query(
@@ -339,6 +372,8 @@ def view(job: Job, username: str | None = None) -> dict[str, Any]:
         "runtime": job.runtime,
         "pending_reasons": job.pending_reasons,
         "hold": job.hold,
+        "array_id": job.array_id,
+        "array_index": job.array_index,
         "spec": job.spec,
         "gpus": total_gpus(job),
     }

@@ -463,7 +463,7 @@ class SchedulerLoop:
             spec=spec,
             allocations=allocations,
             workdir=Path(job.workdir),
-            env={"CALDERA_ACCOUNT": job.account, "CALDERA_QUEUE": job.queue, **shared_env},
+            env={"CALDERA_ACCOUNT": job.account, "CALDERA_QUEUE": job.queue, **_array_env(job), **shared_env},
             base_url=lab_base_url(job.id),
             run_as=run_as,
             home=home,
@@ -471,6 +471,13 @@ class SchedulerLoop:
             mounts=mounts,
         )
         self.launcher.submit(req)
+
+
+def _array_env(job: Job) -> dict[str, str]:
+    """A task of a job array learns which one it is, as Slurm's SLURM_ARRAY_TASK_ID and SLURM_ARRAY_JOB_ID say."""
+    if job.array_id is None:
+        return {}
+    return {"CALDERA_ARRAY_ID": job.array_id, "CALDERA_ARRAY_INDEX": str(job.array_index)}
 
 
 def workdir_for(home: Path, job_id: str, requested: str | None, kind: str = JobKind.BATCH.value) -> Path:

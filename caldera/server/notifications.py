@@ -7,8 +7,10 @@ import logging
 import threading
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from caldera.core.arrays import array_state
 from caldera.core.states import JobState
 from caldera.db.models import Job
 from caldera.notify import events, outbox
@@ -38,9 +40,26 @@ def tell(db: Session, job: Job, event: str, params: dict[str, Any], now: float |
 
 
 def on_transition(db: Session, job: Job, to: JobState, message: str, now: float) -> None:
-    """Called by ``jobs.record`` for every state change: the end of an attempt tells the user."""
-    if to in ENDED:
-        tell(db, job, ENDED[to], {"message": message}, now)
+    """Called by ``jobs.record`` for every state change: the end of an attempt tells the user; a job array's tasks
+    tell once, when the last of them ends."""
+    if to not in ENDED:
+        return
+    if job.array_id is not None and to.terminal:
+        _on_task_ended(db, job, to, now)
+        return
+    tell(db, job, ENDED[to], {"message": message}, now)
+
+
+def _on_task_ended(db: Session, job: Job, to: JobState, now: float) -> None:
+    """As Slurm mails about an array, not each task: a 100-task sweep is one message, its tasks counted."""
+    others = db.scalars(select(Job.state).where(Job.array_id == job.array_id, Job.id != job.id))
+    states = [JobState(s) for s in others] + [to]
+    if not all(s.terminal for s in states):
+        return
+    event = ENDED.get(array_state(states))  # Cancelled tells nothing, as for a job
+    if event is not None:
+        counts = ", ".join(f"{states.count(s)} {s.value}" for s in JobState if states.count(s))
+        tell(db, job, event, {"job": f"{job.name}[{len(states)} tasks]", "message": counts}, now)
 
 
 def on_running(db: Session, job: Job, wait_threshold_s: float, now: float) -> None:

@@ -193,7 +193,7 @@ def check_form(
         raise PageNotFound()
     body, errors = form_body(p, db, user, kind, form)
     if not errors:
-        _, errors = api_call.call(db, lambda: jobs.check(p, db, user, parse_spec(body)))
+        _, errors = api_call.call(db, lambda: jobs.admissible(p, db, user, parse_spec(body)))
     return checked(request, job_forms.by_field(errors))
 
 

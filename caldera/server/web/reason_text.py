@@ -144,6 +144,7 @@ PENDING: dict[str, Message] = {
     "Dependency": Message(
         _("waiting for job %(job)s to end (it is %(state)s)"), ("must_succeed", _("; it must succeed"))
     ),
+    "ArrayLimit": Message(_("array %(array)s already runs %(limit)s tasks, its limit (%%%(limit)s)")),
 }
 
 # the reasons of job events the platform writes itself (caldera/server/jobs.py, loop.py), from their details
@@ -251,6 +252,7 @@ ERRORS: dict[str, Message] = {
         )
     ),
     "UnknownDependency": Message(_("no job %(job)s")),
+    "BadArray": Message(_("not a job array's indices: %(error)s")),
     "NotKeyValue": Message(_("%(line)s: expected KEY=VALUE")),
     "CudnnNeedsCuda": Message(_("cuDNN %(cudnn)s needs CUDA %(needs)s.x; choose one")),
     "CudnnCudaMismatch": Message(_("cuDNN %(cudnn)s is built for CUDA %(needs)s.x, not CUDA %(cuda)s")),

@@ -1,0 +1,116 @@
+"""Job arrays: one spec submitted as N tasks (``--array 0-99%8``). Each task is a job the scheduler sees like any
+other, under the same quotas and per-user caps; its array's ``%N`` is kept by ``holds.withhold``, which offers the
+scheduler no more of an array's tasks than may run. Cancel, hold and release act on every task at once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from caldera.core.arrays import array_state, parse_array
+from caldera.core.spec import JobSpec
+from caldera.core.states import JobState
+from caldera.core.tenancy import Role
+from caldera.db.models import Job, JobArray, User
+from caldera.server import holds, jobs
+from caldera.server.errors import Invalid
+from caldera.server.platform import Platform
+
+
+def submit(p: Platform, db: Session, user: User, spec: JobSpec, expression: str) -> JobArray:
+    """Checked once as one job would be (every task has the same spec), then made into its tasks."""
+    try:
+        wanted = parse_array(expression, p.settings.max_array_size)
+    except ValueError as exc:
+        params = {"error": str(exc)}
+        raise Invalid("array", f"{expression[:64]!r}: {exc}", "BadArray", params) from None
+    spec, account, queue = jobs.admissible(p, db, user, spec)
+    now = time.time()
+    array = JobArray(
+        id=jobs.new_id(db),
+        user_id=user.id,
+        name=spec.name,
+        expression=wanted.expression,
+        size=len(wanted.indices),
+        max_running=wanted.max_running,
+        submitted_at=now,
+    )
+    db.add(array)
+    db.flush()
+    for index in wanted.indices:
+        jobs.create(db, user, spec, account, queue, now, (array.id, index))
+    db.flush()
+    return array
+
+
+def tasks(db: Session, array: JobArray) -> list[Job]:
+    return tasks_of(db, [array.id])[array.id]
+
+
+def tasks_of(db: Session, array_ids: list[str]) -> dict[str, list[Job]]:
+    """Each array's tasks, lowest index first, in one query."""
+    out: dict[str, list[Job]] = {a: [] for a in array_ids}
+    if array_ids:
+        for job in db.scalars(select(Job).where(Job.array_id.in_(array_ids)).order_by(Job.array_index)):
+            out[job.array_id].append(job)
+    return out
+
+
+def each_task(db: Session, array: JobArray, act: Callable[[Job], Any], states: tuple[str, ...]) -> None:
+    """``act`` on the array's tasks in these states, lowest index first."""
+    for job in tasks(db, array):
+        if job.state in states:
+            act(job)
+
+
+_WAITING = (JobState.PENDING.value, JobState.QUEUED.value)
+_LIVE = tuple(s.value for s in JobState if not s.terminal)
+
+
+def cancel(p: Platform, db: Session, array: JobArray, actor: User) -> None:
+    each_task(db, array, lambda job: jobs.cancel(p, db, job, actor), _LIVE)
+
+
+def hold(db: Session, array: JobArray, actor: User, why: str = "") -> None:
+    each_task(db, array, lambda job: holds.hold(db, job, actor, why), _WAITING)
+
+
+def release(db: Session, array: JobArray, actor: User) -> None:
+    each_task(db, array, lambda job: holds.release(db, job, actor), _WAITING)
+
+
+def view(array: JobArray, listed: list[Job], username: str | None) -> dict[str, Any]:
+    """The array as the API shows it: its tasks' states counted, and each task's id, state and exit code."""
+    counts: dict[str, int] = {}
+    for job in listed:
+        counts[job.state] = counts.get(job.state, 0) + 1
+    first = listed[0] if listed else None
+    return {
+        "id": array.id,
+        "name": array.name,
+        "user": username,
+        "account": first.account if first else None,
+        "queue": first.queue if first else None,
+        "array": array.expression,
+        "size": array.size,
+        "max_running": array.max_running,
+        "submitted_at": array.submitted_at,
+        "state": array_state(JobState(s) for s in counts).value if counts else JobState.CANCELLED.value,
+        "counts": counts,
+        "tasks": [
+            {"index": j.array_index, "id": j.id, "state": j.state, "exit_code": j.exit_code, "reason": j.reason}
+            for j in listed
+        ],
+    }
+
+
+def list_arrays(db: Session, user: User, everyone: bool = False, limit: int = 200) -> list[JobArray]:
+    """Newest first; an admin's ``everyone``: all users' arrays."""
+    q = select(JobArray)
+    if not (everyone and user.role == Role.ADMIN.value):
+        q = q.where(JobArray.user_id == user.id)
+    return list(db.scalars(q.order_by(JobArray.submitted_at.desc()).limit(limit)))
