@@ -55,14 +55,14 @@ def _run(server, *args) -> str:
 
 def test_run_after_a_job(server, sdk):
     h = token(server)
-    first = _run(server, "--name", "first", "--", "sleep", "10")
+    first = _run(server, "--name", "first", "--", "sleep", "20")
     dry = cli(server, "run", "--dry-run", "--after", f"{first[:6]}:any", "--", "true").stdout
     assert f"job: {first}" in dry and "when: any" in dry  # the prefix made whole
     bad = cli(server, "run", "--after", f"{first}:later", "--", "true", check=False)
     assert bad.returncode != 0 and "JOB:any" in bad.stderr
     second = _run(server, "--name", "second", "--after", first[:7], "--", "true")
     assert sdk.job(second)["spec"]["after"] == [{"job": first, "when": "ok"}]
-    wait_for(lambda: "Dependency" in cli(server, "why", second).stdout, 10, what="the dependency's reason")
+    wait_for(lambda: "Dependency" in cli(server, "why", second).stdout, 20, what="the dependency's reason")
     assert f"waiting for job {first} to end" in cli(server, "why", second).stdout
     done = until(server, h, second, {"Succeeded"})
     assert done["started_at"] >= job(server, h, first)["finished_at"]
