@@ -1,7 +1,7 @@
 """job arrays: one submission of many tasks, each a job with its array and index
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 """
 import sqlalchemy as sa
 from alembic import op
