@@ -4,10 +4,8 @@ ordering, the cycle): the one module they all import, so none of them imports th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
 
 EPS = 1e-9
-GROUP_KEY = attrgetter("priority", "queue", "user")  # a queued job's group: (priority, queue, user)
 CLASS_NAMES = {3: "high", 2: "normal", 1: "low", 0: "best-effort"}  # priority class rank -> name
 
 

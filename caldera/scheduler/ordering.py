@@ -8,7 +8,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from caldera.scheduler.snapshot import SchedJob
+from caldera.scheduler.job import SchedJob
 
 _QS = attrgetter("queued_since")
 _GPU = attrgetter("request.gpu")
