@@ -18,6 +18,7 @@ from caldera.scheduler.engine import rank_of
 from caldera.scheduler.fairshare import FairShare
 from caldera.scheduler.ordering import sort_order
 from caldera.scheduler.queue_memo import QueueMemo, number_by_first_appearance
+from caldera.scheduler.reasons import WAITING_FOR_PREEMPTION
 from caldera.scheduler.snapshot import Decisions, SchedJob
 
 
@@ -174,7 +175,14 @@ class Ordering(Reservations):
 
     def decisions(self, extra: dict | None = None, extra_text: str = "", extra_from: int = 1) -> Decisions:
         if self.memo is not None:  # the started jobs' objects may change before they are queued again
-            self.memo.started(self.oia[np.asarray(self.started_idx, dtype=np.intp)])
+            started = self.oia[np.asarray(self.started_idx, dtype=np.intp)]
+            waiting = {}
+            if self.preemptions:  # where the jobs victims were preempted for are, for the next cycle's search
+                for p, r in self.explicit:
+                    if getattr(r, "code", None) == WAITING_FOR_PREEMPTION:
+                        i = self.oia.item(p)
+                        waiting[self.queued[i].id] = i
+            self.memo.after_cycle(started, waiting)
         return super().decisions(extra, extra_text, extra_from)
 
     def wake_at(self) -> float | None:

@@ -39,14 +39,14 @@ def queued_since(jobs: Sequence[SchedJob], unset: list[int] | None = None) -> np
     given), as float64."""
     n = len(jobs)
     try:
-        return np.fromiter(map(_QS, jobs), dtype=np.float64, count=n)
-    except TypeError:  # some are None
+        qs = np.fromiter(map(_QS, jobs), dtype=np.float64, count=n)  # NumPy 2 reads None as NaN
+    except TypeError:  # older NumPy refuses None
         qs = np.array(list(map(_QS, jobs)), dtype=np.float64)
-        for i in np.flatnonzero(np.isnan(qs)).tolist():
-            qs[i] = jobs[i].submitted_at
-            if unset is not None:
-                unset.append(i)
-        return qs
+    for i in np.flatnonzero(np.isnan(qs)).tolist():
+        qs[i] = jobs[i].submitted_at
+        if unset is not None:
+            unset.append(i)
+    return qs
 
 
 def gpus_per_replica(jobs: Sequence[SchedJob]) -> np.ndarray:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Iterable
 from itertools import count
 from operator import attrgetter
 
@@ -110,13 +111,14 @@ class QueueMemo:
     """What the previous cycle read of its queue, and which of those jobs it started (see the module docstring).
     Create one, pass it in every snapshot (``Snapshot.queue_memo``) and keep the job objects."""
 
-    __slots__ = ("_seen", "_features", "_started", "_code")
+    __slots__ = ("_seen", "_features", "_started", "_code", "_where")
 
     def __init__(self) -> None:
         self._seen: list[SchedJob] = []
         self._features: QueueFeatures | None = None
         self._started: np.ndarray | None = None  # indices into _seen
         self._code: defaultdict[tuple, int] = defaultdict(count().__next__)  # group key -> number
+        self._where: dict[str, int] = {}  # index in _seen of some jobs, by id (those others preempted for)
 
     def __copy__(self) -> QueueMemo:
         other = QueueMemo()
@@ -124,6 +126,7 @@ class QueueMemo:
         other._features = self._features
         other._started = self._started
         other._code = self._code.copy()
+        other._where = dict(self._where)
         return other
 
     def read(self, queued: list[SchedJob], attained: bool) -> QueueFeatures:
@@ -132,14 +135,34 @@ class QueueMemo:
         f = self._reuse(queued, attained)
         if f is None:
             f = self._read(queued, attained)
+            self._where = {}
         self._seen = list(queued)
         self._features = f
         self._started = None
         return f
 
-    def started(self, indices: np.ndarray) -> None:
-        """The jobs at ``indices`` of the queue just read were started: their objects may change from now on."""
-        self._started = indices
+    def after_cycle(self, started: np.ndarray, waiting: dict[str, int]) -> None:
+        """What the cycle did with the queue just read: the jobs at ``started`` were started (their objects may
+        change from now on); ``waiting``: the index of each job that victims were preempted for."""
+        self._started = started
+        self._where.update(waiting)
+
+    def find(self, queued: list[SchedJob], ids: Iterable[str]) -> list[int] | None:
+        """The indices in ``queued`` of the jobs ``ids``, in ascending order, where the memo knows them all (the
+        jobs victims were preempted for, while they stay queued); None otherwise."""
+        where = self._where
+        found = []
+        n = len(queued)
+        for jid in ids:
+            i = where.get(jid)
+            if i is None or i >= n or queued[i].id != jid:
+                return None
+            found.append(i)
+        return sorted(found)
+
+    def note(self, where: dict[str, int]) -> None:
+        """Indices of jobs in the queue just read, by id, as a full search found them (for :meth:`find`)."""
+        self._where.update(where)
 
     def _reuse(self, queued: list[SchedJob], attained: bool) -> QueueFeatures | None:
         f, seen = self._features, self._seen
@@ -152,8 +175,11 @@ class QueueMemo:
             keep[self._started] = False
             seen = list(itertools.compress(seen, keep.tolist()))
             f = f._take(keep)
+            renumber = np.cumsum(keep) - 1
+            self._where = {jid: int(renumber[i]) for jid, i in self._where.items() if keep[i]}
         m = len(seen)
         if len(queued) < m or queued[:m] != seen:
+            self._where = {}
             return None
         if len(queued) == m:
             return f
