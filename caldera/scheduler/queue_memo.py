@@ -7,11 +7,13 @@ others' features are the previous cycle's arrays, less the jobs that cycle start
 
 The memo is state the caller keeps and passes in explicitly, as it keeps ``Snapshot.capacity``: the policy stays a
 function of the snapshot. A caller that passes one keeps the contract the simulator keeps: the job objects of
-``Snapshot.queued`` are kept from cycle to cycle (the jobs still queued in the same order, new ones after them), and
-a job's object is not changed while it stays queued. A job that starts, runs and is queued again may be the same
-object changed: the memo forgets the jobs its cycle started. A queue that is not the previous one with the started
-jobs taken out and jobs added at its end is read whole, so a wrong guess costs time, never a decision; objects are
-compared by identity first and by value (dataclass equality) otherwise, so an equal copy counts as the same job.
+``Snapshot.queued`` are kept from cycle to cycle (the jobs still queued in the same order, new ones after them), a
+job's object is not changed while it stays queued, and each snapshot has a list of its own (the memo keeps it). A
+job that starts, runs and is queued again may be the same object changed: the memo forgets the jobs its cycle
+started. A queue that is not the previous one with the started jobs taken out and jobs added at its end is read
+whole, so a wrong guess costs time, never a decision; objects are compared by identity first and by value
+(dataclass equality) otherwise, so an equal copy counts as the same job. The live loop builds new objects every
+cycle and passes none.
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ class QueueMemo:
         if f is None:
             f = self._read(queued, attained)
             self._where = {}
-        self._seen = list(queued)
+        self._seen = queued  # the caller's list: it makes a new one for every snapshot
         self._features = f
         self._started = None
         return f
@@ -173,17 +175,20 @@ class QueueMemo:
         if self._started is not None and len(self._started):
             keep = np.ones(len(seen), dtype=bool)
             keep[self._started] = False
-            seen = list(itertools.compress(seen, keep.tolist()))
+            expected = list(itertools.compress(seen, keep.tolist()))
             f = f._take(keep)
             renumber = np.cumsum(keep) - 1
             self._where = {jid: int(renumber[i]) for jid, i in self._where.items() if keep[i]}
-        m = len(seen)
-        if len(queued) < m or queued[:m] != seen:
+        else:
+            expected = list(seen)
+        m = len(expected)
+        tail = queued[m:]
+        expected += tail
+        # one pass that copies the list (each copy touches every job's object) and a comparison that does not
+        if len(queued) < m or queued != expected:
             self._where = {}
             return None
-        if len(queued) == m:
-            return f
-        return f._then(self._read(queued[m:], attained))
+        return f._then(self._read(tail, attained)) if tail else f
 
     def _read(self, jobs: list[SchedJob], attained: bool) -> QueueFeatures:
         n = len(jobs)
