@@ -18,7 +18,6 @@ cycle and passes none.
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from collections.abc import Iterable
 from itertools import count
@@ -175,7 +174,12 @@ class QueueMemo:
         if self._started is not None and len(self._started):
             keep = np.ones(len(seen), dtype=bool)
             keep[self._started] = False
-            expected = list(itertools.compress(seen, keep.tolist()))
+            expected = []
+            at = 0
+            for i in np.sort(self._started).tolist():  # slices: each copy touches every job's object once
+                expected += seen[at:i]
+                at = i + 1
+            expected += seen[at:]
             f = f._take(keep)
             renumber = np.cumsum(keep) - 1
             self._where = {jid: int(renumber[i]) for jid, i in self._where.items() if keep[i]}
