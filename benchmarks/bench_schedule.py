@@ -13,14 +13,16 @@ are past the starvation threshold).
 
 Snapshot construction is not timed. Prints the median milliseconds of one ``policy(snapshot)`` call per queue
 length and policy, raw and (in brackets) scaled to a 100-ms calibration loop timed just before each call; for
-``caldera`` also the next cycle (its decisions applied: started jobs running, victims terminating), what the first
-cycle decided, and how long reading every pending reason's message and details takes afterwards (they are
+``caldera`` also the next cycle (its decisions applied: started jobs running, victims terminating), read whole and
+with the queue's features kept from the first cycle (``Snapshot.queue_memo``, as the simulator passes it), what the
+first cycle decided, and how long reading every pending reason's message and details takes afterwards (they are
 rendered lazily). A calibration loop tells how fast the (shared) machine was. Exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import random
 import statistics
@@ -34,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from caldera.core.cluster import Allocation, Device, Node  # noqa: E402
 from caldera.core.resources import GPU, Resources  # noqa: E402
 from caldera.core.tenancy import PriorityClass, QueueConfig, Quota, UserCaps  # noqa: E402
+from caldera.scheduler.queue_memo import QueueMemo  # noqa: E402
 from caldera.scheduler.registry import get_policy  # noqa: E402
 from caldera.scheduler.snapshot import SchedJob, Snapshot  # noqa: E402
 
@@ -165,14 +168,17 @@ def make_snapshot(n_queued: int, n_nodes: int = 1250, gpn: int = 8, seed: int = 
     )
 
 
-def time_policy(policy, snap: Snapshot, runs: int) -> tuple[float, float, object]:
+def time_policy(policy, snap: Snapshot, runs: int, memo: QueueMemo | None = None) -> tuple[float, float, object]:
     """Median wall-clock ms of ``policy(snap)``, raw and scaled to a 100-ms calibration loop timed right before each
     call (this VM's speed drifts within seconds). The previous cycle's decisions are dropped (and the garbage
-    collector runs) between cycles, outside the timed call."""
+    collector runs) between cycles, outside the timed call. ``memo``: each call gets a copy of it as
+    ``Snapshot.queue_memo`` (the state the previous cycle left, the same for every run)."""
     times, scaled = [], []
     d = None
     for _ in range(runs):
         d = None
+        if memo is not None:
+            snap.queue_memo = copy.copy(memo)
         gc.collect()
         cal = calibrate(2)
         t = time.perf_counter()
@@ -253,6 +259,14 @@ def main(argv: list[str] | None = None) -> int:
                 nxt = apply(snap, d)
                 ms2, norm2, d2 = time_policy(policy, nxt, args.runs)
                 row.append(f"{ms2:.1f} ({norm2:.1f})")
+                # the next cycle as the simulator runs it: the queue's features kept from the first cycle
+                memo = QueueMemo()
+                snap.queue_memo = memo
+                policy(snap)
+                snap.queue_memo = None
+                ms3, norm3, _ = time_policy(policy, nxt, args.runs, memo)
+                nxt.queue_memo = None
+                row.append(f"{ms3:.1f} ({norm3:.1f})")
                 t = time.perf_counter()
                 chars = 0
                 for reasons in d.pending.values():
@@ -277,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
     header = ["queued"] + [f"{name} ms" for name in names]
     if "caldera" in names:
-        header.insert(header.index("caldera ms") + 1, "caldera next cycle ms")
+        at = header.index("caldera ms") + 1
+        header[at:at] = ["caldera next cycle ms", "next cycle, queue memo ms"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) + 2 for i, h in enumerate(header)]
     print("".join(h.rjust(w) for h, w in zip(header, widths)))
     for r in rows:

@@ -5,9 +5,6 @@ fair share, first come; and when time alone could change what a cycle decides (`
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from itertools import count
-from operator import attrgetter
 
 import numpy as np
 
@@ -15,14 +12,14 @@ from caldera.core.resources import GPU
 from caldera.core.tenancy import PriorityClass
 from caldera.scheduler.caldera_admission import patience_s
 from caldera.scheduler.caldera_aging import find_promotions
-from caldera.scheduler.caldera_options import EPS, GROUP_KEY
+from caldera.scheduler.caldera_options import EPS
 from caldera.scheduler.caldera_reservations import Reservations
 from caldera.scheduler.engine import rank_of
 from caldera.scheduler.fairshare import FairShare
-from caldera.scheduler.ordering import gpus_per_replica, queued_since, sort_order
-from caldera.scheduler.snapshot import SchedJob
-
-_ATTAINED = attrgetter("attained_gpu_s")
+from caldera.scheduler.ordering import sort_order
+from caldera.scheduler.queue_memo import QueueMemo, number_by_first_appearance
+from caldera.scheduler.reasons import WAITING_FOR_PREEMPTION
+from caldera.scheduler.snapshot import Decisions, SchedJob
 
 
 class Ordering(Reservations):
@@ -30,18 +27,18 @@ class Ordering(Reservations):
         snap = self.snap
         queued = snap.queued
         n = len(queued)
-        gmap: defaultdict[tuple, int] = defaultdict(count().__next__)
-        # group = (priority, queue, user)
-        gi = np.fromiter(map(gmap.__getitem__, map(GROUP_KEY, queued)), dtype=np.intp, count=n)
-        groups = list(gmap)
-        unset: list[int] = []  # jobs without queued_since
-        qs = queued_since(queued, unset)
-        per_replica = gpus_per_replica(queued)
         levels = len(self.pol.las_thresholds_gpu_s or ()) + 1
         starved_on = self.pol.las_starvation_factor is not None and self.pol.las_thresholds_gpu_s is not None
+        memo = snap.queue_memo
+        self.memo = memo
+        features = (memo if memo is not None else QueueMemo()).read(queued, levels > 1 or starved_on)
+        gi, groups = features.groups()  # group = (priority, queue, user)
+        unset = features.unset  # jobs without queued_since
+        qs = features.since
+        per_replica = features.per_replica
         att = served = replicas = None
         if (levels > 1 or starved_on) and n:
-            att, served, replicas = _batch_attained(queued)
+            att, served, replicas = features.served()
         if n and (self.pol.aging_threshold_s is not None or starved_on):
             gi, groups, att, served = self._promote(gi, groups, qs, unset, att, served, replicas, per_replica)
         if levels == 1:
@@ -176,6 +173,18 @@ class Ordering(Reservations):
             self.queued_be = promo.best_effort
         return (*_regroup(gi, groups, promo.normal), att, served)
 
+    def decisions(self, extra: dict | None = None, extra_text: str = "", extra_from: int = 1) -> Decisions:
+        if self.memo is not None:  # the started jobs' objects may change before they are queued again
+            started = self.oia[np.asarray(self.started_idx, dtype=np.intp)]
+            waiting = {}
+            if self.preemptions:  # where the jobs victims were preempted for are, for the next cycle's search
+                for p, r in self.explicit:
+                    if getattr(r, "code", None) == WAITING_FOR_PREEMPTION:
+                        i = self.oia.item(p)
+                        waiting[self.queued[i].id] = i
+            self.memo.after_cycle(started, waiting)
+        return super().decisions(extra, extra_text, extra_from)
+
     def wake_at(self) -> float | None:
         w = super().wake_at()
         if w is not None and self.next_promotion < w:
@@ -247,23 +256,6 @@ class Ordering(Reservations):
         return math.inf
 
 
-def _batch_attained(queued: list[SchedJob]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Attained service of each queued job, 0 for jobs that take no part in least-attained-service (interactive,
-    opted out); and the jobs with some (indices, ascending) with their replicas, read in the same visit (on a long
-    queue each pass over the jobs' objects costs milliseconds)."""
-    att = np.fromiter(map(_ATTAINED, queued), dtype=np.float64, count=len(queued))
-    served: list[int] = []
-    replicas: list[int] = []
-    for i in np.flatnonzero(att).tolist():
-        job = queued[i]
-        if job.las and not job.interactive:
-            served.append(i)
-            replicas.append(job.replicas)
-        else:
-            att[i] = 0.0
-    return att, np.array(served, dtype=np.intp), np.array(replicas, dtype=np.int64)
-
-
 def _attained_order(
     queued: list[SchedJob], qs: np.ndarray, maj: np.ndarray, nr: int, att: np.ndarray, served: np.ndarray
 ) -> np.ndarray:
@@ -296,11 +288,5 @@ def _regroup(gi: np.ndarray, groups: list[tuple], normal: np.ndarray) -> tuple[n
         to.append(k)
     moved = gi.copy()
     moved[normal] = np.asarray(to, dtype=np.intp)[gi[normal]]
-    n = len(moved)
-    first = np.full(len(keys), n, dtype=np.intp)
-    np.minimum.at(first, moved, np.arange(n, dtype=np.intp))
-    present = np.flatnonzero(first < n)
-    order = present[np.argsort(first[present])]  # the groups present, by first appearance
-    renumber = np.empty(len(keys), dtype=np.intp)
-    renumber[order] = np.arange(len(order), dtype=np.intp)
-    return renumber[moved], [keys[k] for k in order.tolist()]
+    numbered, order = number_by_first_appearance(moved, len(keys))
+    return numbered, [keys[k] for k in order.tolist()]

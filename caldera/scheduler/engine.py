@@ -226,8 +226,13 @@ class CycleBase:
         if not self.directed:
             return []
         queued = self.queued
-        wanted = set(self.directed).__contains__
-        found = np.flatnonzero(np.fromiter(map(wanted, map(_ID, queued)), dtype=bool, count=len(queued))).tolist()
+        memo = self.snap.queue_memo
+        found = None if memo is None else memo.find(queued, self.directed)
+        if found is None:
+            wanted = set(self.directed).__contains__
+            found = np.flatnonzero(np.fromiter(map(wanted, map(_ID, queued)), dtype=bool, count=len(queued))).tolist()
+            if memo is not None:
+                memo.note({queued[k].id: k for k in found})
         present = {queued[k].id for k in found}
         for jid in [j for j in self.directed if j not in present]:
             for v in self.directed.pop(jid):

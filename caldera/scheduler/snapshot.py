@@ -14,6 +14,7 @@ from caldera.core.cluster import Allocation, Node
 from caldera.core.tenancy import QueueConfig
 from caldera.scheduler.job import SchedJob
 from caldera.scheduler.placement import ClusterIndex
+from caldera.scheduler.queue_memo import QueueMemo
 from caldera.scheduler.sharing_info import SharingInfo
 
 __all__ = ["Decisions", "Policy", "Preempt", "Reason", "SchedJob", "Snapshot", "Start"]
@@ -35,6 +36,9 @@ class Snapshot:
     explain: bool = True
     # Predicted interference for GPU sharing, filled by the caller from the decay model; None: no sharing
     sharing: SharingInfo | None = None
+    # The queued jobs' features kept from the previous cycle, when the caller keeps the job objects from cycle to
+    # cycle (the simulator does; see caldera/scheduler/queue_memo.py for the contract). None: read the queue whole.
+    queue_memo: QueueMemo | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -38,6 +38,7 @@ from caldera.core.cluster import Allocation, Node
 from caldera.core.resources import GPU, Resources
 from caldera.core.tenancy import QueueConfig, Quota
 from caldera.scheduler.placement import ClusterIndex
+from caldera.scheduler.queue_memo import QueueMemo
 from caldera.scheduler.snapshot import Decisions, Policy, Preempt, SchedJob, Snapshot, Start
 from caldera.scheduler.validation import FreeCapacity, Problem, preemption_problem
 from caldera.sim.cluster import ClusterSpec
@@ -407,6 +408,9 @@ class Replay:
         self.max_time = opt.max_time_s if opt.max_time_s is not None else math.inf
 
         self.capacity = ClusterIndex(sim.nodes)  # free capacity, indexed, kept up to date for the policies
+        # the queued jobs' features from cycle to cycle: a queued job's SchedJob is the same object, unchanged
+        # while it stays queued (it changes only while it runs)
+        self.queue_memo = QueueMemo()
         self.free = FreeCapacity(sim.nodes)  # the same, as the decision checks read it
         self.jobs: dict[str, SimJob] = {}
         self.queued: dict[str, SchedJob] = {}
@@ -598,6 +602,7 @@ class Replay:
             queue_usage=dict(self.queue_usage),
             capacity=self.capacity,
             explain=False,
+            queue_memo=self.queue_memo,
         )
         p0 = time.perf_counter()
         decisions: Decisions = self.sim.policy(snap)

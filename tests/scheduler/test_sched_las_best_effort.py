@@ -14,6 +14,7 @@ LONG = 2 * 3600.0  # GPU-seconds: past the first level (1 GPU-hour)
 
 def preempted(snap, **kw):
     kw.setdefault("starvation_threshold_s", None)
+    kw.setdefault("las_best_effort", True)  # off by default since issue 30's third round
     d = CalderaPolicy(**kw)(snap)
     check_decisions(snap, d)
     return [(p.job_id, p.by_job_id, p.reason) for p in d.preemptions], d

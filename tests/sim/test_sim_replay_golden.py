@@ -22,8 +22,9 @@ from caldera.sim.traces import TraceJob
 DATA = Path(__file__).parent / "data"
 POLICIES = ("fifo", "tiresias", "caldera")
 # the policies' options as commit 0316375 had them by default: the golden files check the refactor, and issue 30's
-# later change of caldera's default victim order (the youngest first) is a change of policy, not of the replay
-OPTIONS = {"caldera": {"las_victims_by": "attained"}}
+# later changes of caldera's defaults (the youngest victims first, no least-attained-service among best-effort
+# jobs) are changes of policy, not of the replay
+OPTIONS = {"caldera": {"las_victims_by": "attained", "las_best_effort": True}}
 CLASSES = (PriorityClass.NORMAL, PriorityClass.NORMAL, PriorityClass.HIGH, PriorityClass.LOW, PriorityClass.BEST_EFFORT)
 
 
