@@ -32,7 +32,14 @@ def cluster(tmp_path_factory):
     from caldera.metrics import prometheus
 
     tmp = tmp_path_factory.mktemp("metrics-api")
-    s = make_settings(tmp, runtime="local", metrics_interval_s=1, metrics_port=free_port(), prometheus_port=free_port())
+    s = make_settings(
+        tmp,
+        runtime="local",
+        metrics_interval_s=1,
+        metrics_rule_interval_s=1,
+        metrics_port=free_port(),
+        prometheus_port=free_port(),
+    )
     with api_on(s, None) as (api, admin):
         alice, bob = api.user(admin, "alice"), api.user(admin, "bob")
         busy = _submit(api, alice, name="busy", command=_load(70, 3000), resources={"gpu": 1})
@@ -104,6 +111,16 @@ def test_the_cluster_view_counts_gpus_and_shows_only_my_idle_holders(cluster):
     assert [h["job"] for h in view["idle_holders"]] == [idle]  # bob's own only
     every = _get(api, admin, "/api/v1/metrics/cluster?since=1h")["idle_holders"]
     assert [(h["job"], h["user"], h["gpus"]) for h in every] == [(idle, "bob", 1), (busy, "alice", 1)]
+
+
+def test_a_long_cluster_chart_reads_the_recording_rules_with_the_same_counts(cluster):
+    api, _, _, bob, _, _ = cluster
+    wait_for(lambda: _get(api, bob, "/api/v1/metrics/cluster?since=7d")["recorded"], 30, what="rules evaluated")
+    view = _get(api, bob, "/api/v1/metrics/cluster?since=7d")
+    (a100,) = view["models"]
+    assert [_last(a100[k]) for k in ("total", "allocated", "computing", "idle")] == [4, 2, 1, 1]
+    assert _last(view["utilisation"]["allocated"]) == 36.0
+    assert _get(api, bob, "/api/v1/metrics/cluster?since=1d")["recorded"] is False  # a short range: the raw series
 
 
 def test_the_node_view_is_for_admins_and_says_who_held_each_gpu(cluster):

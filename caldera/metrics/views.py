@@ -100,33 +100,66 @@ def ranges(prom: Prometheus, queries: dict[str, str], start: float, end: float, 
         return {name: f.result() for name, f in futures.items()}
 
 
+HELD = f"max by (node, gpu, gpu_model) ({JOB_GPU})"
+# the cluster chart's series: per GPU model (counted) and the means; each is also a recording rule (``RULES``)
+CLUSTER_COUNTS = {
+    "total": f"count by (gpu_model) ({GPU})",
+    "allocated": f"count by (gpu_model) ({HELD})",
+    "computing": f"count by (gpu_model) ({GPU} > {COMPUTING_ABOVE_PERCENT})",
+    "idle": f"count by (gpu_model) ({HELD} <= {COMPUTING_ABOVE_PERCENT})",
+}
+CLUSTER_MEANS = {"all": f"avg({GPU})", "allocated": f"avg({HELD})"}
+# ranges at least this long read the recorded series: a 30-day chart then reads a few series per model instead of
+# every GPU's and every job's (docs/metrics.md, Figures)
+RECORDED_FROM_S = 2 * DAY_S
+
+
+def recorded_name(name: str) -> str:
+    """The recording rule's series for a cluster series (``total``, ``mean all``...): Prometheus' level:metric:op."""
+    if name.startswith("mean "):
+        return f"caldera:gpu_utilisation_percent_{name.removeprefix('mean ')}:avg"
+    return f"gpu_model:caldera_gpus_{name}:count"
+
+
+def cluster_queries() -> dict[str, str]:
+    return CLUSTER_COUNTS | {f"mean {k}": q for k, q in CLUSTER_MEANS.items()}
+
+
+RULES = {recorded_name(name): promql for name, promql in cluster_queries().items()}
+
+
 def cluster(prom: Prometheus, start: float, end: float, interval_s: float, user: str | None) -> dict:
     """GPUs per model over time: in all, allocated (a job holds it), computing (above COMPUTING_ABOVE_PERCENT) and
     idle (held and not computing); the average utilisation of all GPUs and of the held ones; the jobs holding GPUs
-    with the least utilisation over the last hour (only ``user``'s unless None)."""
+    with the least utilisation over the last hour (only ``user``'s unless None).
+
+    A range of RECORDED_FROM_S or more reads the recorded series (``RULES``); where they are missing (a site's
+    Prometheus without the rules) it reads the raw series as a shorter range does."""
+    long_range = end - start >= RECORDED_FROM_S
     start, end, step = window(start, end, interval_s)
-    held = f"max by (node, gpu, gpu_model) ({JOB_GPU})"
-    queries = {
-        "total": f"count by (gpu_model) ({GPU})",
-        "allocated": f"count by (gpu_model) ({held})",
-        "computing": f"count by (gpu_model) ({GPU} > {COMPUTING_ABOVE_PERCENT})",
-        "idle": f"count by (gpu_model) ({held} <= {COMPUTING_ABOVE_PERCENT})",
-    }
-    mean = {"all": f"avg({GPU})", "allocated": f"avg({held})"}
+    queries = cluster_queries()
     with ThreadPoolExecutor(max_workers=1) as pool:
         holders = pool.submit(idle_holders, prom, end, user)
-        found = ranges(prom, queries | {f"mean {k}": q for k, q in mean.items()}, start, end, step)
+        found = {}
+        if long_range:
+            found = ranges(prom, {name: recorded_name(name) for name in queries}, start, end, step)
+        recorded = bool(found.get("total"))
+        if not recorded:
+            found = ranges(prom, queries, start, end, step)
         idle = holders.result()
     models: dict[str, dict[str, list]] = {}
-    for name in queries:
+    for name in CLUSTER_COUNTS:
         for s in series(found[name], ("gpu_model",)):
             models.setdefault(s["labels"]["gpu_model"], {})[name] = s["points"]
-    utilisation = {k: next(iter(series(found[f"mean {k}"], ())), {"points": []})["points"] for k in mean}
+    utilisation = {
+        k: next(iter(series(found[f"mean {k}"], ())), {"points": []})["points"] for k in CLUSTER_MEANS
+    }
     return {
         "start": start,
         "end": end,
         "step": step,
-        "models": [{"model": m, **{k: v.get(k, []) for k in queries}} for m, v in sorted(models.items())],
+        "recorded": recorded,
+        "models": [{"model": m, **{k: v.get(k, []) for k in CLUSTER_COUNTS}} for m, v in sorted(models.items())],
         "utilisation": utilisation,
         "idle_holders": idle,
     }
