@@ -174,6 +174,9 @@ class Settings(BaseSettings):
         description="where GPU metrics come from: an entry point of caldera.metric_sources; fake where fake_gpus "
         "are declared, else nvml",
     )
+    metrics_dcgm_url: str | None = Field(
+        None, max_length=256, description="a DCGM exporter's /metrics the dcgm metric source reads GPUs from"
+    )
     metrics_interval_s: float = Field(5.0, ge=0.5, le=3600, description="seconds between the agent's samples")
     metrics_port: int = Field(8651, ge=1, le=65535, description="port the agent exposes its series on (127.0.0.1)")
     prometheus_url: str | None = Field(
