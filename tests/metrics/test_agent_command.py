@@ -7,15 +7,19 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import httpx
 import pytest
+import typer
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from caldera.cli.main import app
 from tests.conftest import free_port, wait_for
 from tests.test_server_process import token, until
 
-pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+DAEMONSET = Path(__file__).resolve().parents[2] / "docs" / "k8s" / "caldera-agent.yaml"
 
 
 def _held(port: int) -> dict[str, tuple[str, str]]:
@@ -32,6 +36,7 @@ def _held(port: int) -> dict[str, tuple[str, str]]:
     }
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_caldera_agent_attributes_its_nodes_gpus_to_the_platforms_jobs(server, tmp_path):
     admin = token(server)
     r = httpx.post(server.url + "/api/v1/jobs", json={"name": "hold", "command": "sleep 120", "resources": {"gpu": 1}},
@@ -64,3 +69,14 @@ def test_caldera_agent_attributes_its_nodes_gpus_to_the_platforms_jobs(server, t
         agent.send_signal(signal.SIGTERM)
         out, _ = agent.communicate(timeout=15)
     assert agent.returncode == 0 and f"agent for node node-0 (fake) on http://127.0.0.1:{port}/metrics" in out, out
+
+
+def test_the_daemonset_runs_the_agent_with_options_it_has():
+    ds = yaml.safe_load(DAEMONSET.read_text())
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["caldera"] and container["args"][0] == "agent"
+    command = typer.main.get_command(app).get_command(None, "agent")
+    options = {o for p in command.params for o in p.opts}
+    assert {a for a in container["args"] if a.startswith("--")} <= options
+    assert "--host" in container["args"]  # the pod's IP: the cluster network, not every address of the node
+    assert "nvidia.com/gpu" not in str(container["resources"])  # it watches GPUs, it holds none
