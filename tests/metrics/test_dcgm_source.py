@@ -4,8 +4,6 @@ Kubernetes pod, and a MIG instance of a third device), sampled by the node agent
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from caldera.metrics.agent import Agent
 from caldera.metrics.sources.base import Holding, SourceUnavailable
 from caldera.metrics.sources.dcgm.source import DcgmSource
 from tests.metrics.test_agent import _entry_points_installed, _series
+from tests.metrics.test_query import _reply, _server
 
 SCRAPE = (Path(__file__).parent / "dcgm_exporter_scrape.txt").read_bytes()
 MIB = 1024 * 1024
@@ -23,22 +22,10 @@ MIB = 1024 * 1024
 
 @pytest.fixture
 def exporter():
-    """The exporter's /metrics; ``answers`` swaps what it serves."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = server.answers
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.answers = SCRAPE
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    """The exporter's /metrics (a real HTTP server); ``answers["body"]`` is what it serves."""
+    answers = {"body": SCRAPE}
+    server = _server(lambda handler: _reply(handler, answers["body"]))
+    server.answers = answers
     yield server
     server.shutdown()
 
@@ -71,7 +58,7 @@ def test_the_agent_reads_gpus_from_a_dcgm_exporter(tmp_path, monkeypatch, export
         job = {dict(k)["job"]: v for k, v in _series(agent, "caldera_job_gpu_utilisation_percent").items()}
         assert job == {"j1": 87.0}  # the device the job holds, attributed as with NVML
 
-        exporter.answers = b"<html>not the exporter</html>\x00"  # garbage: a round without GPU series
+        exporter.answers["body"] = b"<html>not the exporter</html>\x00"  # garbage: a round without GPU series
         agent.sample_once()
         assert _series(agent, "caldera_gpu_utilisation_percent") == {}
     finally:
