@@ -164,6 +164,7 @@ def _timed(client, path: str, headers: dict, n: int) -> dict:
     return {
         "median_ms": round(statistics.median(took) * 1000, 1),
         "p95_ms": round(took[max(0, math.ceil(0.95 * n) - 1)] * 1000, 1),
+        "load_average": round(os.getloadavg()[0], 1),  # the machine is shared: how busy it was meanwhile
     }
 
 

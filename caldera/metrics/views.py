@@ -140,9 +140,7 @@ def cluster(prom: Prometheus, start: float, end: float, interval_s: float, user:
     with ThreadPoolExecutor(max_workers=2) as pool:
         holders = pool.submit(idle_holders, prom, end, user)
         waits = pool.submit(queue_waits_now, prom, end)
-        found = {}
-        if long_range:
-            found = ranges(prom, {name: rec for name, (rec, _) in CLUSTER_SERIES.items()}, start, end, step)
+        found = recorded_ranges(prom, start, end, step) if long_range else {}
         recorded = bool(found.get("total"))
         if not recorded:
             found = ranges(prom, {name: promql for name, (_, promql) in CLUSTER_SERIES.items()}, start, end, step)
@@ -169,6 +167,18 @@ def cluster(prom: Prometheus, start: float, end: float, interval_s: float, user:
         ],
         "idle_holders": idle,
     }
+
+
+def recorded_ranges(prom: Prometheus, start: float, end: float, step: float) -> dict[str, list]:
+    """Every recorded cluster series in one range query, by the cluster series' names: one look-up per TSDB block
+    rather than one per series (on a loaded machine this halved the 30-day chart; docs/metrics.md, Figures)."""
+    name_of = {recorded: name for name, (recorded, _) in CLUSTER_SERIES.items()}
+    found: dict[str, list] = {name: [] for name in CLUSTER_SERIES}
+    for r in prom.range(f'{{__name__=~"{"|".join(name_of)}"}}', start, end, step):
+        name = name_of.get(r["metric"].get("__name__", ""))
+        if name is not None:
+            found[name].append(r)
+    return found
 
 
 def queue_waits_now(prom: Prometheus, at: float) -> dict[str, dict]:
