@@ -156,7 +156,14 @@ def write_openmetrics(path: Path, gpus: int, days: int, resolution: int, end: fl
     return samples
 
 
-def _timed(client, path: str, headers: dict, n: int) -> dict:
+def _cpu_s(pid: int) -> float:
+    """User and system CPU time of a process so far: what a request costs Prometheus, whatever the machine's load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(client, path: str, headers: dict, n: int, prometheus_pid: int) -> dict:
+    cpu = _cpu_s(prometheus_pid)
     took = []
     for _ in range(n):
         started = time.perf_counter()
@@ -167,6 +174,7 @@ def _timed(client, path: str, headers: dict, n: int) -> dict:
     return {
         "median_ms": round(statistics.median(took) * 1000, 1),
         "p95_ms": round(took[max(0, math.ceil(0.95 * n) - 1)] * 1000, 1),
+        "prometheus_cpu_ms_per_request": round((_cpu_s(prometheus_pid) - cpu) / n * 1000, 1),
         "load_average": round(os.getloadavg()[0], 1),  # the machine is shared: how busy it was meanwhile
     }
 
@@ -254,8 +262,8 @@ def bench_views(tmp: Path, gpus: int, days: int, resolution: int, requests: int)
         proc = prometheus.start_local(settings, [], wait_s=120)
         try:
             raw_blocks = _compacted(settings)
-            job_chart = _timed(client, f"/api/v1/metrics/jobs/{job}", headers, requests)
-            cluster_raw = _timed(client, "/api/v1/metrics/cluster?since=30d", headers, requests)
+            job_chart = _timed(client, f"/api/v1/metrics/jobs/{job}", headers, requests, proc.pid)
+            cluster_raw = _timed(client, "/api/v1/metrics/cluster?since=30d", headers, requests, proc.pid)
             started = time.perf_counter()
             _backfill_rules(settings, blocks, now - days * DAY)
             rules_s = round(time.perf_counter() - started, 1)
@@ -266,7 +274,7 @@ def bench_views(tmp: Path, gpus: int, days: int, resolution: int, requests: int)
         try:
             all_blocks = _compacted(settings)
             assert client.get("/api/v1/metrics/cluster?since=30d", headers=headers).json()["recorded"]
-            cluster_recorded = _timed(client, "/api/v1/metrics/cluster?since=30d", headers, requests)
+            cluster_recorded = _timed(client, "/api/v1/metrics/cluster?since=30d", headers, requests, proc.pid)
         finally:
             proc.terminate()
             proc.wait(20)
