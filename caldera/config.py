@@ -184,6 +184,9 @@ class Settings(BaseSettings):
         description="where GPU metrics come from: an entry point of caldera.metric_sources; fake where fake_gpus "
         "are declared, else nvml",
     )
+    metrics_dcgm_url: str | None = Field(
+        None, max_length=256, description="a DCGM exporter's /metrics the dcgm metric source reads GPUs from"
+    )
     metrics_interval_s: float = Field(5.0, ge=0.5, le=3600, description="seconds between the agent's samples")
     metrics_port: int = Field(8651, ge=1, le=65535, description="port the agent exposes its series on (127.0.0.1)")
     prometheus_url: str | None = Field(
@@ -192,6 +195,9 @@ class Settings(BaseSettings):
     prometheus_port: int = Field(8652, ge=1, le=65535, description="port of the Prometheus `caldera up` starts")
     metrics_retention_days: int = Field(90, ge=1, le=3650, description="days Prometheus keeps the series")
     prometheus_timeout_s: float = Field(2.0, gt=0, le=60, description="a query to Prometheus longer than this fails")
+    metrics_rule_interval_s: float = Field(
+        60.0, ge=1, le=3600, description="seconds between evaluations of the recording rules long charts read"
+    )
 
     # governance (docs/governance.md): idle GPUs and runtime limits; the rules themselves are per queue
     governance_interval_s: float = Field(60.0, gt=0, le=3600, description="seconds between governance checks")

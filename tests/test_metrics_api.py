@@ -13,9 +13,8 @@ import time
 
 import pytest
 
-from caldera.metrics.agent import Agent
 from caldera.metrics.sources.fake.source import FakeSource
-from caldera.server.metrics import holdings
+from caldera.server.metrics import platform_agent
 from tests.conftest import api_on, free_port, make_settings, wait_for
 from tests.portal import browser_for
 from tests.test_runs import _submit, _until
@@ -34,7 +33,14 @@ def cluster(tmp_path_factory):
     from caldera.metrics import prometheus
 
     tmp = tmp_path_factory.mktemp("metrics-api")
-    s = make_settings(tmp, runtime="local", metrics_interval_s=1, metrics_port=free_port(), prometheus_port=free_port())
+    s = make_settings(
+        tmp,
+        runtime="local",
+        metrics_interval_s=1,
+        metrics_rule_interval_s=1,
+        metrics_port=free_port(),
+        prometheus_port=free_port(),
+    )
     with api_on(s, None) as (api, admin):
         alice, bob = api.user(admin, "alice"), api.user(admin, "bob")
         busy = _submit(api, alice, name="busy", command=_load(70, 3000), resources={"gpu": 1})
@@ -42,7 +48,7 @@ def cluster(tmp_path_factory):
         for headers, job in ((alice, busy), (bob, idle)):
             _until(api, headers, job, {"Running"})
         platform = api.client.app.state.platform
-        agent = Agent("node-0", FakeSource(s), lambda: holdings(platform, "node-0"))
+        agent = platform_agent(platform, "node-0", FakeSource(s))
         server = agent.serve(s.metrics_port)
         agent.start(s.metrics_interval_s)
         proc = prometheus.start_local(s, [f"127.0.0.1:{s.metrics_port}"])
@@ -106,6 +112,42 @@ def test_the_cluster_view_counts_gpus_and_shows_only_my_idle_holders(cluster):
     assert [h["job"] for h in view["idle_holders"]] == [idle]  # bob's own only
     every = _get(api, admin, "/api/v1/metrics/cluster?since=1h")["idle_holders"]
     assert [(h["job"], h["user"], h["gpus"]) for h in every] == [(idle, "bob", 1), (busy, "alice", 1)]
+
+
+def test_the_cluster_view_has_queue_waits_and_gpus_down(cluster):
+    api, admin, alice, bob, _, _ = cluster
+    big = _submit(api, alice, name="big", command=["true"], resources={"gpu": 4})  # waits for the two held GPUs
+
+    def view():
+        return _get(api, bob, "/api/v1/metrics/cluster?since=1h")
+
+    def last(name):
+        return {q["queue"]: _last(q[name]) for q in view()["queues"] if q[name]}
+
+    try:
+        wait_for(lambda: last("waiting").get("default") == 1, 30, what="the big job counted waiting")
+        assert last("oldest_wait_s")["default"] > 0
+        (default,) = [q for q in view()["queues"] if q["queue"] == "default"]
+        assert default["started"] == 2 and set(default["wait_s"]) == {"0.5", "0.9", "0.99"}  # alice's and bob's
+        assert 0 <= default["wait_s"]["0.5"] <= default["wait_s"]["0.99"] < 60
+    finally:
+        api.client.post(f"/api/v1/jobs/{big}/cancel", headers=alice)
+    assert _last(view()["models"][0]["down"]) == 0
+    assert api.client.post("/api/v1/admin/nodes/node-0/cordon", json={"reason": "fan"}, headers=admin).is_success
+    try:
+        wait_for(lambda: _last(view()["models"][0]["down"]) == 4, 30, what="the cordoned node's GPUs down")
+    finally:
+        api.client.post("/api/v1/admin/nodes/node-0/uncordon", headers=admin)
+
+
+def test_a_long_cluster_chart_reads_the_recording_rules_with_the_same_counts(cluster):
+    api, _, _, bob, _, _ = cluster
+    wait_for(lambda: _get(api, bob, "/api/v1/metrics/cluster?since=7d")["recorded"], 30, what="rules evaluated")
+    view = _get(api, bob, "/api/v1/metrics/cluster?since=7d")
+    (a100,) = view["models"]
+    assert [_last(a100[k]) for k in ("total", "allocated", "computing", "idle")] == [4, 2, 1, 1]
+    assert _last(view["utilisation"]["allocated"]) == 36.0
+    assert _get(api, bob, "/api/v1/metrics/cluster?since=1d")["recorded"] is False  # a short range: the raw series
 
 
 def test_the_node_view_is_for_admins_and_says_who_held_each_gpu(cluster):

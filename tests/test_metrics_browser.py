@@ -92,8 +92,10 @@ def test_a_job_loading_a_fake_gpu_is_drawn_on_every_view(metered, browser):  # n
 
     page.goto(server.url + "/cluster?since=1h")
     _drawn(page, "#cluster-metrics")
-    assert page.get_attribute("[data-chart=cluster-gpus]", "data-drawn") == "4"  # one model: in all, held, ...
+    assert page.get_attribute("[data-chart=cluster-gpus]", "data-drawn") == "5"  # one model: in all, held, ...
     assert jid in page.inner_text("#idle-holders")
+    wait = page.inner_text("#queue-waits tbody tr").split("\t")
+    assert wait[0] == "default" and wait[1] == "0" and wait[3] == "1"  # nothing waits; the job started
     _shot(page, "cluster")
 
     page.goto(server.url + "/idle")

@@ -37,3 +37,28 @@ def test_label_values_stay_data_in_promql():
 def test_spans_split_where_a_gpu_was_not_held_for_longer_than_a_step():
     assert views.spans([0, 10, 20, 50, 60], 10) == [(0, 20), (50, 60)]
     assert views.spans([], 10) == []
+
+
+class _PrometheusWithoutRules:
+    """A site's Prometheus that never loaded Caldera's recording rules: their series are empty."""
+
+    def __init__(self):
+        self.asked: list[str] = []
+
+    def range(self, promql, start, end, step):
+        self.asked.append(promql)
+        if "__name__" in promql:
+            return []
+        return [{"metric": {"gpu_model": "a100"}, "values": [[end, "3"]]}]
+
+    def instant(self, promql, at=None):
+        return []
+
+
+def test_a_long_chart_without_the_recorded_series_reads_the_raw_ones():
+    prom = _PrometheusWithoutRules()
+    view = views.cluster(prom, 0, 30 * 86400, 5, None)
+    assert view["recorded"] is False and view["models"][0]["total"] == [[30 * 86400, 3.0]]
+    (recorded,) = [q for q in prom.asked if "__name__" in q]  # every recorded series in one query
+    assert all(name in recorded for name in views.RULES)
+    assert set(prom.asked) - {recorded} == set(views.RULES.values())  # then the raw ones

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from caldera.cli.accounting import accounting
+from caldera.cli.agent import agent
 from caldera.cli.catalogue import data_app
 from caldera.cli.common import call, client, console, err, ts
 from caldera.cli.files import files_app
@@ -493,6 +494,7 @@ from caldera.cli.profile import profile_command  # noqa: E402
 app.add_typer(interference_app, name="interference")
 app.command("profile")(profile_command)
 app.command("top")(top)
+app.command("agent")(agent)
 app.command("accounting")(accounting)
 
 if __name__ == "__main__":

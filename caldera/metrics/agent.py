@@ -3,7 +3,7 @@ node through its cgroup or process tree, and keeps the latest values as Promethe
 ``prometheus_client`` serves on 127.0.0.1:``metrics_port``.
 
 Which jobs hold which GPUs comes from ``holdings`` (a callable the caller supplies: the platform inside
-``caldera up``, the node's runtime under ``caldera agent``), so the agent knows nothing of the server."""
+``caldera up``, the platform's API under ``caldera agent``), so the agent knows nothing of the server."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import time
 
 from caldera.config import Settings
 from caldera.images.registry import _dies_with
+from caldera.metrics import views
 from caldera.metrics.query import MetricsUnavailable, Prometheus
 
 
@@ -23,12 +24,31 @@ def client(settings: Settings) -> Prometheus:
     return Prometheus(url(settings), settings.prometheus_timeout_s)
 
 
-def config(settings: Settings, agents: list[str]) -> dict:
+def _seconds(value: float) -> str:
+    return f"{max(1, round(value))}s"
+
+
+def rules(settings: Settings) -> dict:
+    """The recording rules the long-range cluster chart reads (``views.RULES``), evaluated every
+    ``metrics_rule_interval_s``; a site's own Prometheus loads the same file to get them (docs/metrics.md)."""
+    return {
+        "groups": [
+            {
+                "name": "caldera-cluster",
+                "interval": _seconds(max(settings.metrics_rule_interval_s, settings.metrics_interval_s)),
+                "rules": [{"record": name, "expr": expr} for name, expr in views.RULES.items()],
+            }
+        ]
+    }
+
+
+def config(settings: Settings, agents: list[str], rule_file: str | None = None) -> dict:
     """Scrape each agent (host:port) at the agent's own interval. ``honor_labels``: the agent's ``job`` label (a
     Caldera job) wins over Prometheus' own scrape-job label, which would otherwise rename it ``exported_job``."""
-    interval = f"{max(1, round(settings.metrics_interval_s))}s"
+    interval = _seconds(settings.metrics_interval_s)
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": [rule_file] if rule_file else [],
         "scrape_configs": [
             {"job_name": "caldera-agent", "honor_labels": True, "static_configs": [{"targets": agents}]}
         ],
@@ -44,8 +64,9 @@ def start_local(
     root = settings.data_dir / "prometheus"
     (root / "data").mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o700)
-    conf = root / "prometheus.yml"
-    conf.write_text(json.dumps(config(settings, agents)))  # JSON is YAML
+    conf, rule_file = root / "prometheus.yml", root / "rules.yml"
+    rule_file.write_text(json.dumps(rules(settings)))  # JSON is YAML
+    conf.write_text(json.dumps(config(settings, agents, str(rule_file))))
     log = open(root / "prometheus.log", "ab")  # noqa: SIM115 - the child holds it
     proc = subprocess.Popen(
         [

@@ -105,36 +105,96 @@ def ranges(prom: Prometheus, queries: dict[str, str], start: float, end: float, 
         return {name: f.result() for name, f in futures.items()}
 
 
+HELD = f"max by (node, gpu, gpu_model) ({JOB_GPU})"
+# the cluster chart's series: name -> (its recording rule's series, PromQL); RULES records each of them
+CLUSTER_SERIES = {
+    "total": ("gpu_model:caldera_gpus_total:count", f"count by (gpu_model) ({GPU})"),
+    "allocated": ("gpu_model:caldera_gpus_allocated:count", f"count by (gpu_model) ({HELD})"),
+    "computing": (
+        "gpu_model:caldera_gpus_computing:count",
+        f"count by (gpu_model) ({GPU} > {COMPUTING_ABOVE_PERCENT})",
+    ),
+    "idle": ("gpu_model:caldera_gpus_idle:count", f"count by (gpu_model) ({HELD} <= {COMPUTING_ABOVE_PERCENT})"),
+    "down": ("gpu_model:caldera_gpus_down:sum", "sum by (gpu_model) (caldera_gpus_down)"),
+    "mean all": ("caldera:gpu_utilisation_percent:avg", f"avg({GPU})"),
+    "mean allocated": ("caldera:gpu_utilisation_percent_held:avg", f"avg({HELD})"),
+    "waiting": ("queue:caldera_queue_waiting_jobs:max", "max by (queue) (caldera_queue_waiting_jobs)"),
+    "oldest_wait_s": (
+        "queue:caldera_queue_oldest_wait_seconds:max",
+        "max by (queue) (caldera_queue_oldest_wait_seconds)",
+    ),
+}
+GPU_COUNTS = ("total", "allocated", "computing", "idle", "down")
+MEANS = ("all", "allocated")
+QUEUE_SERIES = ("waiting", "oldest_wait_s")
+RULES = dict(CLUSTER_SERIES.values())
+# ranges at least this long read the recorded series: a 30-day chart then reads a few series per model instead of
+# every GPU's and every job's (docs/metrics.md, Figures)
+RECORDED_FROM_S = 2 * DAY_S
+
+
 def cluster(prom: Prometheus, start: float, end: float, interval_s: float, user: str | None) -> dict:
     """GPUs per model over time: in all, allocated (a job holds it), computing (above COMPUTING_ABOVE_PERCENT) and
     idle (held and not computing); the average utilisation of all GPUs and of the held ones; the jobs holding GPUs
-    with the least utilisation over the last hour (only ``user``'s unless None)."""
+    with the least utilisation over the last hour (only ``user``'s unless None).
+
+    A range of RECORDED_FROM_S or more reads the recorded series (``RULES``); where they are missing (a site's
+    Prometheus without the rules) it reads the raw series as a shorter range does."""
+    long_range = end - start >= RECORDED_FROM_S
     start, end, step = window(start, end, interval_s)
-    held = f"max by (node, gpu, gpu_model) ({JOB_GPU})"
-    queries = {
-        "total": f"count by (gpu_model) ({GPU})",
-        "allocated": f"count by (gpu_model) ({held})",
-        "computing": f"count by (gpu_model) ({GPU} > {COMPUTING_ABOVE_PERCENT})",
-        "idle": f"count by (gpu_model) ({held} <= {COMPUTING_ABOVE_PERCENT})",
-    }
-    mean = {"all": f"avg({GPU})", "allocated": f"avg({held})"}
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:
         holders = pool.submit(idle_holders, prom, end, user)
-        found = ranges(prom, queries | {f"mean {k}": q for k, q in mean.items()}, start, end, step)
-        idle = holders.result()
-    models: dict[str, dict[str, list]] = {}
-    for name in queries:
-        for s in series(found[name], ("gpu_model",)):
-            models.setdefault(s["labels"]["gpu_model"], {})[name] = s["points"]
-    utilisation = {k: next(iter(series(found[f"mean {k}"], ())), {"points": []})["points"] for k in mean}
+        waits = pool.submit(queue_waits_now, prom, end)
+        found = recorded_ranges(prom, start, end, step) if long_range else {}
+        recorded = bool(found.get("total"))
+        if not recorded:
+            found = ranges(prom, {name: promql for name, (_, promql) in CLUSTER_SERIES.items()}, start, end, step)
+        idle, now = holders.result(), waits.result()
+
+    def by(label: str, names: tuple[str, ...]) -> dict[str, dict[str, list]]:
+        out: dict[str, dict[str, list]] = {}
+        for name in names:
+            for s in series(found[name], (label,)):
+                out.setdefault(s["labels"][label], {})[name] = s["points"]
+        return out
+
+    models, queues = by("gpu_model", GPU_COUNTS), by("queue", QUEUE_SERIES)
     return {
         "start": start,
         "end": end,
         "step": step,
-        "models": [{"model": m, **{k: v.get(k, []) for k in queries}} for m, v in sorted(models.items())],
-        "utilisation": utilisation,
+        "recorded": recorded,
+        "models": [{"model": m, **{k: v.get(k, []) for k in GPU_COUNTS}} for m, v in sorted(models.items())],
+        "utilisation": {k: next(iter(series(found[f"mean {k}"], ())), {"points": []})["points"] for k in MEANS},
+        "queues": [
+            {"queue": q, **{k: v.get(k, []) for k in QUEUE_SERIES}, **now.get(q, {"started": 0, "wait_s": {}})}
+            for q, v in sorted(queues.items())
+        ],
         "idle_holders": idle,
     }
+
+
+def recorded_ranges(prom: Prometheus, start: float, end: float, step: float) -> dict[str, list]:
+    """Every recorded cluster series in one range query, by the cluster series' names: one look-up per TSDB block
+    rather than one per series (on a loaded machine this halved the 30-day chart; docs/metrics.md, Figures)."""
+    name_of = {recorded: name for name, (recorded, _) in CLUSTER_SERIES.items()}
+    found: dict[str, list] = {name: [] for name in CLUSTER_SERIES}
+    for r in prom.range(f'{{__name__=~"{"|".join(name_of)}"}}', start, end, step):
+        name = name_of.get(r["metric"].get("__name__", ""))
+        if name is not None:
+            found[name].append(r)
+    return found
+
+
+def queue_waits_now(prom: Prometheus, at: float) -> dict[str, dict]:
+    """Per queue: how many jobs started within the agent's window, and the quantiles of their waits (seconds)."""
+    out: dict[str, dict] = {}
+    for labels, n in values(prom.instant("max by (queue) (caldera_queue_started_jobs)", at), ("queue",)):
+        out[labels["queue"]] = {"started": int(n), "wait_s": {}}
+    quantiles = prom.instant("max by (queue, quantile) (caldera_queue_wait_seconds)", at)
+    for labels, v in values(quantiles, ("queue", "quantile")):
+        out.setdefault(labels["queue"], {"started": 0, "wait_s": {}})["wait_s"][labels["quantile"]] = v
+    return out
 
 
 def idle_holders(prom: Prometheus, at: float, user: str | None) -> list[dict]:

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import time
+from collections import Counter
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from caldera.core.states import JobState
-from caldera.db.models import Job, User
+from caldera.db.models import Job, Queue, User
 from caldera.metrics import prometheus, sources
 from caldera.metrics.agent import Agent
+from caldera.metrics.platform_series import STARTED_WINDOW_S, DownGpus, PlatformCollector, QueueWaits
 from caldera.metrics.query import MetricsUnavailable
 from caldera.metrics.sources.base import Holding
+from caldera.server import cordons
 from caldera.server.platform import Platform
 
 log = logging.getLogger(__name__)
 
 _ACTIVE = [JobState.STARTING.value, JobState.RUNNING.value]
+_WAITING = [JobState.PENDING.value, JobState.QUEUED.value]
 
 
 def holdings(platform: Platform, node: str) -> list[Holding]:
@@ -39,6 +44,41 @@ def holdings(platform: Platform, node: str) -> list[Holding]:
     return out
 
 
+def queues_and_down_gpus(platform: Platform) -> tuple[list[QueueWaits], list[DownGpus]]:
+    """Per queue the waits of its waiting jobs and of those started within the window (from entering the queue,
+    so a requeued job's wait is its latest); per node and model the GPUs out of service (cordoned, or a node its
+    runtime reports not schedulable)."""
+    now = time.time()
+    waiting: dict[str, list[float]] = {}
+    started: dict[str, list[float]] = {}
+    with platform.session() as db:
+        for name in db.scalars(select(Queue.name)):
+            waiting[name], started[name] = [], []
+        recent = Job.started_at >= now - STARTED_WINDOW_S
+        for job in db.scalars(select(Job).where(or_(Job.state.in_(_WAITING), recent))):
+            since = job.queued_at or job.submitted_at
+            if job.state in _WAITING:
+                waiting.setdefault(job.queue, []).append(max(0.0, now - since))
+            elif job.started_at is not None:
+                started.setdefault(job.queue, []).append(max(0.0, job.started_at - since))
+        nodes = cordons.in_service(db, platform.nodes())
+    queues = [QueueWaits(q, tuple(waiting.get(q, ())), tuple(started.get(q, ()))) for q in sorted(waiting | started)]
+    down = [
+        DownGpus(n.name, model, 0 if n.schedulable else count)
+        for n in nodes
+        for model, count in sorted(Counter(d.model for d in n.gpus).items())
+    ]
+    return queues, down
+
+
+def platform_agent(platform: Platform, node: str, source: sources.MetricSource) -> Agent:
+    """The agent of ``caldera up``: this node's GPUs and jobs, and the series only the platform knows (queues, GPUs
+    down) in the same scrape."""
+    agent = Agent(node, source, lambda: holdings(platform, node))
+    agent.registry.register(PlatformCollector(lambda: queues_and_down_gpus(platform)))
+    return agent
+
+
 def start(platform: Platform) -> tuple[Agent | None, subprocess.Popen | None, str]:
     """Starts the agent and Prometheus; returns them and a line saying what runs (or why not)."""
     s = platform.settings
@@ -47,7 +87,7 @@ def start(platform: Platform) -> tuple[Agent | None, subprocess.Popen | None, st
         source = sources.create_source(s)
     except sources.SourceUnavailable as exc:
         return None, None, f"no metrics: {exc}"
-    agent = Agent(node, source, lambda: holdings(platform, node))
+    agent = platform_agent(platform, node, source)
     try:
         agent.serve(s.metrics_port)
     except OSError as exc:  # the port is taken (another platform on this host): run without metrics, say why

@@ -33,8 +33,10 @@
     "job-memory": (d) => d.memory_bytes.map((s) => line(s.node, s.points, GIB)),
     "cluster-gpus": (d, n) =>
       d.models.flatMap((m) =>
-        ["total", "allocated", "computing", "idle"].map((k) => line(m.model + " " + n[k], m[k]))),
+        ["total", "allocated", "computing", "idle", "down"].map((k) => line(m.model + " " + n[k], m[k]))),
     "cluster-utilisation": (d, n) => ["all", "allocated"].map((k) => line(n[k], d.utilisation[k])),
+    "cluster-queues": (d) => d.queues.map((q) => line(q.queue, q.waiting)),
+    "cluster-queue-waits": (d) => d.queues.map((q) => line(q.queue, q.oldest_wait_s, 60)),
     "node-gpu": (d) => d.gpus.map((g) => line("GPU " + g.gpu, g.utilisation)),
     "node-memory": (d) => d.gpus.map((g) => line("GPU " + g.gpu, g.memory_used_bytes, GIB)),
   };
@@ -64,6 +66,19 @@
     }
   }
 
+  function last(pts) {
+    const known = pts.filter(([, v]) => v !== null);
+    return known.length ? known[known.length - 1][1] : null;
+  }
+
+  function duration(s) {
+    // seconds as "42 s", "7 min", "3.5 h": a wait read at a glance
+    if (s === null || s === undefined) return "–";
+    if (s < 120) return Math.round(s) + " s";
+    if (s < 7200) return Math.round(s / 60) + " min";
+    return (s / 3600).toFixed(1) + " h";
+  }
+
   function when(t) {
     return new Date(t * 1000).toLocaleString();
   }
@@ -72,6 +87,10 @@
   const ROWS = {
     "idle-holders": (d) => d.idle_holders.map((h) => [
       [h.job, "/jobs/" + encodeURIComponent(h.job)], [h.user], [h.queue], [String(h.gpus)], [h.mean_percent.toFixed(1) + " %"],
+    ]),
+    "queue-waits": (d) => d.queues.map((q) => [
+      [q.queue], [String(last(q.waiting) ?? "–")], [duration(last(q.oldest_wait_s))], [String(q.started)],
+      [duration(q.wait_s["0.5"])], [duration(q.wait_s["0.9"])], [duration(q.wait_s["0.99"])],
     ]),
     "node-holders": (d) => d.holders.map((h) => [
       [h.gpu], [h.job, "/jobs/" + encodeURIComponent(h.job)], [h.user], [when(h.from)], [when(h.to)],
