@@ -102,7 +102,7 @@ def test_a_saved_session_keeps_what_the_user_installed(api, admin, settings, tmp
     assert r.status_code in (403, 404), r.text
     batch = _submit(api, ana, name="b", command=["true"])
     r = api.client.post("/api/v1/images/snapshots", json={"job_id": batch, "name": "lab"}, headers=ana)
-    assert r.status_code == 409 and "running Jupyter session" in r.json()["detail"], r.text
+    assert r.status_code == 409 and "running interactive session" in r.json()["detail"], r.text
 
     # saved from the job's page, the way a student does it; the images page then follows its log
     portal = browser_for(api.client, "ana", "password-123")
