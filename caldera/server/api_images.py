@@ -187,7 +187,8 @@ def save_session(
     q: BuildQueue = Depends(builds),
     db: Session = Depends(db_session),
 ) -> dict:
-    """Saves a running interactive session of mine (Jupyter, VS Code) as a new tag of my image ``name`` (queued like a build)."""
+    """Saves a running interactive session of mine (Jupyter, VS Code) as a new tag of my image ``name`` (queued like
+    a build)."""
     _registry_reachable(p)
     img = snapshot.start(p, q, db, user, jobs.visible(db, user, body.job_id), body.name, body.tag)
     return catalogue.view(p.settings, img, user.username)
