@@ -130,6 +130,11 @@ def test_the_cluster_view_has_queue_waits_and_gpus_down(cluster):
         (default,) = [q for q in view()["queues"] if q["queue"] == "default"]
         assert default["started"] == 2 and set(default["wait_s"]) == {"0.5", "0.9", "0.99"}  # alice's and bob's
         assert 0 <= default["wait_s"]["0.5"] <= default["wait_s"]["0.99"] < 60
+        # a queue of another account is not another user's to know of: neither its name nor its waits
+        assert api.client.post("/api/v1/accounts", json={"name": "physics"}, headers=admin).status_code == 201
+        outsider = api.user(admin, "olga", accounts=["physics"])
+        assert _get(api, outsider, "/api/v1/metrics/cluster?since=1h")["queues"] == []
+        assert "default" in {q["queue"] for q in _get(api, admin, "/api/v1/metrics/cluster?since=1h")["queues"]}
     finally:
         api.client.post(f"/api/v1/jobs/{big}/cancel", headers=alice)
     assert _last(view()["models"][0]["down"]) == 0

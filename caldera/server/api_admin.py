@@ -215,12 +215,10 @@ def _queue_usage(db: Session, queue: str) -> dict:
 
 @router.get("/queues")
 def list_queues(user: User = Depends(current_user), db: Session = Depends(db_session)) -> list[dict]:
-    mine = set(tenancy.user_accounts(db, user))
-    out = []
-    for cfg in tenancy.all_queue_configs(db).values():
-        if user.role == Role.ADMIN.value or cfg.account in mine:
-            out.append({**cfg.model_dump(mode="json"), "usage": _queue_usage(db, cfg.name)})
-    return out
+    return [
+        {**cfg.model_dump(mode="json"), "usage": _queue_usage(db, cfg.name)}
+        for cfg in tenancy.visible_queue_configs(db, user)
+    ]
 
 
 @router.get("/queues/{name}")

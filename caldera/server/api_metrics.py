@@ -24,7 +24,7 @@ from caldera.errors import Forbidden
 from caldera.governance import requests
 from caldera.metrics import prometheus, views
 from caldera.metrics.query import MetricsUnavailable
-from caldera.server import jobs
+from caldera.server import jobs, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import Invalid, NotFound
 from caldera.server.platform import Platform
@@ -60,14 +60,24 @@ def answer(read: Callable[[], dict[str, Any] | list[Any]], key: str | None = Non
 
 
 @router.get("/metrics/cluster")
-def cluster(since: str = SINCE, user: User = Depends(current_user), p: Platform = Depends(platform)) -> dict:
-    """GPUs per model allocated, computing and idle over time, average utilisation, the top idle holders."""
+def cluster(
+    since: str = SINCE,
+    user: User = Depends(current_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+) -> dict:
+    """GPUs per model allocated, computing and idle over time, average utilisation, the top idle holders; the
+    waits of the queues the user may see (a queue of another account is not theirs to know of)."""
     now = time.time()
     start = _since(p, since, now)
     s = p.settings
-    return answer(
-        lambda: views.cluster(prometheus.view_client(s), start, now, s.metrics_interval_s, _visible_user(user))
-    )
+    seen = {cfg.name for cfg in tenancy.visible_queue_configs(db, user)}
+
+    def read() -> dict[str, Any]:
+        found = views.cluster(prometheus.view_client(s), start, now, s.metrics_interval_s, _visible_user(user))
+        return {**found, "queues": [q for q in found["queues"] if q["queue"] in seen]}
+
+    return answer(read)
 
 
 @router.get("/metrics/nodes/{name}")

@@ -123,6 +123,15 @@ def all_queue_configs(db: Session) -> dict[str, QueueConfig]:
     return {q.name: queue_config(q, acc) for q, acc in rows}
 
 
+def visible_queue_configs(db: Session, user: User) -> list[QueueConfig]:
+    """The queues a user may see: every queue for an admin, else those of the user's accounts."""
+    configs = all_queue_configs(db).values()
+    if user.role == Role.ADMIN.value:
+        return list(configs)
+    mine = set(user_accounts(db, user))
+    return [cfg for cfg in configs if cfg.account in mine]
+
+
 def get_queue(db: Session, name: str) -> tuple[Queue, str]:
     row = db.execute(
         select(Queue, Account.name).join(Account, Account.id == Queue.account_id).where(Queue.name == name)
