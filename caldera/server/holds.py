@@ -92,6 +92,8 @@ def _over_array_limits(db: Session, offered: list[Job]) -> list[Job]:
         return []
     limits = dict(db.execute(select(JobArray.id, JobArray.max_running).where(JobArray.id.in_(limited))).all())
     limits = {a: n for a, n in limits.items() if n is not None}
+    if not limits:  # arrays without %N: no count of their running tasks to make, each cycle
+        return []
     active = (JobState.STARTING.value, JobState.RUNNING.value)
     running = db.execute(
         select(Job.array_id, func.count()).where(Job.array_id.in_(limits), Job.state.in_(active)).group_by(Job.array_id)
