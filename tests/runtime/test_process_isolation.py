@@ -263,6 +263,25 @@ def test_the_platform_never_connects_through_a_symlinked_lab_socket(tmp_path) ->
     server.close()
 
 
+def test_a_socket_swapped_for_a_symlink_after_the_login_does_not_redirect_the_proxy(tmp_path) -> None:
+    """Both runtimes hand their proxy (root) ``jupyter.pinned_socket``: once the session's socket is pinned, a
+    symlink the job puts at its path later (to podman's socket, another lab's) changes nothing."""
+    scratch = owner.owned_dir(traversable(tmp_path) / "scratch", ALICE)
+    lab, other = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+    lab.bind(str(scratch / "lab.sock"))
+    other.bind(str(tmp_path / "other.sock"))
+    pinned = tmp_path / "run" / "lab.sock"
+    pinned.parent.mkdir()
+    assert jupyter.pinned_socket(str(scratch / "lab.sock"), pinned) == str(pinned)
+    lab_inode = os.stat(scratch / "lab.sock").st_ino
+    (scratch / "lab.sock").unlink()
+    (scratch / "lab.sock").symlink_to(tmp_path / "other.sock")
+    assert jupyter.pinned_socket(str(scratch / "lab.sock"), pinned) == str(pinned)
+    assert os.stat(pinned).st_ino == lab_inode != os.stat(tmp_path / "other.sock").st_ino
+    lab.close()
+    other.close()
+
+
 def test_removing_lab_secrets_does_not_follow_a_planted_symlink(tmp_path) -> None:
     scratch = owner.owned_dir(traversable(tmp_path) / "scratch", ALICE)
     elsewhere = tmp_path / "another-lab-runtime"

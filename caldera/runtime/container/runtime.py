@@ -548,18 +548,20 @@ class ContainerRuntime:
                 token = rd.token.read_text().strip()
             except OSError:
                 return None
-            scratch = Path(meta["scratch"])
+            sock = jupyter.pinned_socket(meta["socket"], rd.lab_socket)
+            if sock is None:
+                return None
             if meta["kind"] == JobKind.VSCODE.value:
-                cookie = code_server.login(meta["socket"], token)
-                read = [scratch / code_server.CONFIG]
+                cookie = code_server.login(sock, token)
+                read = [Path(code_server.CONFIG)]
             else:
-                cookie = jupyter.login(meta["socket"], meta["base_url"], token, timeout_s=0.5)
-                read = [scratch / "lab-token", scratch / "runtime" / "jupyter_cookie_secret"]
+                cookie = jupyter.login(sock, meta["base_url"], token, timeout_s=0.5)
+                read = [Path("lab-token"), Path("runtime", "jupyter_cookie_secret")]
             if cookie is None:
                 return None
             self._lab_logins[key] = cookie
             for secret in read:  # the server has read them: nothing on disk lets anyone else in now
-                secret.unlink(missing_ok=True)
+                owner.remove_owned(Path(meta["scratch"]), secret)  # the job's folders: never through its symlinks
         return cookie
 
     # -- stop ------------------------------------------------------------------------------------------------
@@ -602,11 +604,14 @@ class ContainerRuntime:
             token = rd.token.read_text().strip()
         except OSError:
             return []
-        if not cookie:
+        # the link the login pinned, never the job's own path: a symlink the job puts there later would send the
+        # platform's proxy, as root, to any socket of the host (podman's)
+        sock = jupyter.pinned_socket(meta["socket"], rd.lab_socket)
+        if not cookie or not sock:
             return []
         if meta["kind"] == JobKind.VSCODE.value:
-            return [code_server.endpoint(meta["socket"], cookie, token)]
-        return [jupyter.lab_endpoint(meta["base_url"], meta["socket"], cookie, token)]
+            return [code_server.endpoint(sock, cookie, token)]
+        return [jupyter.lab_endpoint(meta["base_url"], sock, cookie, token)]
 
     # -- exec ------------------------------------------------------------------------------------------------
     def exec(self, handle: Handle, rank: int, argv: list[str], tty: bool, term: str = "") -> ExecProcess:

@@ -72,6 +72,14 @@ class UnixConnection(http.client.HTTPConnection):
         self.sock = connect_unix(self._path, self.timeout)
 
 
+def pinned_socket(sock: str, pinned: Path) -> str | None:
+    """The session server's socket as the platform reaches it, on every runtime: the link at ``pinned`` once made
+    (see ``pin_socket``), never the job's own path, which the job may replace with a symlink at any time."""
+    if os.path.lexists(pinned):
+        return str(pinned)
+    return pin_socket(sock, pinned)
+
+
 def pin_socket(sock: str, pinned: Path) -> str | None:
     """The path the platform reaches Lab through: a hard link at ``pinned`` (in a directory only root may write) to
     the socket Lab made at ``sock`` in the job's scratch, taken without following a symlink, so that nothing the job

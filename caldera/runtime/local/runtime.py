@@ -605,9 +605,7 @@ class LocalRuntime:
 
     @staticmethod
     def _lab_socket(meta: dict[str, Any], rd: RunDir) -> str | None:
-        if os.path.lexists(rd.lab_socket):
-            return str(rd.lab_socket)
-        return jupyter.pin_socket(meta["socket"], rd.lab_socket)
+        return jupyter.pinned_socket(meta["socket"], rd.lab_socket)
 
     def _token(self, key: _Key, rd: RunDir) -> str | None:
         tok = self._tokens.get(key)
