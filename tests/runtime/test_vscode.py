@@ -33,7 +33,8 @@ def _http(sock: str) -> httpx.Client:
 def test_code_server_on_a_private_socket_with_the_platform_s_login_alone(
     launch, runtime, settings, monkeypatch, tmp_path
 ):
-    h = launch(kind="vscode", env={"HOME": str(tmp_path)})  # its settings and extensions in the owner's home
+    # its settings and extensions in the owner's home; a password of the job's own would lock the platform out
+    h = launch(kind="vscode", env={"HOME": str(tmp_path), "PASSWORD": "mine", "HASHED_PASSWORD": "0" * 64})
     with monkeypatch.context() as m:  # as long as code-server does not answer, the job is starting, no endpoint
         m.setattr(code_server, "login", lambda *a, **k: None)
         assert runtime.observe(h).phase is Phase.STARTING
@@ -61,6 +62,7 @@ def test_code_server_on_a_private_socket_with_the_platform_s_login_alone(
     assert code_server.login(ep.socket, "not-the-password") is None  # the password is checked
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     assert f"SHELL={shutil.which('bash')}".encode() in environ  # its terminals' shell: not the user's nologin
+    assert not [e for e in environ if e.startswith((b"PASSWORD=", b"HASHED_PASSWORD="))]
 
     with _http(ep.socket) as http:
         no_login = http.get("/")

@@ -212,6 +212,8 @@ class ContainerRuntime:
             argv = self._jupyter(req, rd, scratch, workdir, env, data)
         elif spec.kind is JobKind.VSCODE:
             argv = self._code_server(req, rd, scratch, workdir, data)
+            for name in code_server.OVERRIDING_ENV:
+                env.pop(name, None)
             if "SHELL" not in spec.env:  # its terminals' shell: the image's bash, else sh
                 env["SHELL"] = "/bin/sh" if info.missing("/bin/bash") else "/bin/bash"
         else:

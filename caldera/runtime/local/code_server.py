@@ -32,6 +32,11 @@ CONFIG = "code-server.yaml"  # in the job's scratch, deleted once the platform l
 LOGIN_TIMEOUT_S = 3.0
 
 
+# what code-server takes over its config file's password (as JUPYTER_TOKEN over Lab's token file): a job's env
+# naming one would lock the platform's login out, and the job would stay Starting, probed every cycle
+OVERRIDING_ENV = ("PASSWORD", "HASHED_PASSWORD")
+
+
 def config_text(password: str) -> str:
     return f"auth: password\npassword: {password}\n"
 

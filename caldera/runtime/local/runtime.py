@@ -247,6 +247,8 @@ class LocalRuntime:
             data.update(socket=str(sock), base_url=base_url, lab_runtime=str(lab_runtime))
         elif spec.kind is JobKind.VSCODE:
             argv = self._code_server(req, rd, scratch, workdir)
+            for name in code_server.OVERRIDING_ENV:
+                base_env.pop(name, None)
             if "SHELL" not in spec.env:  # its terminals' shell; the users the platform made have nologin
                 base_env["SHELL"] = shutil.which("bash") or "/bin/sh"
             data.update(socket=str(scratch / "lab.sock"), base_url="/")
