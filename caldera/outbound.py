@@ -26,11 +26,36 @@ def checked_address(host: str, port: int, allowed: Sequence[ipaddress.IPv4Networ
     addresses = {info[4][0] for info in infos}
     for address in addresses:
         ip = ipaddress.ip_address(address.split("%")[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        if not ip.is_global and not any(ip in net for net in allowed):
+        if not _allowed(ip, allowed) and not all(public or _allowed(v4, allowed) for v4, public in _judged(ip)):
             raise OutboundRefused(f"{host} is a non-public address ({address}), refused")
     return sorted(addresses)[0]
+
+
+# IPv6 ranges that carry an IPv4 address a gateway may forward to: the IPv4 address is judged too
+_CARRYING_LOW_32_BITS = tuple(
+    ipaddress.ip_network(net)
+    for net in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96", "::ffff:0:0:0/96")  # NAT64, IPv4-compatible, -translated
+)
+_SITE_LOCAL = ipaddress.ip_network("fec0::/10")  # deprecated, yet is_global holds for it
+
+
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _judged(ip: _Address) -> list[tuple[_Address, bool]]:
+    """Each IPv4 address an IPv6 address carries (mapped, NAT64, 6to4, Teredo, IPv4-compatible or -translated),
+    else the address itself, each with whether it is public: a gateway forwards to what it carries."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return [(ip, ip.is_global)]
+    carried = [ip.ipv4_mapped, ip.sixtofour, ip.teredo[1] if ip.teredo else None]
+    if any(ip in net for net in _CARRYING_LOW_32_BITS):
+        carried.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    inner = [(v4, v4.is_global) for v4 in carried if v4 is not None]
+    return inner or [(ip, ip.is_global and ip not in _SITE_LOCAL)]
+
+
+def _allowed(ip: _Address, allowed: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
+    return any(ip in net for net in allowed)
 
 
 def connection(url: str, address: str, timeout: float) -> http.client.HTTPConnection:

@@ -175,6 +175,11 @@ def test_an_import_reaches_only_what_the_allowlists_let_it(env, files_server):
         ("http://169.254.169.254/latest/meta-data", "non-public"),  # a cloud's metadata service
         ("http://[::1]/data", "non-public"),
         ("http://[::ffff:10.0.0.1]/data", "non-public"),
+        # IPv6 addresses a gateway turns into a private IPv4 one: NAT64, 6to4, IPv4-translated; and site-local
+        ("http://[64:ff9b::a00:1]/data", "non-public"),
+        ("http://[2002:a00:1::]/data", "non-public"),
+        ("http://[::ffff:0:a00:1]/data", "non-public"),
+        ("http://[fec0::1]/data", "non-public"),
     ):
         r = _import(api, u["alice"], url, "x.bin")
         assert r.status_code == 400 and why in r.text, (url, r.text)
