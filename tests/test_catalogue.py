@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from caldera.storage import fetch
 from tests.conftest import api_on, make_settings
 from tests.fake_runtime import FakeRuntime
 from tests.portal import browser_for
@@ -180,9 +181,12 @@ def test_an_import_reaches_only_what_the_allowlists_let_it(env, files_server):
         ("http://[2002:a00:1::]/data", "non-public"),
         ("http://[::ffff:0:a00:1]/data", "non-public"),
         ("http://[fec0::1]/data", "non-public"),
+        ("http://example.org/données", "ASCII"),  # the request line is ASCII: refused here, not in the thread
     ):
         r = _import(api, u["alice"], url, "x.bin")
         assert r.status_code == 400 and why in r.text, (url, r.text)
+    # a length that is a digit to str.isdigit but no number: no total, not a thread that dies
+    assert fetch.total_of(type("R", (), {"getheader": lambda self, name, default: "\u00b2"})(), 0) is None
     # a redirect is checked like the first address
     r = _import(api, u["alice"], files_server + "/away", "away.bin")
     assert r.status_code == 201, r.text

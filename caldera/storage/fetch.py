@@ -35,8 +35,13 @@ class FetchFailed(Exception):
 
 def check_url(url: str) -> None:
     """Refuse, with the reason, a URL that is not an http(s) URL of a host, without credentials."""
-    if len(url) > MAX_URL_CHARS or any(ord(c) < 33 or ord(c) == 127 for c in url):
-        raise PathRefused(f"a URL of at most {MAX_URL_CHARS} characters, without spaces or control characters")
+    # ASCII only: the request line is ASCII (http.client raised UnicodeEncodeError in the import's thread, which left
+    # the import running for ever); other characters are sent percent-encoded
+    if len(url) > MAX_URL_CHARS or any(not 33 <= ord(c) < 127 for c in url):
+        raise PathRefused(
+            f"a URL of at most {MAX_URL_CHARS} ASCII characters (others percent-encoded), without spaces or control "
+            "characters"
+        )
     parts = urlsplit(url)
     if parts.scheme not in outbound.SCHEMES:
         raise PathRefused(f"only {' and '.join(outbound.SCHEMES)} URLs can be imported")
@@ -85,7 +90,7 @@ def open_stream(url: str, allowed: Networks, offset: int) -> Iterator[tuple[http
 
 def total_of(response: http.client.HTTPResponse, offset: int) -> int | None:
     length = response.getheader("Content-Length", "")
-    return offset + int(length) if length.isdigit() else None
+    return offset + int(length) if length.isascii() and length.isdigit() else None  # "²" is a digit to isdigit
 
 
 def copy(response: http.client.HTTPResponse, fd: int, done: int, limit: int, progress: Callable[[int], None]) -> int:
