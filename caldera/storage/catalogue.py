@@ -11,8 +11,10 @@ everyone. A catalogue mount is read-only.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,23 +104,32 @@ class Catalogue:
         if first is not None and first.owner_id != owner.id and owner.role != "admin":
             # else another user's new version would be what jobs mounting the name alone get
             raise NoAccess(f"{entry.kind} {entry.name} is another user's: publish under a name of your own")
+        clash = NameClash(f"{entry.kind} {entry.name}@{entry.version} exists already")
+        taken = select(CatalogueEntry.id).where(
+            CatalogueEntry.kind == entry.kind,
+            CatalogueEntry.name == entry.name,
+            CatalogueEntry.version == entry.version,
+        )
+        if db.scalar(taken) is not None:
+            raise clash
         entry.owner_id, entry.source, entry.created_at = owner.id, f"{opened.ref}/{path}".rstrip("/"), time.time()
-        db.add(entry)
-        try:
-            db.flush()  # the id names its folder; the unique (kind, name, version) is checked here
-        except IntegrityError:
-            db.rollback()
-            raise NameClash(f"{entry.kind} {entry.name}@{entry.version} exists already") from None
-        folder = self.host_path(entry)
+        # the copy first, into a folder of root's, and only then the row: a flushed row would hold the database's
+        # write lock (SQLite: every writer of the platform) for as long as the copy takes
         self.store.mkdir(mode=0o700, parents=True, exist_ok=True)
-        folder.parent.mkdir(mode=0o700)
+        staging = Path(tempfile.mkdtemp(prefix=".publishing-", dir=self.store))
         try:
-            entry.size_bytes, entry.files = opened.tree.copy_folder(parts(path), str(folder), max_bytes)
+            entry.size_bytes, entry.files = opened.tree.copy_folder(parts(path), str(staging / "data"), max_bytes)
+            (staging / "data").chmod(0o755)  # what jobs mount, read-only, whatever the umask
+            db.add(entry)
+            try:
+                db.flush()  # the id names its folder; the unique (kind, name, version) is checked again here
+            except IntegrityError:
+                raise clash from None
+            os.rename(staging, self.host_path(entry).parent)
         except BaseException:
-            shutil.rmtree(folder.parent, ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)
             db.rollback()
             raise
-        folder.chmod(0o755)
 
     def remove(self, db: Session, entry: CatalogueEntry) -> None:
         """The entry, then its copy; the caller checked that no running job mounts it."""
