@@ -204,3 +204,12 @@ def test_an_array_tells_its_user_once_when_its_last_task_ends(api, admin):
     assert [(n["subject"], n["body"]) for n in items] == [
         ("Job told[3 tasks] failed", "Your job told[3 tasks] failed: 2 Succeeded, 1 Failed")
     ]
+    # the last task to end is cancelled: the array, which had a failure, is told of still
+    b = _array(api, alice, "0-1", name="cut", command=["sh", "-c", "[ $CALDERA_ARRAY_INDEX = 0 ] && exit 1; sleep 60"])
+    _until(api, alice, b["tasks"][0]["id"], {"Failed"})
+    assert api.client.post(f"/api/v1/jobs/{b['tasks'][1]['id']}/cancel", headers=alice).is_success
+    _until(api, alice, b["tasks"][1]["id"], {"Cancelled"})
+    items = api.client.get("/api/v1/notifications", headers=alice).json()["items"]
+    assert ("Job cut[2 tasks] failed", "Your job cut[2 tasks] failed: 1 Failed, 1 Cancelled") in [
+        (n["subject"], n["body"]) for n in items
+    ]

@@ -42,10 +42,10 @@ def tell(db: Session, job: Job, event: str, params: dict[str, Any], now: float |
 def on_transition(db: Session, job: Job, to: JobState, message: str, now: float) -> None:
     """Called by ``jobs.record`` for every state change: the end of an attempt tells the user; a job array's tasks
     tell once, when the last of them ends."""
-    if to not in ENDED:
-        return
-    if job.array_id is not None and to.terminal:
+    if job.array_id is not None and to.terminal:  # a cancelled task too: it may be the last of a failed array
         _on_task_ended(db, job, to, now)
+        return
+    if to not in ENDED:
         return
     tell(db, job, ENDED[to], {"message": message}, now)
 
