@@ -76,7 +76,9 @@ class Mount(BaseModel):
         pattern=r"^(/[A-Za-z0-9._-]+)+/?$",
         description="a path in the job: /tmp, /var/tmp, /data, /datasets, /models, /shared or /mnt, or below one",
     )
-    writable: bool = Field(False, strict=True, description="write access (your personal space only)")
+    writable: bool = Field(
+        False, strict=True, description="write access: to a space you may write (yours, an account's as an rw member)"
+    )
 
     @field_validator("at")
     @classmethod
