@@ -215,3 +215,37 @@ def test_a_build_the_server_was_running_when_it_stopped_is_marked_lost_with_its_
     assert got["state"] == "failed" and got["message"].startswith("Lost"), got
     assert api.client.get(f"/api/v1/images/{iid}/log", headers=people[0]).text == "STEP 1/4: FROM base\n"
     assert api.client.get(f"/api/v1/images/{iid}", headers=people[1]).status_code == 404  # private to ana
+
+
+class _RecordingBuilder:
+    """A builder whose removals are recorded (the first one fails, as podman's ``rmi`` may)."""
+
+    def __init__(self):
+        self.removed: list[str] = []
+
+    def prepare(self):
+        pass
+
+    def remove(self, ref):
+        self.removed.append(ref)
+        if len(self.removed) == 1:
+            raise RuntimeError("storage is locked")
+
+
+def test_a_deleted_images_local_copies_go_after_the_work_queued_before_and_a_failure_stops_nothing(api):
+    import threading
+
+    from caldera.images.builds import BuildQueue
+
+    builder, release, ran = _RecordingBuilder(), threading.Event(), []
+    q = BuildQueue(api.client.app.state.platform, builder)
+    q.submit("img-a", lambda image_id: (release.wait(10), ran.append(image_id)))
+    q.discard("reg/user/ana/a:1")
+    q.discard("reg/user/ana/b:1")
+    assert builder.removed == []  # the caller is not held while a build runs
+    release.set()
+    done = threading.Event()
+    q.submit("img-c", lambda image_id: (ran.append(image_id), done.set()))
+    assert done.wait(10)
+    q.stop()
+    assert builder.removed == ["reg/user/ana/a:1", "reg/user/ana/b:1"] and ran == ["img-a", "img-c"]

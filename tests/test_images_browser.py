@@ -78,4 +78,4 @@ def test_build_an_image_and_follow_its_log_in_the_browser(images_server, browser
     assert page.input_value("select[name=image]").endswith("/user/alice/live-env:latest")
     assert not violations, violations
     h = token(server, "alice", "password-123")
-    assert httpx.delete(f"{server.url}/api/v1/images/{image_id}", headers=h).status_code == 204
+    assert httpx.delete(f"{server.url}/api/v1/images/{image_id}", headers=h, timeout=30).status_code == 204

@@ -4,6 +4,7 @@ any failure removes what it made and keeps the log. A server restart marks build
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import re
@@ -26,6 +27,8 @@ from caldera.images.ready import base_tag
 from caldera.images.sandbox import BUILD_USER, ROOT_ENV, Sandbox, SandboxUnavailable
 from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.local.owner import platform_dir
+
+logger = logging.getLogger(__name__)
 
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 _CAUSES = (  # what a failed build's log says, as the user should read it
@@ -240,7 +243,7 @@ class BuildQueue:
         self.p = p
         self.builder = builder or Builder(p)
         self.builder.prepare()  # the build user and its storage, made once here (idempotent)
-        self._q: queue.Queue[tuple[str, Callable[[str], None]] | None] = queue.Queue()
+        self._q: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._mark_lost()
@@ -252,14 +255,23 @@ class BuildQueue:
             db.commit()
 
     def submit(self, image_id: str, work: Callable[[str], None] | None = None) -> None:
+        log = log_path(self.p, image_id)  # there from the start: a follower of a queued build waits on it
+        platform_dir(log.parent, 0o700)  # a build's log is its owner's: jobs of other users pass the data dir
+        log.touch()
+        self._put(lambda: self._run(image_id, work or self._build))
+
+    def discard(self, ref: str) -> None:
+        """An image's copies in this host's storages go after the work queued before: podman's ``rmi`` waits on its
+        storage lock, seconds while a build runs, which a deleting request should not; a build of the same name
+        submitted later runs after it."""
+        self._put(lambda: self.builder.remove(ref))
+
+    def _put(self, item: Callable[[], None]) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._worker, name="image-builds", daemon=True)
                 self._thread.start()
-        log = log_path(self.p, image_id)  # there from the start: a follower of a queued build waits on it
-        platform_dir(log.parent, 0o700)  # a build's log is its owner's: jobs of other users pass the data dir
-        log.touch()
-        self._q.put((image_id, work or self._build))
+        self._q.put(item)
 
     def stop(self) -> None:
         if self._thread is not None:
@@ -268,14 +280,18 @@ class BuildQueue:
 
     def _worker(self) -> None:
         while (item := self._q.get()) is not None:
-            image_id, work = item
-            log = log_path(self.p, image_id)
             try:
-                work(image_id)
-            except BuildFailed as exc:
-                self._fail(image_id, _cause(log, str(exc)))
-            except Exception as exc:  # noqa: BLE001 - whatever broke, the build fails with its log kept
-                self._fail(image_id, getattr(exc, "message", None) or str(exc))
+                item()
+            except Exception:  # noqa: BLE001 - a removal that failed leaves a local copy; the worker goes on
+                logger.exception("image housekeeping failed")
+
+    def _run(self, image_id: str, work: Callable[[str], None]) -> None:
+        try:
+            work(image_id)
+        except BuildFailed as exc:
+            self._fail(image_id, _cause(log_path(self.p, image_id), str(exc)))
+        except Exception as exc:  # noqa: BLE001 - whatever broke, the build fails with its log kept
+            self._fail(image_id, getattr(exc, "message", None) or str(exc))
 
     def _fail(self, image_id: str, message: str) -> None:
         with self.p.session() as db:

@@ -312,7 +312,7 @@ def delete(
             registry.delete(p.settings, f"{img.namespace}/{img.name}", img.tag)
         except registry.RegistryError as exc:
             raise RegistryDown(str(exc)) from None
-        q.builder.remove(catalogue.reference(p.settings, img))
+        q.discard(catalogue.reference(p.settings, img))
     db.delete(img)
     db.commit()
     log_path(p, img.id).unlink(missing_ok=True)
