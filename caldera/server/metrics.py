@@ -55,12 +55,16 @@ def queues_and_down_gpus(platform: Platform) -> tuple[list[QueueWaits], list[Dow
         for name in db.scalars(select(Queue.name)):
             waiting[name], started[name] = [], []
         recent = Job.started_at >= now - STARTED_WINDOW_S
-        for job in db.scalars(select(Job).where(or_(Job.state.in_(_WAITING), recent))):
-            since = job.queued_at or job.submitted_at
-            if job.state in _WAITING:
-                waiting.setdefault(job.queue, []).append(max(0.0, now - since))
-            elif job.started_at is not None:
-                started.setdefault(job.queue, []).append(max(0.0, job.started_at - since))
+        # the five columns, not the rows: a scrape meets every queued job, and a Job loads its spec and allocations
+        columns = select(Job.queue, Job.state, Job.queued_at, Job.submitted_at, Job.started_at)
+        for queue, state, queued_at, submitted_at, started_at in db.execute(
+            columns.where(or_(Job.state.in_(_WAITING), recent))
+        ):
+            since = queued_at or submitted_at
+            if state in _WAITING:
+                waiting.setdefault(queue, []).append(max(0.0, now - since))
+            elif started_at is not None:
+                started.setdefault(queue, []).append(max(0.0, started_at - since))
         nodes = cordons.in_service(db, platform.nodes())
     queues = [QueueWaits(q, tuple(waiting.get(q, ())), tuple(started.get(q, ()))) for q in sorted(waiting | started)]
     down = [
