@@ -213,3 +213,16 @@ def test_an_array_tells_its_user_once_when_its_last_task_ends(api, admin):
     assert ("Job cut[2 tasks] failed", "Your job cut[2 tasks] failed: 1 Failed, 1 Cancelled") in [
         (n["subject"], n["body"]) for n in items
     ]
+
+
+@SQLITE
+def test_new_ids_are_drawn_in_batches_and_never_take_a_jobs_or_an_arrays_id(api, admin, monkeypatch):
+    from caldera.server import jobs
+
+    alice = api.user(admin, "alice")
+    a = _array(api, alice, "0-1", name="taken", command=["true"])
+    taken = [a["id"], a["tasks"][0]["id"]]
+    draws = iter([*taken, "aaaaaaaaaa", taken[1], "bbbbbbbbbb", "cccccccccc"])
+    monkeypatch.setattr(jobs.secrets, "token_hex", lambda n: next(draws))
+    with api.client.app.state.platform.session() as db:
+        assert sorted(jobs.new_ids(db, 3)) == ["aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"]

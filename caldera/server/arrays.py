@@ -30,8 +30,9 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec, expression: str)
         raise Invalid("array", f"{expression[:64]!r}: {exc}", "BadArray", params) from None
     spec, account, queue = jobs.admissible(p, db, user, spec)
     now = time.time()
+    ids = jobs.new_ids(db, len(wanted.indices) + 1)
     array = JobArray(
-        id=jobs.new_id(db),
+        id=ids.pop(),
         user_id=user.id,
         name=spec.name,
         expression=wanted.expression,
@@ -40,9 +41,10 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec, expression: str)
         submitted_at=now,
     )
     db.add(array)
-    db.flush()
-    for index in wanted.indices:
-        jobs.create(db, user, spec, account, queue, now, (array.id, index))
+    db.flush()  # the array's row first: its tasks name it
+    with db.no_autoflush:  # the tasks go in one flush, in batches, not one statement each
+        for index, job_id in zip(wanted.indices, ids, strict=True):
+            jobs.create(db, user, spec, account, queue, now, (array.id, index), job_id)
     db.flush()
     return array
 

@@ -127,10 +127,11 @@ def create(
     queue: str,
     now: float,
     array: tuple[str, int] | None = None,
+    job_id: str | None = None,
 ) -> Job:
-    """A queued job of an admissible spec; ``array``: the array and index of a task."""
+    """A queued job of an admissible spec; ``array``: the array and index of a task; ``job_id`` one of ``new_ids``."""
     job = Job(
-        id=new_id(db),
+        id=job_id or new_id(db),
         name=spec.name,
         user_id=user.id,
         account=account,
@@ -155,10 +156,21 @@ def create(
 
 def new_id(db: Session) -> str:
     """An id that no job and no job array has (arrays and jobs share one name space: ``--after`` takes either)."""
-    while True:
-        candidate = secrets.token_hex(5)
-        if db.get(Job, candidate) is None and db.get(JobArray, candidate) is None:
-            return candidate
+    return new_ids(db, 1)[0]
+
+
+def new_ids(db: Session, n: int) -> list[str]:
+    """``n`` such ids, checked a batch at a time (an array's thousand tasks are not two thousand lookups)."""
+    ids: set[str] = set()
+    while len(ids) < n:
+        candidates = {secrets.token_hex(5) for _ in range(min(n - len(ids), _ID_BATCH))} - ids
+        taken = set(db.scalars(select(Job.id).where(Job.id.in_(candidates))))
+        taken |= set(db.scalars(select(JobArray.id).where(JobArray.id.in_(candidates))))
+        ids |= candidates - taken
+    return list(ids)
+
+
+_ID_BATCH = 500  # bound parameters per lookup: under every database's limit
 
 
 def _check_dependencies(db: Session, user: User, spec: JobSpec) -> None:
