@@ -6,13 +6,12 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Depends, Query
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.states import TERMINAL
 from caldera.db.models import Job, User
 from caldera.metrics.views import parse_since
-from caldera.server import jobs
+from caldera.server import jobs, tenancy
 from caldera.server.deps import current_user, db_session
 from caldera.server.errors import Invalid
 
@@ -34,7 +33,7 @@ def accounting(
         raise Invalid("since", str(exc)) from None
     q = jobs.jobs_query(user, everyone=True, states=[s.value for s in TERMINAL]).where(Job.finished_at >= start)
     ended = db.scalars(q.order_by(Job.finished_at, Job.id).limit(limit))
-    names = dict(db.execute(select(User.id, User.username)).all())
+    names = tenancy.usernames(db)
     return {"since": start, "until": now, "jobs": [row(job, names.get(job.user_id)) for job in ended]}
 
 

@@ -199,7 +199,7 @@ def _queue_usage(db: Session, queue: str) -> dict:
     """What runs in a queue now, per resource key and per user, and its decayed fair-share usage."""
     from caldera.core.resources import Resources, add_vectors
 
-    names = dict(db.execute(select(User.id, User.username)).all())
+    names = tenancy.usernames(db)
     total: dict[str, float] = {}
     per_user: dict[str, dict[str, float]] = {}
     for job in db.scalars(

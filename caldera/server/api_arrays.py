@@ -7,13 +7,12 @@ from collections.abc import Callable
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.arrays import MAX_ARRAY_EXPRESSION_CHARS
 from caldera.core.spec import JobSpec
 from caldera.db.models import JobArray, User
-from caldera.server import arrays, jobs
+from caldera.server import arrays, jobs, tenancy
 from caldera.server.api_jobs import HoldIn
 from caldera.server.deps import current_user, db_session, platform
 from caldera.server.platform import Platform
@@ -34,7 +33,7 @@ class ArrayIn(BaseModel):
 
 
 def _views(db: Session, listed: list[JobArray]) -> list[dict]:
-    names = dict(db.execute(select(User.id, User.username)).all())
+    names = tenancy.usernames(db)
     by_array = arrays.tasks_of(db, [a.id for a in listed])
     return [arrays.view(a, by_array[a.id], names.get(a.user_id)) for a in listed]
 

@@ -36,10 +36,6 @@ class AccountAdminIn(BaseModel):
     admin: bool
 
 
-def _names(db: Session) -> dict[int, str]:
-    return dict(db.execute(select(User.id, User.username)).all())
-
-
 @router.post("/jobs/{job_id}/requests", status_code=201)
 def ask(
     job_id: str,
@@ -63,7 +59,7 @@ def list_requests(
     db: Session = Depends(db_session),
 ) -> list[dict]:
     """My requests, and those I may decide (an account admin: its members'; an admin: all)."""
-    names = _names(db)
+    names = tenancy.usernames(db)
     return [approvals.view(r, j, names.get(r.user_id)) for r, j in rules.visible_requests(db, user, state, limit)]
 
 
@@ -77,7 +73,7 @@ def decide(
 ) -> dict:
     req = approvals.decide(p, db, user, request_id, body.approve, body.note)
     db.commit()
-    return approvals.view(req, db.get(Job, req.job_id), _names(db).get(req.user_id))
+    return approvals.view(req, db.get(Job, req.job_id), tenancy.username(db, req.user_id))
 
 
 @router.get("/jobs/{job_id}/governance")

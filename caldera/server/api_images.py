@@ -8,7 +8,6 @@ from dataclasses import asdict
 from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.spec import field_path
@@ -41,10 +40,6 @@ class Quota(BaseModel):
 
 def builds(request: Request) -> BuildQueue:
     return request.app.state.builds
-
-
-def _owners(db: Session) -> dict[int, str]:
-    return dict(db.execute(select(User.id, User.username)).all())
 
 
 def parse_form(body: dict) -> BuildForm:
@@ -121,7 +116,7 @@ def remove_environment(ref: str, admin: User = Depends(admin_user), db: Session 
 
 @router.get("")
 def list_images(user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)):
-    names = _owners(db)
+    names = tenancy.usernames(db)
     return [catalogue.view(p.settings, i, names.get(i.owner_id)) for i in catalogue.usable(db, user)]
 
 
@@ -233,7 +228,7 @@ def describe(
     db: Session = Depends(db_session),
 ) -> dict:
     img = catalogue.visible(db, user, image_id)
-    return catalogue.view(p.settings, img, _owners(db).get(img.owner_id))
+    return catalogue.view(p.settings, img, tenancy.username(db, img.owner_id))
 
 
 def _own_build(db: Session, user: User, image_id: str) -> Image:

@@ -8,14 +8,13 @@ from collections.abc import Callable, Iterator
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from caldera.core.spec import JobSpec
 from caldera.core.states import JobState
 from caldera.db.models import Job, User
 from caldera.runtime.base import Handle
-from caldera.server import audit, holds, jobs
+from caldera.server import audit, holds, jobs, tenancy
 from caldera.server.deps import admin_user, current_user, db_session, platform
 from caldera.server.errors import Invalid
 from caldera.server.log_stream import Progress, live_events, parse_resume, sse_response
@@ -29,10 +28,6 @@ _MAX_LOG_OFFSET = 1 << 40  # past any log's end, and still a position every file
 def _check_rank(job: Job, rank: int | None) -> None:
     if rank is not None and rank >= job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1):
         raise HTTPException(400, f"rank {rank} does not exist")
-
-
-def _usernames(db: Session) -> dict[int, str]:
-    return dict(db.execute(select(User.id, User.username)).all())
 
 
 @router.post("", status_code=201)
@@ -61,14 +56,14 @@ def list_jobs(
         bad = [x for x in state if x not in known]
         if bad:
             raise Invalid("state", f"unknown state {bad[0][:64]!r}; valid states: {', '.join(known)}")
-    names = _usernames(db)
+    names = tenancy.usernames(db)
     return [jobs.view(j, names.get(j.user_id)) for j in jobs.list_jobs(db, user, all, state, limit)]
 
 
 @router.get("/{job_id}")
 def describe(job_id: str, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
     job = jobs.visible(db, user, job_id)
-    out = jobs.view(job, _usernames(db).get(job.user_id))
+    out = jobs.view(job, tenancy.username(db, job.user_id))
     out["events"] = [jobs.event_view(e) for e in jobs.events(db, job)]
     return out
 
@@ -145,7 +140,7 @@ def _changed(p: Platform, db: Session, user: User, job_id: str, act: Callable[[J
     with p.state_lock:
         job = act(jobs.visible(db, user, job_id))
         db.commit()
-    return jobs.view(job, _usernames(db).get(job.user_id))
+    return jobs.view(job, tenancy.username(db, job.user_id))
 
 
 @router.get("/{job_id}/logs")

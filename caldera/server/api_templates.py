@@ -117,7 +117,7 @@ def usable(db: Session, user: User) -> list[JobTemplate]:
 
 @router.get("")
 def list_templates(user: User = Depends(current_user), db: Session = Depends(db_session)) -> list[dict]:
-    names = dict(db.execute(select(User.id, User.username)).all())
+    names = tenancy.usernames(db)
     return [view(t, names.get(t.owner_id)) for t in usable(db, user)]
 
 

@@ -17,6 +17,16 @@ from caldera.server.security import hash_password
 DEFAULT_ACCOUNT = "default"
 
 
+def usernames(db: Session) -> dict[int, str]:
+    """Every user's name by id: what a view of many rows (jobs, images, requests) names their owners with."""
+    return dict(db.execute(select(User.id, User.username)).all())
+
+
+def username(db: Session, user_id: int) -> str | None:
+    """One user's name: what a view of one row names its owner with."""
+    return db.scalar(select(User.username).where(User.id == user_id))
+
+
 def get_user(db: Session, username: str) -> User:
     user = db.scalar(select(User).where(User.username == username))
     if user is None:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from caldera.core.states import JobState
 from caldera.core.tenancy import Role
 from caldera.db.models import AdminAudit, Job, User
-from caldera.server import api_admin, api_jobs, audit, jobs, node_admin, tenancy
+from caldera.server import api_admin, audit, jobs, node_admin, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
 from caldera.server.platform import Platform
@@ -256,7 +256,7 @@ def all_jobs(request: Request, admin: User = Depends(page_admin), db: Session = 
     if not errors:
         query = jobs.jobs_query(admin, True, [state] if state else None, owner_id, queue or None)
         found, want = listing.fetch(db, query, want, JOB_SORTS, Job.id)
-    names = api_jobs._usernames(db)
+    names = tenancy.usernames(db)
     return page(
         request, "admin_jobs.html", status=400 if errors else 200, user=admin, errors=errors,
         jobs=[jobs.view(j, names.get(j.user_id)) for j in found], listing=want, filters=want.filters,

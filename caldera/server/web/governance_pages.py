@@ -15,7 +15,7 @@ from caldera.db.models import GovernanceRequest, Image, Job, JobEventRow, JobGov
 from caldera.governance import advice
 from caldera.governance import requests as rules
 from caldera.images import catalogue
-from caldera.server import api_governance
+from caldera.server import api_governance, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.params import RowId
 from caldera.server.platform import Platform
@@ -89,7 +89,7 @@ def job_context(db: Session, user: User, job: Job) -> dict:
 
 def _approvals(request: Request, db: Session, user: User, errors=(), status: int = 200):
     pairs = rules.visible_requests(db, user)
-    names = dict(db.execute(select(User.id, User.username)).all())
+    names = tenancy.usernames(db)
     rows = [
         {"req": r, "job": j, "user": names.get(r.user_id), "may_decide": rules.may_decide(db, user, r, j)}
         for r, j in pairs

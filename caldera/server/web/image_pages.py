@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from caldera.db.models import Image, User
 from caldera.images import bases, catalogue
 from caldera.images.form import CUDA, CUDNN
-from caldera.server import api_images
+from caldera.server import api_images, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.platform import Platform
 from caldera.server.web import api_call, listing
@@ -42,7 +42,7 @@ def _images_page(request: Request, p: Platform, user: User, db: Session, errors=
         if want.filters[key]:
             query = query.where(getattr(Image, key) == want.filters[key])
     found, want = listing.fetch(db, query, want, IMAGE_SORTS, Image.id)
-    names = api_images._owners(db)
+    names = tenancy.usernames(db)
     choices = bases.choices(db, p.settings, user, q.builder.has)
     present = [b for b in choices if b.present]
     default = next((b for b in present if b.kind == "base" and b.python == "3.11"), present[0] if present else None)

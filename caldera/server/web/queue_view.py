@@ -64,7 +64,7 @@ def _ahead(rows: list[Waiting]) -> list[Waiting]:
 
 def queue_view(db: Session, user: User) -> dict:
     mine = api_admin.my_usage(user=user, db=db)
-    names = dict(db.execute(select(User.id, User.username)).all())
+    names = tenancy.usernames(db)
     my_queues = {q["queue"] for q in mine["queues"]}
     live = list(db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))))
     waiting: dict[str, list[Waiting]] = {q: [] for q in sorted(my_queues)}
