@@ -226,3 +226,36 @@ def test_new_ids_are_drawn_in_batches_and_never_take_a_jobs_or_an_arrays_id(api,
     monkeypatch.setattr(jobs.secrets, "token_hex", lambda n: next(draws))
     with api.client.app.state.platform.session() as db:
         assert sorted(jobs.new_ids(db, 3)) == ["aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"]
+
+
+@SQLITE
+def test_the_portal_lists_an_array_as_one_row_and_its_page_lists_counts_and_acts_on_every_task(api, admin):
+    from tests.portal import browser_for, post_form
+
+    alice = api.user(admin, "alice")
+    api.user(admin, "bob")
+    a = _array(api, alice, "0-2", name="sweep", command=["true"])
+    solo = {"name": "solo", "command": ["true"], "resources": TINY}
+    single = api.client.post("/api/v1/jobs", json=solo, headers=alice)
+    first = a["tasks"][0]["id"]
+    assert api.client.post(f"/api/v1/jobs/{first}/cancel", headers=alice).status_code == 200
+    me = browser_for(api.client, "alice", "password-123")
+    rows = me.get("/jobs").text
+    assert rows.count(f'data-array="{a["id"]}"') == 1 and single.json()["id"] in rows
+    assert not any(f'href="/jobs/{t["id"]}"' in rows for t in a["tasks"])  # the tasks are behind the array's row
+    assert "array of 3 tasks" in rows and "1 Cancelled · 2 Queued" in rows
+    for state in ("Cancelled", "Queued"):  # the row stands for whichever of its tasks the filter keeps
+        assert f'href="/arrays/{a["id"]}"' in me.get(f"/jobs?state={state}").text
+    assert "作业数组，3 个任务" in me.get("/jobs", headers={"Accept-Language": "zh"}).text
+
+    page = me.get(f"/arrays/{a['id']}?state=Queued").text
+    assert 'data-index="1"' in page and 'data-index="2"' in page and 'data-index="0"' not in page
+    assert post_form(me, f"/arrays/{a['id']}/hold", {}).status_code == 303
+    held = [api.client.get(f"/api/v1/jobs/{t['id']}", headers=alice).json()["hold"] for t in a["tasks"][1:]]
+    assert all(h and h["by"] == "alice" for h in held)
+    assert f'id="array-link">task 1 of array {a["id"]}' in me.get(f"/jobs/{a['tasks'][1]['id']}").text
+
+    bob = browser_for(api.client, "bob", "password-123")
+    assert bob.get(f"/arrays/{a['id']}").status_code == 404 and a["id"] not in bob.get("/jobs").text
+    assert post_form(bob, f"/arrays/{a['id']}/cancel", {}).status_code == 404
+    assert _get(api, alice, a["id"])["counts"]["Queued"] == 2  # bob's cancel did nothing

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from caldera.core.arrays import array_state, parse_array
@@ -101,13 +101,28 @@ def view(array: JobArray, listed: list[Job], username: str | None) -> dict[str, 
         "size": array.size,
         "max_running": array.max_running,
         "submitted_at": array.submitted_at,
-        "state": array_state(JobState(s) for s in counts).value if counts else JobState.CANCELLED.value,
+        "state": state_of(counts),
         "counts": counts,
         "tasks": [
             {"index": j.array_index, "id": j.id, "state": j.state, "exit_code": j.exit_code, "reason": j.reason}
             for j in listed
         ],
     }
+
+
+def state_of(counts: dict[str, int]) -> str:
+    """The array's state from its tasks' states counted (no task left: cancelled before any was made)."""
+    return array_state(JobState(s) for s in counts).value if counts else JobState.CANCELLED.value
+
+
+def counts_of(db: Session, array_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Each array's tasks counted by state, in one query that loads no task: a page of arrays, each of thousands."""
+    out: dict[str, dict[str, int]] = {a: {} for a in array_ids}
+    if array_ids:
+        counted = select(Job.array_id, Job.state, func.count()).where(Job.array_id.in_(array_ids))
+        for array_id, state, n in db.execute(counted.group_by(Job.array_id, Job.state)):
+            out[array_id][state] = n
+    return out
 
 
 def list_arrays(db: Session, user: User, everyone: bool = False, limit: int = 200) -> list[JobArray]:

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import secrets
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
-from sqlalchemy.orm import Session
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session, aliased
 
 from caldera.core.spec import SpecError, parse_spec
 from caldera.core.states import JobState
 from caldera.db.models import Job, User
 from caldera.images import catalogue, environments
-from caldera.server import api_images, api_jobs, api_templates, jobs, tenancy
+from caldera.server import api_images, api_jobs, api_templates, arrays, jobs, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
 from caldera.server.params import RowId
@@ -32,18 +33,33 @@ JOB_SORTS = {"submitted_at": Job.submitted_at, "name": Job.name, "kind": Job.kin
 
 
 def _my_jobs(request: Request, db: Session, user: User, size: int = 50) -> dict:
-    """A page of my jobs as the URL sorts and filters them, the events their messages are rendered from, and the
-    URL that refreshes the rows in place."""
+    """A page of my jobs as the URL sorts and filters them, an array's tasks as one row (its lowest index among
+    those the filters keep, with the array's counts), the events their messages are rendered from, and the URL that
+    refreshes the rows in place."""
     want = listing.parse(request, JOB_SORTS, "-submitted_at", ("state", "queue", "kind", "name"), size)
-    state, queue, kind, name = (want.filters[k] for k in ("state", "queue", "kind", "name"))
-    query = jobs.jobs_query(user, states=[state] if state else None, queue=queue or None)
-    if kind:
-        query = query.where(Job.kind == kind)
-    if name:
-        query = query.where(Job.name.contains(name, autoescape=True))
+    task = aliased(Job)
+    first_task = select(func.min(task.array_index)).where(task.array_id == Job.array_id, *_kept(task, user, want))
+    query = select(Job).where(
+        *_kept(Job, user, want), or_(Job.array_id.is_(None), Job.array_index == first_task.scalar_subquery())
+    )
     mine, want = listing.fetch(db, query, want, JOB_SORTS, Job.id)
+    counts = arrays.counts_of(db, [j.array_id for j in mine if j.array_id])
+    grouped = {a: {"counts": c, "state": arrays.state_of(c), "size": sum(c.values())} for a, c in counts.items()}
     rows_url = "/partials/my-jobs?" + urlencode({**want.args, "page": want.page, "size": want.size})
-    return {"jobs": mine, "latest": jobs.current_events(db, mine), "listing": want, "rows_url": rows_url}
+    return {"jobs": mine, "arrays": grouped, "latest": jobs.current_events(db, mine), "listing": want,
+            "rows_url": rows_url}  # fmt: skip
+
+
+def _kept(job: Any, user: User, want: listing.Listing) -> list[Any]:
+    """The conditions of my jobs the URL's filters keep, on the jobs table or an alias of it."""
+    state, queue, kind, name = (want.filters[k] for k in ("state", "queue", "kind", "name"))
+    kept = [job.user_id == user.id]
+    for column, value in ((job.state, state), (job.queue, queue), (job.kind, kind)):
+        if value:
+            kept.append(column == value)
+    if name:
+        kept.append(job.name.contains(name, autoescape=True))
+    return kept
 
 
 @router.get("/")
