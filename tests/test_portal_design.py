@@ -25,7 +25,7 @@ PAGES = {
     "accounts": "/accounts", "job": "/jobs/{jid}", "admin-users": "/admin/users", "admin-accounts": "/admin/accounts",
     "admin-queues": "/admin/queues", "admin-queue": "/admin/queue?name=default", "admin-nodes": "/admin/nodes",
     "admin-jobs": "/admin/jobs", "admin-audit": "/admin/audit", "approvals": "/approvals",
-    "low-utilisation": "/low-utilisation",
+    "low-utilisation": "/low-utilisation", "array": "/arrays/{aid}",
 }  # fmt: skip
 SERIOUS = """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
     .filter(v => v.impact === "serious" || v.impact === "critical")
@@ -37,11 +37,13 @@ def _context(chromium, lang, scheme, size):
     return chromium.new_context(locale=LOCALES[lang], color_scheme=scheme, viewport={"width": w, "height": h})
 
 
-@pytest.mark.timeout(600)  # 21 pages in 8 combinations: about 5 minutes on a loaded 2-core machine
+@pytest.mark.timeout(600)  # 26 pages in 8 combinations: about 5 minutes on a loaded 2-core machine
 def test_every_page_is_accessible_and_fits_in_both_languages_and_themes(server, browser):  # noqa: F811
     assert AXE.exists(), "no axe-core: run scripts/build-web (needs npm)"
     admin = token(server)
     jid = httpx.post(server.url + "/api/v1/jobs", json={"name": "train", "command": "true"}, headers=admin).json()["id"]
+    sweep = {"spec": {"name": "sweep", "command": "true"}, "array": "0-2%1"}
+    aid = httpx.post(server.url + "/api/v1/arrays", json=sweep, headers=admin).json()["id"]
     notes = {"path": "notes.txt", "size": 0}  # an empty file, for the file browser's preview
     assert httpx.post(server.url + "/api/v1/spaces/personal/uploads", json=notes, headers=admin).status_code == 201
     axe = AXE.read_text()
@@ -54,7 +56,7 @@ def test_every_page_is_accessible_and_fits_in_both_languages_and_themes(server, 
                 _login(page, server, "admin", "admin-password")
                 page.wait_for_url(server.url + "/")
                 for name, path in PAGES.items():
-                    r = page.goto(server.url + path.format(jid=jid))
+                    r = page.goto(server.url + path.format(jid=jid, aid=aid))
                     assert r.status == 200, (name, r.status)
                     where = f"{name} {lang} {scheme} {size}"
                     theme = page.evaluate("document.documentElement.dataset.bsTheme")
