@@ -49,6 +49,7 @@ from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.exec_process import ExecProcess, spawn, terminal_name
 from caldera.runtime.local import code_server, jupyter, owner
 from caldera.runtime.local.gpus import discover_gpus, nvml_devices
+from caldera.runtime.local.logins import Logins
 from caldera.runtime.local.rundir import RunDir, create_json_exclusive, read_json, write_json_atomic, write_text_atomic
 from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 
@@ -84,7 +85,7 @@ class ContainerRuntime:
         self._launching: set[_Key] = set()
         self._final: dict[_Key, Observation] = {}
         self._meta: dict[_Key, dict[str, Any]] = {}
-        self._lab_logins: dict[_Key, str] = {}
+        self._logins = Logins()
         self._images: dict[str, ImageInfo] = {}
         self._listing: tuple[dict[_Key, dict[str | None, dict[str, Any]]], float] = ({}, 0.0)
 
@@ -116,7 +117,7 @@ class ContainerRuntime:
             self._launching.add(key)
             self._final.pop(key, None)
             self._meta.pop(key, None)
-            self._lab_logins.pop(key, None)
+            self._logins.forget(key)
         try:
             return self._launch(req)
         finally:
@@ -540,31 +541,36 @@ class ContainerRuntime:
         with self._lock:
             self._final[key] = obs
             self._meta.pop(key, None)
-            self._lab_logins.pop(key, None)
+            self._logins.forget(key)
         return obs
 
-    def _lab_login(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> str | None:
-        cookie = self._lab_logins.get(key)
-        if cookie is None:
-            try:
-                token = rd.token.read_text().strip()
-            except OSError:
-                return None
-            sock = jupyter.pinned_socket(meta["socket"], rd.lab_socket)
-            if sock is None:
-                return None
-            if meta["kind"] == JobKind.VSCODE.value:
-                cookie = code_server.login(sock, token)
-                read = [Path(code_server.CONFIG)]
-            else:
-                cookie = jupyter.login(sock, meta["base_url"], token, timeout_s=0.5)
-                read = [Path("lab-token"), Path("runtime", "jupyter_cookie_secret")]
-            if cookie is None:
-                return None
-            self._lab_logins[key] = cookie
-            for secret in read:  # the server has read them: nothing on disk lets anyone else in now
-                owner.remove_owned(Path(meta["scratch"]), secret)  # the job's folders: never through its symlinks
-        return cookie
+    def _lab_login(self, key: _Key, meta: dict[str, Any], rd: RunDir, wait_s: float = 0.0) -> str | None:
+        """The session server's login, probed off the caller's thread (see ``local.logins``)."""
+        cookie = self._logins.known(key)
+        if cookie is not None:
+            return cookie
+        try:
+            token = rd.token.read_text().strip()
+        except OSError:
+            return None
+        sock = jupyter.pinned_socket(meta["socket"], rd.lab_socket)
+        if sock is None:
+            return None
+        if meta["kind"] == JobKind.VSCODE.value:
+            login = lambda: code_server.login(sock, token, timeout_s=code_server.LOGIN_TIMEOUT_S)  # noqa: E731
+            read = [Path(code_server.CONFIG)]
+        else:
+            login = lambda: jupyter.login(sock, meta["base_url"], token, timeout_s=0.5)  # noqa: E731
+            read = [Path("lab-token"), Path("runtime", "jupyter_cookie_secret")]
+
+        def probe() -> str | None:
+            cookie = login()
+            if cookie is not None:
+                for secret in read:  # the server has read them: nothing on disk lets anyone else in now
+                    owner.remove_owned(Path(meta["scratch"]), secret)  # the job's folders: never through its symlinks
+            return cookie
+
+        return self._logins.cookie(key, probe, wait_s)
 
     # -- stop ------------------------------------------------------------------------------------------------
     def stop(self, handle: Handle, grace_s: float, notice: str | None = None) -> None:
@@ -597,11 +603,13 @@ class ContainerRuntime:
     def endpoints(self, handle: Handle) -> list[Endpoint]:
         """The Lab (code-server) of a running jupyter (vscode) job on its Unix socket, as the local runtime gives it."""
         meta = self._get_meta(handle)
-        if meta is None or not JobKind(meta["kind"]).interactive or self.observe(handle).phase is not Phase.RUNNING:
+        if meta is None or not JobKind(meta["kind"]).interactive:
             return []
         key = (handle.job_id, handle.attempt)
         rd = RunDir(meta["run_dir"])
-        cookie = self._lab_login(key, meta, rd)
+        cookie = self._lab_login(key, meta, rd, wait_s=code_server.LOGIN_TIMEOUT_S)  # the proxy holds no lock
+        if self.observe(handle).phase is not Phase.RUNNING:
+            return []
         try:
             token = rd.token.read_text().strip()
         except OSError:

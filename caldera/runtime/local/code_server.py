@@ -28,7 +28,8 @@ from caldera.runtime.local.jupyter import HOST, UnixConnection
 
 SESSION_COOKIE = "code-server-session"
 CONFIG = "code-server.yaml"  # in the job's scratch, deleted once the platform logged in
-# a login hashes the password with argon2 (64 MiB, 3 passes): most of a second on a loaded host
+# the whole login's deadline (connect, request, answer): a login hashes the password with argon2 (64 MiB, 3 passes),
+# most of a second on a loaded host
 LOGIN_TIMEOUT_S = 3.0
 
 
@@ -60,14 +61,15 @@ def argv(exe: str, sock: Path, workspace: Path, config: Path) -> list[str]:
 
 def login(sock: str, password: str, timeout_s: float = LOGIN_TIMEOUT_S) -> str | None:
     """code-server accepts the password: returns the ``Cookie`` header value of its session, or None while it is
-    not up yet."""
+    not up yet (or does not answer within ``timeout_s``, all of the exchange together)."""
     conn = UnixConnection(sock, timeout_s)
     try:
         body = urlencode({"password": password})
         headers = {"Host": HOST, "Content-Type": "application/x-www-form-urlencoded"}
         conn.request("POST", "/login", body=body, headers=headers)
+        # its status and headers only (http.client takes at most 100 of 64 KiB), never the body: the job controls
+        # what answers on this socket, and may make it endless
         resp = conn.getresponse()
-        resp.read()
         jar: SimpleCookie = SimpleCookie()
         for header in resp.headers.get_all("Set-Cookie") or []:
             jar.load(header)

@@ -56,6 +56,7 @@ from caldera.runtime.local import code_server, jupyter, launchfile, netns, owner
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.launchfile import Launch
 from caldera.runtime.local.log_follow import follow_file
+from caldera.runtime.local.logins import Logins
 from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
 from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 
@@ -141,7 +142,7 @@ class LocalRuntime:
         self._final: dict[_Key, Observation] = {}  # all that is kept of a job once it ended
         self._ready: set[_Key] = set()  # the session's server (Lab, code-server) answered once
         self._tokens: dict[_Key, str] = {}
-        self._lab_logins: dict[_Key, str] = {}  # Lab's (code-server's) login cookie, for the proxy
+        self._logins = Logins()  # Lab's (code-server's) login cookie, for the proxy
         self._children: dict[_Key, list[subprocess.Popen[bytes]]] = {}  # our shims, reaped so no zombies pile up
         self._launching: set[_Key] = set()
 
@@ -193,7 +194,7 @@ class LocalRuntime:
         self._final.pop(key, None)
         self._ready.discard(key)
         self._tokens.pop(key, None)
-        self._lab_logins.pop(key, None)
+        self._logins.forget(key)
         self._exits.pop(key, None)
 
     def _start(
@@ -591,19 +592,19 @@ class LocalRuntime:
             owner.remove_owned(scratch, secret)
         return True
 
-    def _lab_login(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> str | None:
-        cookie = self._lab_logins.get(key)
-        if cookie is None:
-            token, sock = self._token(key, rd), self._lab_socket(meta, rd)
-            if not token or not sock:
-                return None
-            if meta["kind"] == JobKind.VSCODE.value:
-                cookie = code_server.login(sock, token, timeout_s=code_server.LOGIN_TIMEOUT_S)
-            else:
-                cookie = jupyter.login(sock, meta["base_url"], token, timeout_s=0.5)
-            if cookie is not None:
-                self._lab_logins[key] = cookie
-        return cookie
+    def _lab_login(self, key: _Key, meta: dict[str, Any], rd: RunDir, wait_s: float = 0.0) -> str | None:
+        """The session server's login, probed off the caller's thread (see ``local.logins``)."""
+        cookie = self._logins.known(key)
+        if cookie is not None:
+            return cookie
+        token, sock = self._token(key, rd), self._lab_socket(meta, rd)
+        if not token or not sock:
+            return None
+        if meta["kind"] == JobKind.VSCODE.value:
+            probe = lambda: code_server.login(sock, token, timeout_s=code_server.LOGIN_TIMEOUT_S)  # noqa: E731
+        else:
+            probe = lambda: jupyter.login(sock, meta["base_url"], token, timeout_s=0.5)  # noqa: E731
+        return self._logins.cookie(key, probe, wait_s)
 
     @staticmethod
     def _lab_socket(meta: dict[str, Any], rd: RunDir) -> str | None:
@@ -718,11 +719,13 @@ class LocalRuntime:
         meta = self._get_meta(handle)
         if meta is None or not JobKind(meta["kind"]).interactive:
             return []
-        if self.observe(handle).phase is not Phase.RUNNING:
-            return []
         key = (handle.job_id, handle.attempt)
         rd = RunDir(meta["run_dir"])
-        cookie, token, sock = self._lab_login(key, meta, rd), self._token(key, rd), self._lab_socket(meta, rd)
+        # the proxy holds no lock: it may wait for the login (one the loop's observe started, or a restarted server's)
+        cookie = self._lab_login(key, meta, rd, wait_s=code_server.LOGIN_TIMEOUT_S)
+        if self.observe(handle).phase is not Phase.RUNNING:
+            return []
+        token, sock = self._token(key, rd), self._lab_socket(meta, rd)
         if not cookie or not token or not sock:
             return []
         if meta["kind"] == JobKind.VSCODE.value:
