@@ -3,9 +3,10 @@
 The same model as Jupyter Lab (see ``local.jupyter``):
 * code-server listens on a Unix socket (0600, no TCP port) in the job's scratch directory; the platform reaches it
   through the hard link ``jupyter.pin_socket`` makes in the root-only run directory.
-* It still requires a random password. The password reaches it in a 0600 config file the job owns, never through
-  the environment or the command line; once the platform logged in, that file is deleted, so nothing on disk lets
-  even another job of the same user in. The platform keeps its own copy in the root-only run directory.
+* It still requires a random password. The password's argon2 hash (``hashed-password``) reaches it in a 0600 config
+  file the job owns, never through the environment or the command line; once the platform logged in, that file is
+  deleted, so nothing on disk lets even another job of the same user in. The platform keeps its own copy of the
+  password in the root-only run directory.
 * The probe exchanges the password once for code-server's session cookie, which the proxy adds server-side; the
   browser never sees it, and a ``code-server-session`` cookie the browser sends is dropped.
 
@@ -19,17 +20,19 @@ job's loopback is not the browser's business.
 from __future__ import annotations
 
 import http.client
+import json
 from http.cookies import SimpleCookie
 from pathlib import Path
 from urllib.parse import urlencode
+
+from argon2 import PasswordHasher
 
 from caldera.runtime.base import Endpoint
 from caldera.runtime.local.jupyter import HOST, UnixConnection
 
 SESSION_COOKIE = "code-server-session"
 CONFIG = "code-server.yaml"  # in the job's scratch, deleted once the platform logged in
-# the whole login's deadline (connect, request, answer): a login hashes the password with argon2 (64 MiB, 3 passes),
-# most of a second on a loaded host
+# the whole login's deadline (connect, request, answer): a login verifies the password against its argon2 hash
 LOGIN_TIMEOUT_S = 3.0
 
 
@@ -38,8 +41,17 @@ LOGIN_TIMEOUT_S = 3.0
 OVERRIDING_ENV = ("PASSWORD", "HASHED_PASSWORD")
 
 
+# an argon2 hash of the password, made once at launch: given a plain ``password``, code-server checks every request's
+# session cookie with argon2 (64 MiB, 3 passes); given ``hashed-password``, its login verifies the hash once and each
+# request's cookie is compared with it. Light parameters: the password is 192 random bits, which no guessing reaches,
+# and the login's verification must fit its deadline on a loaded host. (A hash without ``$argon`` is code-server's
+# legacy SHA-256 method, kept "for legacy reasons".)
+_HASHER = PasswordHasher(time_cost=1, memory_cost=8192, parallelism=1)
+
+
 def config_text(password: str) -> str:
-    return f"auth: password\npassword: {password}\n"
+    """code-server's config file: the password's hash only (as JSON, a YAML string)."""
+    return f"auth: password\nhashed-password: {json.dumps(_HASHER.hash(password))}\n"
 
 
 def argv(exe: str, sock: Path, workspace: Path, config: Path) -> list[str]:
