@@ -14,7 +14,7 @@ import pytest
 
 from caldera.runtime.local import code_server
 from caldera.runtime.local.rundir import RunDir
-from caldera.runtime.local.runtime import LocalRuntime
+from caldera.runtime.local.session_servers import SessionLogins
 
 _COOKIE_HEADERS = b"HTTP/1.1 302 Found\r\nSet-Cookie: code-server-session=s3cret; Path=/\r\n"
 
@@ -75,7 +75,6 @@ def _job(tmp_path: Path, name: str, sock: str) -> tuple[dict, RunDir]:
     run = tmp_path / "runs" / name
     run.mkdir(parents=True)
     rd = RunDir(run)
-    rd.token.write_text("the-password")
     return {"kind": "vscode", "socket": sock, "scratch": str(tmp_path), "base_url": "/"}, rd
 
 
@@ -88,16 +87,16 @@ def test_a_login_ends_by_one_deadline_and_reads_no_body(fake_server) -> None:
     assert code_server.login(fake_server("endless body"), "the-password") == "code-server-session=s3cret"
 
 
-def test_a_server_that_hangs_holds_neither_the_loop_nor_other_jobs(
-    fake_server, runtime: LocalRuntime, tmp_path, monkeypatch
-):
+def test_a_server_that_hangs_holds_neither_the_loop_nor_other_jobs(fake_server, tmp_path, monkeypatch):
     monkeypatch.setattr(code_server, "LOGIN_TIMEOUT_S", 60.0)  # a hang would show as a minute
+    logins = SessionLogins()  # what both runtimes log in with
     hung, rd = _job(tmp_path, "hung", fake_server("hang"))
     t0 = time.monotonic()
     for _ in range(3):  # the loop's observe, under the state lock: never waits, one probe at a time
-        assert runtime._lab_login(("hung", 1), hung, rd) is None
+        assert logins.login(("hung", 1), hung, rd, "the-password") is None
     assert time.monotonic() - t0 < 30
     assert [t.name for t in threading.enumerate()].count("login-probe") == 1
 
     fine, rd2 = _job(tmp_path, "fine", fake_server("login"))  # another job's login, meanwhile: the proxy waits for it
-    assert runtime._lab_login(("fine", 1), fine, rd2, wait_s=30) == "code-server-session=s3cret"
+    assert logins.login(("fine", 1), fine, rd2, "the-password", wait_s=30) == "code-server-session=s3cret"
+    assert logins.endpoint(("hung", 1), hung, rd, "the-password") == []

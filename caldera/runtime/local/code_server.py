@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import secrets
 from http.cookies import SimpleCookie
 from pathlib import Path
 from urllib.parse import urlencode
 
 from argon2 import PasswordHasher
 
-from caldera.runtime.base import Endpoint
+from caldera.runtime.base import Endpoint, LaunchRequest
+from caldera.runtime.local import owner
 from caldera.runtime.local.jupyter import HOST, UnixConnection
+from caldera.runtime.local.rundir import RunDir, write_text_atomic
 
 SESSION_COOKIE = "code-server-session"
 CONFIG = "code-server.yaml"  # in the job's scratch, deleted once the platform logged in
@@ -52,6 +55,25 @@ _HASHER = PasswordHasher(time_cost=1, memory_cost=8192, parallelism=1)
 def config_text(password: str) -> str:
     """code-server's config file: the password's hash only (as JSON, a YAML string)."""
     return f"auth: password\nhashed-password: {json.dumps(_HASHER.hash(password))}\n"
+
+
+def prepare(
+    exe: str, req: LaunchRequest, rd: RunDir, scratch: Path, workdir: Path, env: dict[str, str], shell: str
+) -> tuple[list[str], Path]:
+    """code-server's command line and socket, for every runtime: a random password, the platform's copy in the
+    root-only run directory and its hash in a config file the job owns (deleted once the platform logged in), and an
+    environment that names no password of its own (``OVERRIDING_ENV``) and a terminal ``shell`` unless the job
+    names one (the users the platform made have nologin)."""
+    password = secrets.token_hex(24)
+    write_text_atomic(rd.token, password, mode=0o600)
+    config = scratch / CONFIG
+    owner.write_owned(config, config_text(password), req.run_as)
+    for name in OVERRIDING_ENV:
+        env.pop(name, None)
+    if "SHELL" not in req.spec.env:
+        env["SHELL"] = shell
+    sock = scratch / "lab.sock"
+    return argv(exe, sock, workdir, config), sock
 
 
 def argv(exe: str, sock: Path, workspace: Path, config: Path) -> list[str]:
