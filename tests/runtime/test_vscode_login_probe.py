@@ -95,7 +95,7 @@ def test_a_server_that_hangs_holds_neither_the_loop_nor_other_jobs(fake_server, 
     for _ in range(3):  # the loop's observe, under the state lock: never waits, one probe at a time
         assert logins.login(("hung", 1), hung, rd, "the-password") is None
     assert time.monotonic() - t0 < 30
-    assert [t.name for t in threading.enumerate()].count("login-probe") == 1
+    assert [t.name for t in threading.enumerate()].count("login-probe ('hung', 1)") == 1
 
     fine, rd2 = _job(tmp_path, "fine", fake_server("login"))  # another job's login, meanwhile: the proxy waits for it
     assert logins.login(("fine", 1), fine, rd2, "the-password", wait_s=30) == "code-server-session=s3cret"

@@ -33,7 +33,8 @@ class Logins:
             done = self._probing.get(key)
             if done is None:
                 done = self._probing[key] = threading.Event()
-                threading.Thread(target=self._probe, args=(key, probe, done), name="login-probe", daemon=True).start()
+                name = f"login-probe {key}"
+                threading.Thread(target=self._probe, args=(key, probe, done), name=name, daemon=True).start()
         if wait_s > 0:
             done.wait(wait_s)
         with self._lock:
