@@ -39,6 +39,7 @@ BAD = [
     ("pip", ["git+https://example.org/x.git"]),
     ("apt", ["curl && curl evil"]),
     ("apt", ["Curl"]),
+    ("vscode", "yes"),  # a yes or no, nothing else
     ("extra_lines", ["FROM busybox"]),
     ("extra_lines", ["RUN echo a\nFROM busybox"]),
     ("extra_lines", ["RUN echo a \\"]),

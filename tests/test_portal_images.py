@@ -41,10 +41,12 @@ def test_the_page_lists_the_quota_and_offers_the_pythons_whose_base_exists(api, 
 def test_the_forms_errors_are_the_apis_and_nothing_is_recorded(api, admin):
     api.user(admin, "ana")
     ana = browser_for(api.client, "ana", "password-123")
-    r = post_form(ana, "/images", {"name": "Bad Name!", "pip": "numpy", "extra_lines": "COPY /etc/shadow /x"})
+    typed = {"name": "Bad Name!", "pip": "numpy", "vscode": "true", "extra_lines": "COPY /etc/shadow /x"}
+    r = post_form(ana, "/images", typed)
     assert r.status_code == 400
     text = html.unescape(r.text)
     assert "name" in text and "extra_lines" in text and 'value="numpy"' in r.text  # what was typed stays
+    assert re.search(r'id="image-vscode" name="vscode" value="true" checked', r.text)
     builder = api.client.app.state.builds.builder
     missing = next((v for v in ("3.13", "3.11") if not builder.has(builder.base_for(v))), None)
     if missing:
@@ -123,10 +125,13 @@ def test_an_image_opens_the_new_job_form_with_it_chosen_and_the_job_runs_in_it(a
     api.user(admin, "bob")
     lab = _ready_image(api, "ana", "lab", form={"jupyter": True})
     plain = _ready_image(api, "ana", "plain")
+    ide = _ready_image(api, "ana", "ide", form={"vscode": True})
     ana = browser_for(api.client, "ana", "password-123")
     page = ana.get("/images").text
     assert f'href="/new/jupyter?image={quote(lab)}"' in page  # a session only where Jupyter is in it
     assert f'href="/new/jupyter?image={quote(plain)}"' not in page
+    assert f'href="/new/vscode?image={quote(ide)}"' in page  # VS Code where code-server is in it
+    assert f'href="/new/vscode?image={quote(plain)}"' not in page
     assert f'href="/new/batch?image={quote(plain)}"' in page
     form = ana.get(f"/new/jupyter?image={quote(lab, safe='')}").text
     assert f'<option value="{lab}" selected>' in form and f'<option value="{plain}" >' in form

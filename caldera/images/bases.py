@@ -70,6 +70,7 @@ def _builds_on(img: Image) -> bool:
 
 def _image_base(settings: Settings, img: Image) -> Base:
     form = img.form or {}
-    inside = " ".join([*(["JupyterLab"] if form.get("jupyter") else []), *form.get("pip", [])])
+    named = [*(["JupyterLab"] if form.get("jupyter") else []), *(["code-server"] if form.get("vscode") else [])]
+    inside = " ".join([*named, *form.get("pip", [])])
     return Base(img.id, catalogue.reference(settings, img), "image", form["python"], form.get("cuda", "none"),
                 inside[:200], True)  # fmt: skip

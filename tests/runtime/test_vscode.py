@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -43,6 +44,9 @@ def test_code_server_on_a_private_socket_with_the_platform_s_login_alone(
 
     [ep] = runtime.endpoints(h)
     assert (ep.name, ep.base_url) == ("lab", "/") and ep.headers["Cookie"].startswith("code-server-session=")
+    # the session is the hash the platform gave it (hashed-password), which each request's cookie is compared with;
+    # a plain password would make it hash (64 MiB argon2) per login and verify per request
+    assert "$argon2id$v=19$m=8192,t=1,p=1$" in unquote(ep.headers["Cookie"])
     scratch, run_dir = Path(h.data["scratch"]), Path(h.data["run_dir"])
     assert stat.S_ISSOCK(os.stat(ep.socket).st_mode) and stat.S_IMODE(os.stat(ep.socket).st_mode) == 0o600
     assert Path(ep.socket).parent == run_dir and Path(ep.socket).samefile(h.data["socket"])  # the pinned link

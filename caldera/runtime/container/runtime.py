@@ -47,9 +47,10 @@ from caldera.runtime.container.image import ImageInfo
 from caldera.runtime.container.podman import Podman, PodmanError
 from caldera.runtime.container.settings import ContainerSettings
 from caldera.runtime.exec_process import ExecProcess, spawn, terminal_name
-from caldera.runtime.local import code_server, jupyter, owner
+from caldera.runtime.local import code_server, jupyter, owner, session_servers
 from caldera.runtime.local.gpus import discover_gpus, nvml_devices
 from caldera.runtime.local.rundir import RunDir, create_json_exclusive, read_json, write_json_atomic, write_text_atomic
+from caldera.runtime.local.session_servers import SessionLogins
 from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class ContainerRuntime:
         self._launching: set[_Key] = set()
         self._final: dict[_Key, Observation] = {}
         self._meta: dict[_Key, dict[str, Any]] = {}
-        self._lab_logins: dict[_Key, str] = {}
+        self._logins = SessionLogins()
         self._images: dict[str, ImageInfo] = {}
         self._listing: tuple[dict[_Key, dict[str | None, dict[str, Any]]], float] = ({}, 0.0)
 
@@ -116,7 +117,7 @@ class ContainerRuntime:
             self._launching.add(key)
             self._final.pop(key, None)
             self._meta.pop(key, None)
-            self._lab_logins.pop(key, None)
+            self._logins.forget(key)
         try:
             return self._launch(req)
         finally:
@@ -210,12 +211,10 @@ class ContainerRuntime:
         mps_args = self._mps(spec, env)
         if spec.kind is JobKind.JUPYTER:
             argv = self._jupyter(req, rd, scratch, workdir, env, data)
-        elif spec.kind is JobKind.VSCODE:
-            argv = self._code_server(req, rd, scratch, workdir, data)
-            for name in code_server.OVERRIDING_ENV:
-                env.pop(name, None)
-            if "SHELL" not in spec.env:  # its terminals' shell: the image's bash, else sh
-                env["SHELL"] = "/bin/sh" if info.missing("/bin/bash") else "/bin/bash"
+        elif spec.kind is JobKind.VSCODE:  # the image's code-server; its terminals' shell: the image's bash, else sh
+            shell = "/bin/sh" if info.missing("/bin/bash") else "/bin/bash"
+            argv, sock = code_server.prepare("code-server", req, rd, scratch, workdir, env, shell)
+            data.update(socket=str(sock), base_url="/")
         else:
             argv = list(spec.command or [])
         self._check_command(info, argv, mounts, spec.kind)
@@ -389,18 +388,6 @@ class ContainerRuntime:
         data.update(socket=str(sock), base_url=base_url)
         return ["python3", *jupyter.lab_argv(sock, base_url, workdir, as_root=req.run_as is None)[1:]]
 
-    @staticmethod
-    def _code_server(req: LaunchRequest, rd: RunDir, scratch: Path, workdir: Path, data: dict[str, Any]) -> list[str]:
-        """The image's code-server on a Unix socket in the scratch directory, its password in a config file deleted
-        once the platform logged in, as in the local runtime (see local.code_server)."""
-        password = secrets.token_hex(24)
-        write_text_atomic(rd.token, password, mode=0o600)
-        config = scratch / code_server.CONFIG
-        owner.write_owned(config, code_server.config_text(password), req.run_as)
-        sock = scratch / "lab.sock"
-        data.update(socket=str(sock), base_url="/")
-        return code_server.argv("code-server", sock, workdir, config)
-
     def end_attempt(self, job_id: str, attempt: int) -> bool:
         """For an attempt whose record cannot be read: remove every container labelled with it. True once podman
         lists none, so the platform may call the attempt Lost."""
@@ -470,9 +457,8 @@ class ContainerRuntime:
                 return Observation(Phase.RUNNING, message=f"rank {failed[0]} failed; stopping the other ranks")
             if any(ranks[r]["State"] in _STARTING for r in running):
                 return Observation(Phase.STARTING, message="containers are being created")
-            if JobKind(meta["kind"]).interactive and not self._lab_login(key, meta, rd):
-                server = "Jupyter" if meta["kind"] == JobKind.JUPYTER.value else "code-server"
-                return Observation(Phase.STARTING, message=f"waiting for {server} to answer")
+            if JobKind(meta["kind"]).interactive and not self._logins.login(key, meta, rd, _secret(rd)):
+                return Observation(Phase.STARTING, message=f"waiting for {session_servers.of(meta).name} to answer")
             return Observation(Phase.RUNNING)
         return self._finish(key, rd, self._outcome(meta, rd, exits))
 
@@ -540,31 +526,8 @@ class ContainerRuntime:
         with self._lock:
             self._final[key] = obs
             self._meta.pop(key, None)
-            self._lab_logins.pop(key, None)
+            self._logins.forget(key)
         return obs
-
-    def _lab_login(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> str | None:
-        cookie = self._lab_logins.get(key)
-        if cookie is None:
-            try:
-                token = rd.token.read_text().strip()
-            except OSError:
-                return None
-            sock = jupyter.pinned_socket(meta["socket"], rd.lab_socket)
-            if sock is None:
-                return None
-            if meta["kind"] == JobKind.VSCODE.value:
-                cookie = code_server.login(sock, token)
-                read = [Path(code_server.CONFIG)]
-            else:
-                cookie = jupyter.login(sock, meta["base_url"], token, timeout_s=0.5)
-                read = [Path("lab-token"), Path("runtime", "jupyter_cookie_secret")]
-            if cookie is None:
-                return None
-            self._lab_logins[key] = cookie
-            for secret in read:  # the server has read them: nothing on disk lets anyone else in now
-                owner.remove_owned(Path(meta["scratch"]), secret)  # the job's folders: never through its symlinks
-        return cookie
 
     # -- stop ------------------------------------------------------------------------------------------------
     def stop(self, handle: Handle, grace_s: float, notice: str | None = None) -> None:
@@ -597,23 +560,15 @@ class ContainerRuntime:
     def endpoints(self, handle: Handle) -> list[Endpoint]:
         """The Lab (code-server) of a running jupyter (vscode) job on its Unix socket, as the local runtime gives it."""
         meta = self._get_meta(handle)
-        if meta is None or not JobKind(meta["kind"]).interactive or self.observe(handle).phase is not Phase.RUNNING:
+        if meta is None or not JobKind(meta["kind"]).interactive:
             return []
         key = (handle.job_id, handle.attempt)
         rd = RunDir(meta["run_dir"])
-        cookie = self._lab_login(key, meta, rd)
-        try:
-            token = rd.token.read_text().strip()
-        except OSError:
+        secret = _secret(rd)
+        self._logins.login(key, meta, rd, secret, wait_s=code_server.LOGIN_TIMEOUT_S)  # the proxy holds no lock
+        if self.observe(handle).phase is not Phase.RUNNING:
             return []
-        # the link the login pinned, never the job's own path: a symlink the job puts there later would send the
-        # platform's proxy, as root, to any socket of the host (podman's)
-        sock = jupyter.pinned_socket(meta["socket"], rd.lab_socket)
-        if not cookie or not sock:
-            return []
-        if meta["kind"] == JobKind.VSCODE.value:
-            return [code_server.endpoint(sock, cookie, token)]
-        return [jupyter.lab_endpoint(meta["base_url"], sock, cookie, token)]
+        return self._logins.endpoint(key, meta, rd, secret)
 
     # -- exec ------------------------------------------------------------------------------------------------
     def exec(self, handle: Handle, rank: int, argv: list[str], tty: bool, term: str = "") -> ExecProcess:
@@ -656,3 +611,11 @@ def _mkdir_as(path: Path, run_as: RunAs | None) -> None:
     )
     if p.returncode != 0:
         raise LaunchError("BadWorkdir", f"cannot make {path}: {p.stderr.decode(errors='replace').strip()}")
+
+
+def _secret(rd: RunDir) -> str | None:
+    """The platform's copy of the session server's password (token)."""
+    try:
+        return rd.token.read_text().strip()
+    except OSError:
+        return None

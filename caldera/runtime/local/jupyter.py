@@ -26,6 +26,7 @@ import os
 import socket
 import stat
 import sys
+import time
 from http.cookies import SimpleCookie
 from pathlib import Path
 
@@ -64,12 +65,37 @@ def lab_argv(sock: Path, base_url: str, root_dir: Path, as_root: bool, ipc_kerne
 
 
 class UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket whose every read and write ends by one deadline, ``timeout`` seconds after it was
+    made: a server that trickles bytes (each within a per-read timeout) cannot hold its caller longer."""
+
     def __init__(self, path: str, timeout: float):
         super().__init__(HOST, timeout=timeout)
         self._path = path
+        self._deadline = time.monotonic() + timeout
 
     def connect(self) -> None:
-        self.sock = connect_unix(self._path, self.timeout)
+        sock = connect_unix(self._path, max(0.001, self._deadline - time.monotonic()))
+        bounded = _DeadlineSocket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=sock.detach())
+        bounded.deadline = self._deadline
+        self.sock = bounded
+
+
+class _DeadlineSocket(socket.socket):
+    deadline = 0.0
+
+    def _arm(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the probe's deadline passed")
+        self.settimeout(left)
+
+    def recv_into(self, buffer, nbytes=0, flags=0):  # type: ignore[no-untyped-def]  # what http.client reads through
+        self._arm()
+        return super().recv_into(buffer, nbytes, flags)
+
+    def sendall(self, data, flags=0):  # type: ignore[no-untyped-def]
+        self._arm()
+        return super().sendall(data, flags)
 
 
 def pinned_socket(sock: str, pinned: Path) -> str | None:
@@ -134,8 +160,7 @@ def login(sock: str, base_url: str, token: str, timeout_s: float = 1.0) -> str |
     conn = UnixConnection(sock, timeout_s)
     try:
         conn.request("GET", f"{base_url}api/status", headers={"Authorization": f"token {token}", "Host": HOST})
-        resp = conn.getresponse()
-        resp.read()
+        resp = conn.getresponse()  # its headers only: the body is not read (see UnixConnection)
         if resp.status != 200:
             return None
         jar: SimpleCookie = SimpleCookie()

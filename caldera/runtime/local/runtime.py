@@ -52,11 +52,12 @@ from caldera.runtime.base import (
     RunAs,
 )
 from caldera.runtime.exec_process import ExecProcess, spawn, terminal_name
-from caldera.runtime.local import code_server, jupyter, launchfile, netns, owner, procs, view
+from caldera.runtime.local import code_server, jupyter, launchfile, netns, owner, procs, session_servers, view
 from caldera.runtime.local.gpus import discover_gpus
 from caldera.runtime.local.launchfile import Launch
 from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir, read_json, write_json_atomic, write_text_atomic
+from caldera.runtime.local.session_servers import SessionLogins
 from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
 
 # the shim's Python runs isolated (-I: no environment variable, user site or working directory alters it) and
@@ -139,9 +140,8 @@ class LocalRuntime:
         self._meta: dict[_Key, dict[str, Any]] = {}
         self._exits: dict[_Key, dict[int, dict[str, Any]]] = {}  # exit records never change once written
         self._final: dict[_Key, Observation] = {}  # all that is kept of a job once it ended
-        self._ready: set[_Key] = set()  # the session's server (Lab, code-server) answered once
         self._tokens: dict[_Key, str] = {}
-        self._lab_logins: dict[_Key, str] = {}  # Lab's (code-server's) login cookie, for the proxy
+        self._logins = SessionLogins()  # Lab's (code-server's) login cookie, for the proxy
         self._children: dict[_Key, list[subprocess.Popen[bytes]]] = {}  # our shims, reaped so no zombies pile up
         self._launching: set[_Key] = set()
 
@@ -191,9 +191,8 @@ class LocalRuntime:
     def _forget(self, key: _Key) -> None:
         self._meta.pop(key, None)
         self._final.pop(key, None)
-        self._ready.discard(key)
         self._tokens.pop(key, None)
-        self._lab_logins.pop(key, None)
+        self._logins.forget(key)
         self._exits.pop(key, None)
 
     def _start(
@@ -246,12 +245,12 @@ class LocalRuntime:
             argv = jupyter.lab_argv(sock, base_url, workdir, as_root, ipc_kernels=private)
             data.update(socket=str(sock), base_url=base_url, lab_runtime=str(lab_runtime))
         elif spec.kind is JobKind.VSCODE:
-            argv = self._code_server(req, rd, scratch, workdir)
-            for name in code_server.OVERRIDING_ENV:
-                base_env.pop(name, None)
-            if "SHELL" not in spec.env:  # its terminals' shell; the users the platform made have nologin
-                base_env["SHELL"] = shutil.which("bash") or "/bin/sh"
-            data.update(socket=str(scratch / "lab.sock"), base_url="/")
+            exe = self.settings.code_server
+            if not os.access(exe, os.X_OK):
+                raise LaunchError("CodeServerMissing", f"code-server is not installed at {exe}")
+            shell = shutil.which("bash") or "/bin/sh"
+            argv, sock = code_server.prepare(str(exe), req, rd, scratch, workdir, base_env, shell)
+            data.update(socket=str(sock), base_url="/")
         else:
             argv = list(spec.command or [])
         if not argv:
@@ -525,9 +524,8 @@ class LocalRuntime:
         if running:
             failure = read_json(rd.gang_failure)
             msg = f"rank {failure['rank']} failed; stopping the other ranks" if failure else ""
-            if JobKind(meta["kind"]).interactive and not self._session_ready(key, meta, rd):
-                server = "Jupyter" if meta["kind"] == JobKind.JUPYTER.value else "code-server"
-                return Observation(Phase.STARTING, message=f"waiting for {server} to answer")
+            if JobKind(meta["kind"]).interactive and not self._logins.login(key, meta, rd, self._token(key, rd)):
+                return Observation(Phase.STARTING, message=f"waiting for {session_servers.of(meta).name} to answer")
             return Observation(Phase.RUNNING, message=msg)
 
         return self._finish(key, self._outcome(meta, rd, exits))
@@ -564,50 +562,6 @@ class LocalRuntime:
                 del self._final[next(iter(self._final))]
             self._children.pop(key, None)
         return obs
-
-    def _code_server(self, req: LaunchRequest, rd: RunDir, scratch: Path, workdir: Path) -> list[str]:
-        """code-server's command line; its password in a config file the job owns (see ``local.code_server``)."""
-        exe = self.settings.code_server
-        if not os.access(exe, os.X_OK):
-            raise LaunchError("CodeServerMissing", f"code-server is not installed at {exe}")
-        password = secrets.token_hex(24)
-        write_text_atomic(rd.token, password, mode=0o600)
-        config = scratch / code_server.CONFIG
-        owner.write_owned(config, code_server.config_text(password), req.run_as)  # deleted once it answered
-        return code_server.argv(str(exe), scratch / "lab.sock", workdir, config)
-
-    def _session_ready(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> bool:
-        if key in self._ready:
-            return True
-        if self._lab_login(key, meta, rd) is None:
-            return False
-        self._ready.add(key)
-        # the server has read them: from now on nothing on disk lets anyone else in, another job of the same user too
-        scratch = Path(meta["scratch"])
-        if meta["kind"] == JobKind.VSCODE.value:
-            owner.remove_owned(scratch, Path(code_server.CONFIG))
-            return True
-        for secret in (Path("lab-token"), Path(meta.get("lab_runtime", "runtime"), "jupyter_cookie_secret")):
-            owner.remove_owned(scratch, secret)
-        return True
-
-    def _lab_login(self, key: _Key, meta: dict[str, Any], rd: RunDir) -> str | None:
-        cookie = self._lab_logins.get(key)
-        if cookie is None:
-            token, sock = self._token(key, rd), self._lab_socket(meta, rd)
-            if not token or not sock:
-                return None
-            if meta["kind"] == JobKind.VSCODE.value:
-                cookie = code_server.login(sock, token, timeout_s=code_server.LOGIN_TIMEOUT_S)
-            else:
-                cookie = jupyter.login(sock, meta["base_url"], token, timeout_s=0.5)
-            if cookie is not None:
-                self._lab_logins[key] = cookie
-        return cookie
-
-    @staticmethod
-    def _lab_socket(meta: dict[str, Any], rd: RunDir) -> str | None:
-        return jupyter.pinned_socket(meta["socket"], rd.lab_socket)
 
     def _token(self, key: _Key, rd: RunDir) -> str | None:
         tok = self._tokens.get(key)
@@ -718,16 +672,14 @@ class LocalRuntime:
         meta = self._get_meta(handle)
         if meta is None or not JobKind(meta["kind"]).interactive:
             return []
-        if self.observe(handle).phase is not Phase.RUNNING:
-            return []
         key = (handle.job_id, handle.attempt)
         rd = RunDir(meta["run_dir"])
-        cookie, token, sock = self._lab_login(key, meta, rd), self._token(key, rd), self._lab_socket(meta, rd)
-        if not cookie or not token or not sock:
+        token = self._token(key, rd)
+        # the proxy holds no lock: it may wait for the login (one the loop's observe started, or a restarted server's)
+        self._logins.login(key, meta, rd, token, wait_s=code_server.LOGIN_TIMEOUT_S)
+        if self.observe(handle).phase is not Phase.RUNNING:
             return []
-        if meta["kind"] == JobKind.VSCODE.value:
-            return [code_server.endpoint(sock, cookie, token)]
-        return [jupyter.lab_endpoint(meta["base_url"], sock, cookie, token)]
+        return self._logins.endpoint(key, meta, rd, token)
 
     # -- exec ------------------------------------------------------------------------------------------------
     def exec(self, handle: Handle, rank: int, argv: list[str], tty: bool, term: str = "") -> ExecProcess:

@@ -70,7 +70,9 @@ def images(request: Request, user: User = Depends(page_user), p: Platform = Depe
     return _images_page(request, p, user, db)
 
 
-FIELDS = ("name", "tag", "visibility", "python", "base", "cuda", "cudnn", "jupyter", "pip", "apt", "extra_lines")
+FIELDS = (
+    "name", "tag", "visibility", "python", "base", "cuda", "cudnn", "jupyter", "vscode", "pip", "apt", "extra_lines"
+)  # fmt: skip
 
 
 @dataclass
@@ -91,12 +93,13 @@ def typed_form(
     cuda: str = Form("none", max_length=8),
     cudnn: str = Form("none", max_length=8),
     jupyter: bool = Form(False),
+    vscode: bool = Form(False),
     pip: str = Form("", max_length=10_000),
     apt: str = Form("", max_length=10_000),
     extra_lines: str = Form("", max_length=30_000),
 ) -> Typed:
     body = {"name": name, "tag": tag or "latest", "visibility": visibility, "python": python, "base": base or None,
-            "cuda": cuda, "cudnn": cudnn, "jupyter": jupyter, "pip": pip.split(), "apt": apt.split(),
+            "cuda": cuda, "cudnn": cudnn, "jupyter": jupyter, "vscode": vscode, "pip": pip.split(), "apt": apt.split(),
             "extra_lines": [x for x in extra_lines.splitlines() if x.strip()]}  # fmt: skip
     return Typed({**body, "pip": pip, "apt": apt, "extra_lines": extra_lines}, body)
 
