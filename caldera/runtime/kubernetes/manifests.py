@@ -14,6 +14,7 @@ from typing import Any
 from caldera.core.spec import JobKind
 from caldera.runtime.base import LaunchRequest
 from caldera.runtime.kubernetes.settings import KubernetesSettings
+from caldera.runtime.kubernetes.volumes import SharedRoots, space_volumes
 
 LABEL_JOB = "caldera.io/job-id"
 LABEL_ATTEMPT = "caldera.io/attempt"
@@ -99,18 +100,23 @@ def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def build(
-    req: LaunchRequest, ks: KubernetesSettings, lab_secret: str | None = None, grace_s: int = 30
+    req: LaunchRequest,
+    ks: KubernetesSettings,
+    lab_secret: str | None = None,
+    grace_s: int = 30,
+    roots: SharedRoots | None = None,
 ) -> list[dict[str, Any]]:
     """Every object of the job, in creation order (the Job last, so nothing it needs is missing when Kueue admits
     it; the others get an owner reference to it once it exists, see owner_reference). ``lab_secret``: the name of
     the Secret holding a jupyter job's token; ``grace_s``: the pods' grace between SIGTERM and SIGKILL when the
-    cluster stops them (Kueue's preemption), the platform's preemption grace."""
+    cluster stops them (Kueue's preemption), the platform's preemption grace; ``roots``: where the storage spaces
+    the job mounts may come from (volumes.py), none when it is not known."""
     ns = namespace(ks, account_of(req))
     name = job_name(req.job_id, req.attempt)
     objs: list[dict[str, Any]] = [network_policy(req, ks, ns, name)]
     if req.spec.kind is JobKind.DISTRIBUTED:
         objs.append(headless_service(req, ns, name, ks.master_port))
-    objs.append(job(req, ks, ns, name, lab_secret, grace_s))
+    objs.append(job(req, ks, ns, name, lab_secret, grace_s, roots))
     return objs
 
 
@@ -119,7 +125,13 @@ def _meta(req: LaunchRequest, ns: str, name: str) -> dict[str, Any]:
 
 
 def job(
-    req: LaunchRequest, ks: KubernetesSettings, ns: str, name: str, lab_secret: str | None, grace_s: int = 30
+    req: LaunchRequest,
+    ks: KubernetesSettings,
+    ns: str,
+    name: str,
+    lab_secret: str | None,
+    grace_s: int = 30,
+    roots: SharedRoots | None = None,
 ) -> dict[str, Any]:
     spec = req.spec
     replicas = spec.replicas if spec.kind is JobKind.DISTRIBUTED else 1
@@ -133,7 +145,7 @@ def job(
         "backoffLimit": 0,  # a failed pod fails the job; the platform decides about a new attempt
         # the attempt's objects go with the Job (owner references): nothing of an ended attempt stays
         "ttlSecondsAfterFinished": ks.finished_job_ttl_s,
-        "template": {"metadata": {"labels": labels(req)}, "spec": pod_spec(req, ks, name, lab_secret, grace_s)},
+        "template": {"metadata": {"labels": labels(req)}, "spec": pod_spec(req, ks, name, lab_secret, grace_s, roots)},
     }
     if spec.kind is JobKind.DISTRIBUTED:
         job_spec["completionMode"] = "Indexed"
@@ -144,9 +156,15 @@ def job(
 
 
 def pod_spec(
-    req: LaunchRequest, ks: KubernetesSettings, name: str, lab_secret: str | None, grace_s: int = 30
+    req: LaunchRequest,
+    ks: KubernetesSettings,
+    name: str,
+    lab_secret: str | None,
+    grace_s: int = 30,
+    roots: SharedRoots | None = None,
 ) -> dict[str, Any]:
     spec = req.spec
+    spaces = space_volumes(req, ks, roots, taken=[NOTICE_DIR, WORKDIR])  # in every pod: each rank sees them
     container: dict[str, Any] = {
         "name": "job",
         "image": spec.image or ks.image,
@@ -163,6 +181,7 @@ def pod_spec(
         "volumeMounts": [
             {"name": "notice", "mountPath": NOTICE_DIR, "readOnly": True},
             {"name": "work", "mountPath": WORKDIR},
+            *spaces.mounts,
         ],
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", _PRESTOP]}}},
     }
@@ -173,7 +192,7 @@ def pod_spec(
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,  # a job has no business with the API server
         "terminationGracePeriodSeconds": grace_s,  # runtime.stop deletes with its own grace
-        "securityContext": _pod_security(req),
+        "securityContext": _pod_security(req, spaces.on_claim),
         "containers": [container],
         "volumes": [
             {
@@ -185,6 +204,7 @@ def pod_spec(
                 },
             },
             {"name": "work", "emptyDir": {}},
+            *spaces.volumes,
         ],
     }
     if spec.resources.gpu_model:
@@ -199,10 +219,14 @@ _PRESTOP = (
 )
 
 
-def _pod_security(req: LaunchRequest) -> dict[str, Any]:
+def _pod_security(req: LaunchRequest, on_claim: bool = False) -> dict[str, Any]:
     sc: dict[str, Any] = {"runAsNonRoot": True}
     if req.run_as is not None:
-        sc.update(runAsUser=req.run_as.uid, runAsGroup=req.run_as.gid, fsGroup=req.run_as.gid)
+        sc.update(runAsUser=req.run_as.uid, runAsGroup=req.run_as.gid)
+        # fsGroup makes the kubelet give a volume that supports it to that group, all of it: never the claim of
+        # the whole storage dir (every user's files would become this job's group's)
+        if not on_claim:
+            sc["fsGroup"] = req.run_as.gid
     return sc
 
 

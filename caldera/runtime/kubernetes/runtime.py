@@ -39,6 +39,7 @@ from caldera.runtime.kubernetes import manifests as m
 from caldera.runtime.kubernetes.logcopy import LogCopier
 from caldera.runtime.kubernetes.settings import KubernetesSettings
 from caldera.runtime.kubernetes.status import EVICTED_ANNOTATION, STOPPED_ANNOTATION, pending_reasons, phase_of
+from caldera.runtime.kubernetes.volumes import SharedRoots
 from caldera.runtime.kubernetes.watch import WatchCache, bound_pod_key, name_key, owner_job_of, pod_of_event
 from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir
@@ -134,8 +135,6 @@ class KubernetesRuntime:
 
     # -- launch -------------------------------------------------------------------------------------------------
     def launch(self, req: LaunchRequest) -> Handle:
-        if req.mounts:
-            raise LaunchError("MountsUnsupported", "this runtime does not mount storage spaces yet (docs/storage.md)")
         if req.spec.kind is JobKind.VSCODE:
             raise LaunchError("KindUnsupported", "this runtime does not run vscode jobs yet (docs/ide.md)")
         ns = m.namespace(self.ks, m.account_of(req))
@@ -154,7 +153,8 @@ class KubernetesRuntime:
             lab_secret = secret["metadata"]["name"]
             objs.append(secret)
             data.update(secret=lab_secret, base_url=req.base_url or "/")
-        objs += m.build(req, self.ks, lab_secret, grace_s=int(self.settings.preempt_grace_s))
+        grace_s = int(self.settings.preempt_grace_s)
+        objs += m.build(req, self.ks, lab_secret, grace_s, roots=SharedRoots.of(self.settings))
         *parts, job = objs
         held = self._held_back(req)
         if held is not None:  # in its real queue once the backoff is over, or the nodes changed (observe)

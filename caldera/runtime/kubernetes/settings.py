@@ -25,6 +25,13 @@ class KubernetesSettings(BaseSettings):
         None, max_length=64, description="addresses the platform's proxy connects from; the lab's only callers"
     )
     platform_namespace: str | None = Field(None, max_length=63, description="or: the namespace the platform runs in")
+    storage_claim: str | None = Field(
+        None,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="a PersistentVolumeClaim, in every account's namespace, that mounts the storage dir's root: each "
+        "storage mount is a subPath of it; hostPath volumes of the storage dir (the same path on every node) if empty",
+    )
     finished_job_ttl_s: int = Field(
         300,
         ge=0,
