@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 from typing import Any
 
 from caldera.core.spec import JobKind
 from caldera.runtime.base import LaunchRequest
 from caldera.runtime.kubernetes.settings import KubernetesSettings
 from caldera.runtime.kubernetes.volumes import SharedRoots, space_volumes
+from caldera.runtime.local import code_server
 
 LABEL_JOB = "caldera.io/job-id"
 LABEL_ATTEMPT = "caldera.io/attempt"
@@ -185,7 +187,7 @@ def pod_spec(
         ],
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", _PRESTOP]}}},
     }
-    if spec.kind is JobKind.JUPYTER:
+    if spec.kind.interactive:
         container["ports"] = [{"name": "lab", "containerPort": ks.lab_port}]
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -244,6 +246,9 @@ def env(req: LaunchRequest, ks: KubernetesSettings, name: str, lab_secret: str |
     if req.run_as is not None:
         values.update(USER=req.run_as.name, LOGNAME=req.run_as.name, HOME=WORKDIR)
     values.update(spec.env)
+    if spec.kind is JobKind.VSCODE:  # code-server would take them over the platform's
+        for overriding in code_server.OVERRIDING_ENV:
+            values.pop(overriding, None)
     values.update(req.env)  # the platform's variables win over the user's
     values.update(
         CALDERA_JOB_ID=req.job_id,
@@ -260,7 +265,10 @@ def env(req: LaunchRequest, ks: KubernetesSettings, name: str, lab_secret: str |
         )  # RANK, LOCAL_RANK, NODE_RANK, GROUP_RANK: from the completion index, per process (see command)
     out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
     if lab_secret is not None:
-        out.append({"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {"name": lab_secret, "key": LAB_TOKEN_KEY}}})
+        # code-server compares its session cookie with HASHED_PASSWORD as given: the token is the cookie the
+        # platform's proxy sends, and no password a browser could type logs in (it is no password's hash)
+        var = "HASHED_PASSWORD" if spec.kind is JobKind.VSCODE else "JUPYTER_TOKEN"
+        out.append({"name": var, "valueFrom": {"secretKeyRef": {"name": lab_secret, "key": LAB_TOKEN_KEY}}})
     return out
 
 
@@ -279,6 +287,8 @@ def command(req: LaunchRequest, ks: KubernetesSettings) -> list[str]:
     spec = req.spec
     if spec.kind is JobKind.JUPYTER:
         return lab_command(req, ks)
+    if spec.kind is JobKind.VSCODE:
+        return ide_command(ks)
     argv = list(spec.command or [])
     if spec.kind is JobKind.DISTRIBUTED:
         return ["/bin/sh", "-c", _RANKS, "caldera-ranks", *argv]
@@ -300,6 +310,14 @@ def lab_command(req: LaunchRequest, ks: KubernetesSettings) -> list[str]:
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.news_url=None",
     ]
+
+
+def ide_command(ks: KubernetesSettings) -> list[str]:
+    """code-server with the local runtimes' flags (local.code_server.argv), on the pod's lab port instead of a
+    socket, with no config file (HASHED_PASSWORD in its env), at the root of the lab's origin."""
+    local = code_server.argv("code-server", Path("-"), Path(WORKDIR), Path("/dev/null"))
+    own = (a for a in local[1:] if not a.startswith("--socket"))
+    return [local[0], f"--bind-addr=0.0.0.0:{ks.lab_port}", "--auth=password", *own]
 
 
 def headless_service(req: LaunchRequest, ns: str, name: str, port: int) -> dict[str, Any]:
@@ -344,7 +362,7 @@ def network_policy(req: LaunchRequest, ks: KubernetesSettings, ns: str, name: st
     if req.spec.kind is JobKind.DISTRIBUTED:
         ingress.append({"from": [own]})
         egress.append({"to": [own]})
-    if req.spec.kind is JobKind.JUPYTER:
+    if req.spec.kind.interactive:
         peers = _platform_peers(ks)
         if peers:
             ingress.append({"from": peers, "ports": [{"protocol": "TCP", "port": ks.lab_port}]})
