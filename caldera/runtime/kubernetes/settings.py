@@ -20,7 +20,7 @@ class KubernetesSettings(BaseSettings):
     gpu_resource: str = Field("nvidia.com/gpu", description="the extended resource GPUs are counted in")
     gpu_model_label: str = Field("nvidia.com/gpu.product", description="node label holding the GPU model")
     master_port: int = Field(29500, ge=1, le=65535, description="rank 0's port of distributed jobs")
-    lab_port: int = Field(8888, ge=1, le=65535, description="the port Jupyter Lab listens on in its pod")
+    lab_port: int = Field(8888, ge=1, le=65535, description="the port Jupyter Lab or code-server listens on in its pod")
     platform_cidr: str | None = Field(
         None, max_length=64, description="addresses the platform's proxy connects from; the lab's only callers"
     )
