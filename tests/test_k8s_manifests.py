@@ -161,7 +161,8 @@ def test_vscode_serves_code_server_on_the_lab_port_logged_in_only_by_the_secrets
     names = [e["name"] for e in c["env"]]
     assert "PASSWORD" not in names and names.count("HASHED_PASSWORD") == 1 and "JUPYTER_TOKEN" not in names
     assert {"name": "HASHED_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "tok", "key": "token"}}} in c["env"]
-    assert _env(objs["Job"])["FOO"] == "1"
+    assert _env(objs["Job"])["FOO"] == "1" and _env(objs["Job"])["SHELL"] == "/bin/sh"
+    assert _env(m.build(_req(kind="vscode", command=None, env={"SHELL": "/bin/zsh"}), KS)[-1])["SHELL"] == "/bin/zsh"
     policy = objs["NetworkPolicy"]["spec"]
     assert policy["ingress"] == [
         {"from": [{"ipBlock": {"cidr": "10.0.0.5/32"}}], "ports": [{"protocol": "TCP", "port": KS.lab_port}]}

@@ -12,6 +12,7 @@ import threading
 
 from tests.conftest import free_port
 from tests.k8s.conftest import put_queue
+from tests.runtime.conftest import wait_for
 from tests.test_runs import _submit, _until
 
 SESSION = "code-server-session"
@@ -46,7 +47,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_vscode_is_code_server_at_its_pod_reached_with_the_secrets_cookie(k8s_cluster, platform_on_k8s):
+def test_vscode_is_code_server_at_its_pod_reached_with_the_secrets_cookie(k8s_cluster, platform_on_k8s, make_rt):
     from fastapi.testclient import TestClient
     from kubernetes import client
 
@@ -85,5 +86,12 @@ def test_vscode_is_code_server_at_its_pod_reached_with_the_secrets_cookie(k8s_cl
     finally:
         ide.shutdown()
         ide.server_close()
+    # after a server restart the job is found again with the way into it
+    again = make_rt(k8s={"lab_port": k.runtime.ks.lab_port})
+    [handle] = wait_for(lambda: [h for h in again.attached() if h.job_id == jid], 30, what="re-attach")
+    assert (handle.data["secret"], handle.data["base_url"]) == (secret, "/")
+    [endpoint] = wait_for(lambda: again.endpoints(handle), 30, what="the endpoint after the restart")
+    assert (endpoint.host, endpoint.base_url) == (pod["status"]["podIP"], "/")
+    assert endpoint.headers == {"Cookie": f"{SESSION}={token}"} and endpoint.secrets == (token,)
     assert k.api.client.post(f"/api/v1/jobs/{jid}/cancel", headers=alice).status_code == 200
     _until(k.api, alice, jid, {"Cancelled"})

@@ -249,6 +249,8 @@ def env(req: LaunchRequest, ks: KubernetesSettings, name: str, lab_secret: str |
     if spec.kind is JobKind.VSCODE:  # code-server would take them over the platform's
         for overriding in code_server.OVERRIDING_ENV:
             values.pop(overriding, None)
+        # its terminals' shell: the job's uid may have no passwd entry in the image to name one
+        values.setdefault("SHELL", "/bin/sh")
     values.update(req.env)  # the platform's variables win over the user's
     values.update(
         CALDERA_JOB_ID=req.job_id,
