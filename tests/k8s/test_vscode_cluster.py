@@ -7,44 +7,25 @@ Secret's token as that cookie, cut it out of pages, never pass on a cookie of th
 from __future__ import annotations
 
 import base64
-import http.server
-import threading
 
 from tests.conftest import free_port
-from tests.k8s.conftest import put_queue
+from tests.k8s.conftest import StandIn, put_queue
 from tests.runtime.conftest import wait_for
 from tests.test_runs import _submit, _until
 
 SESSION = "code-server-session"
 
 
-class StandInCodeServer(http.server.ThreadingHTTPServer):
-    def __init__(self, host: str, port: int, hashed_password: str):
-        self.hashed_password, self.seen = hashed_password, []
-        super().__init__((host, port), _Handler)
+def _code_server(hashed_password: str):
+    """Answers as code-server given HASHED_PASSWORD: to the session cookie equal to it the workbench (which shows
+    it, as a page may show what it was given), to anything else the way to its login page."""
 
+    def answer(path: str, headers) -> tuple[int, dict[str, str], bytes]:
+        if f"{SESSION}={hashed_password}" not in (headers.get("Cookie") or "").split("; "):
+            return 302, {"Location": "/login"}, b""
+        return 200, {"Content-Type": "text/html"}, f"<html>workbench {path} {hashed_password}</html>".encode()
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: StandInCodeServer
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        cookie = self.headers.get("Cookie") or ""
-        self.server.seen.append({"path": self.path, "cookie": cookie})
-        if f"{SESSION}={self.server.hashed_password}" not in cookie.split("; "):
-            self.send_response(302)
-            self.send_header("Location", "/login")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        body = f"<html>workbench {self.path} {self.server.hashed_password}</html>".encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+    return answer
 
 
 def test_vscode_is_code_server_at_its_pod_reached_with_the_secrets_cookie(k8s_cluster, platform_on_k8s, make_rt):
@@ -71,8 +52,7 @@ def test_vscode_is_code_server_at_its_pod_reached_with_the_secrets_cookie(k8s_cl
     read = client.CoreV1Api(k8s_cluster.api_client).read_namespaced_secret(secret, job["namespace"])
     token = base64.b64decode(read.data["token"]).decode()
 
-    ide = StandInCodeServer(pod["status"]["podIP"], k.runtime.ks.lab_port, token)
-    threading.Thread(target=ide.serve_forever, daemon=True).start()
+    ide = StandIn(pod["status"]["podIP"], k.runtime.ks.lab_port, _code_server(token)).start()
     platform = k.api.client.app.state.platform
     try:
         with TestClient(create_lab_app(platform), base_url=platform.settings.lab_url(jid)) as origin:
@@ -82,10 +62,9 @@ def test_vscode_is_code_server_at_its_pod_reached_with_the_secrets_cookie(k8s_cl
             assert r.status_code == 200 and r.text == "<html>workbench /manifest.json </html>"  # token cut out
             assert origin.get("/", headers=bob).status_code == 404  # not his job
         [seen] = ide.seen
-        assert seen == {"path": "/manifest.json", "cookie": f"{SESSION}={token}"}
+        assert (seen["path"], seen["cookie"]) == ("/manifest.json", f"{SESSION}={token}")
     finally:
-        ide.shutdown()
-        ide.server_close()
+        ide.stop()
     # after a server restart the job is found again with the way into it
     again = make_rt(k8s={"lab_port": k.runtime.ks.lab_port})
     [handle] = wait_for(lambda: [h for h in again.attached() if h.job_id == jid], 30, what="re-attach")
