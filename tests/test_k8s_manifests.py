@@ -142,6 +142,33 @@ def test_jupyter_listens_on_the_lab_port_under_the_base_url_with_the_token_from_
     assert secret["stringData"] == {"token": "s3cret"} and secret["metadata"]["namespace"] == "caldera-physics"
 
 
+def test_vscode_serves_code_server_on_the_lab_port_logged_in_only_by_the_secrets_token():
+    """code-server on the pod's lab port, reachable by the platform alone (the NetworkPolicy), with no password but
+    HASHED_PASSWORD from the lab Secret: the session cookie the proxy sends. A password the job's env names is
+    dropped (code-server would take it over the platform's), and so is a config file."""
+    req = _req(kind="vscode", command=None, env={"PASSWORD": "mine", "HASHED_PASSWORD": "x", "FOO": "1"})
+    objs = _by_kind(m.build(req, KS, lab_secret="tok"))
+    c = objs["Job"]["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"][:4] == [
+        "code-server",
+        f"--bind-addr=0.0.0.0:{KS.lab_port}",
+        "--auth=password",
+        "--config=/dev/null",
+    ]
+    assert c["command"][-1] == m.WORKDIR and "--disable-telemetry" in c["command"]
+    assert not any(a.startswith("--socket") for a in c["command"])
+    assert c["ports"] == [{"name": "lab", "containerPort": KS.lab_port}]
+    names = [e["name"] for e in c["env"]]
+    assert "PASSWORD" not in names and names.count("HASHED_PASSWORD") == 1 and "JUPYTER_TOKEN" not in names
+    assert {"name": "HASHED_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "tok", "key": "token"}}} in c["env"]
+    assert _env(objs["Job"])["FOO"] == "1" and _env(objs["Job"])["SHELL"] == "/bin/sh"
+    assert _env(m.build(_req(kind="vscode", command=None, env={"SHELL": "/bin/zsh"}), KS)[-1])["SHELL"] == "/bin/zsh"
+    policy = objs["NetworkPolicy"]["spec"]
+    assert policy["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": "10.0.0.5/32"}}], "ports": [{"protocol": "TCP", "port": KS.lab_port}]}
+    ]
+
+
 def test_notice_file_is_the_downward_api_view_of_the_notice_annotation():
     job = m.build(_req(), KS)[-1]
     pod = job["spec"]["template"]["spec"]

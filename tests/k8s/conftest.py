@@ -4,10 +4,13 @@ minutes on 2 cores the first time), never skipped: a test marked ``k8s`` that di
 
 from __future__ import annotations
 
+import http.server
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -160,3 +163,40 @@ def put_queue(k: K8sPlatform, name: str, quotas: dict | None = None) -> None:
     body = {"account": k.account, "quotas": quotas or {}}
     r = k.api.client.put(f"/api/v1/queues/{name}", json=body, headers=k.admin)  # type: ignore[attr-defined]
     assert r.status_code == 200, r.text
+
+
+Answer = Callable[[str, Message], tuple[int, dict[str, str], bytes]]
+
+
+class StandIn(http.server.ThreadingHTTPServer):
+    """A session's server where kwok runs none (Jupyter, code-server): it listens at the pod's IP and lab port
+    (kwok gives pods loopback IPs), answers each GET with ``answer(path, headers)`` (status, headers, body), and
+    keeps every request's path and headers (lower-case names) in ``seen``."""
+
+    def __init__(self, host: str, port: int, answer: Answer):
+        self.answer, self.seen = answer, []
+        super().__init__((host, port), _StandInHandler)
+
+    def start(self) -> StandIn:
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _StandInHandler(http.server.BaseHTTPRequestHandler):
+    server: StandIn
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.server.seen.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
+        status, headers, body = self.server.answer(self.path, self.headers)
+        self.send_response(status)
+        for name, value in {**headers, "Content-Length": str(len(body))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass

@@ -5,39 +5,23 @@ with the lab's token (a header the browser never sees), and refuse someone else.
 
 from __future__ import annotations
 
-import http.server
 import ipaddress
-import threading
 from urllib.parse import urlsplit
 
 from tests.conftest import free_port
-from tests.k8s.conftest import put_queue
+from tests.k8s.conftest import StandIn, put_queue
 from tests.test_runs import _submit, _until
 
 
-class StandInLab(http.server.ThreadingHTTPServer):
+def _lab(token: str):
     """Answers as a lab would that wants its token: 403 without it; its page carries the token, as Lab's does."""
 
-    def __init__(self, host: str, port: int, token: str):
-        self.token, self.seen = token, []
-        super().__init__((host, port), _LabHandler)
+    def answer(path: str, headers) -> tuple[int, dict[str, str], bytes]:
+        ok = headers.get("Authorization") == f"token {token}"
+        body = f"<html>lab page {path} token={token}</html>".encode() if ok else b"no token"
+        return (200 if ok else 403), {"Content-Type": "text/html"}, body
 
-
-class _LabHandler(http.server.BaseHTTPRequestHandler):
-    server: StandInLab
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self.server.seen.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
-        ok = self.headers.get("Authorization") == f"token {self.server.token}"
-        body = f"<html>lab page {self.path} token={self.server.token}</html>".encode() if ok else b"no token"
-        self.send_response(200 if ok else 403)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+    return answer
 
 
 def test_jupyter_is_reached_at_its_pod_through_the_lab_origin_and_another_user_is_refused(k8s_cluster, platform_on_k8s):
@@ -63,8 +47,7 @@ def test_jupyter_is_reached_at_its_pod_through_the_lab_origin_and_another_user_i
     secret = client.CoreV1Api(k8s_cluster.api_client).read_namespaced_secret(f"{job['name']}-lab", job["namespace"])
     token = base64.b64decode(secret.data["token"]).decode()
 
-    lab = StandInLab(pod_ip, k.runtime.ks.lab_port, token)
-    threading.Thread(target=lab.serve_forever, daemon=True).start()
+    lab = StandIn(pod_ip, k.runtime.ks.lab_port, _lab(token)).start()
     platform = k.api.client.app.state.platform
     try:
         with TestClient(create_lab_app(platform), base_url=platform.settings.lab_url(jid)) as origin:
@@ -92,7 +75,6 @@ def test_jupyter_is_reached_at_its_pod_through_the_lab_origin_and_another_user_i
         for s in upstream:  # logged in by the proxy with the lab's token; the caller's credentials stay behind
             assert s["authorization"] == f"token {token}" and "caldera_lab" not in s.get("cookie", "")
     finally:
-        lab.shutdown()
-        lab.server_close()
+        lab.stop()
     assert k.api.client.post(f"/api/v1/jobs/{jid}/cancel", headers=alice).status_code == 200
     _until(k.api, alice, jid, {"Cancelled"})

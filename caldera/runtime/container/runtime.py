@@ -39,7 +39,7 @@ from typing import Any
 
 from caldera.config import Settings
 from caldera.core.cluster import Device, Node
-from caldera.core.spec import MOUNT_TOPS, JobKind, mount_top, nests
+from caldera.core.spec import JobKind
 from caldera.runtime import gpu_share
 from caldera.runtime.base import Endpoint, ExecError, Handle, LaunchError, LaunchRequest, Observation, Phase, RunAs
 from caldera.runtime.container import devices, envfile, logs
@@ -52,6 +52,7 @@ from caldera.runtime.local.gpus import discover_gpus, nvml_devices
 from caldera.runtime.local.rundir import RunDir, create_json_exclusive, read_json, write_json_atomic, write_text_atomic
 from caldera.runtime.local.session_servers import SessionLogins
 from caldera.runtime.local.stop_record import NOTICE_FILE, record_stop
+from caldera.runtime.mount_points import check_mount_points
 
 log = logging.getLogger(__name__)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")  # what podman accepts in a container name
@@ -272,14 +273,7 @@ class ContainerRuntime:
         point in, as root, inside the space) or another space's."""
         pipe = gpu_share.mps_pipe_dir() if req.spec.shareable else None
         platform = [req.home or req.workdir, self.settings.scratch_dir, envfile.MOUNT, *([pipe] if pipe else [])]
-        taken = [os.path.normpath(p) for p in platform]
-        for _, at, _ in req.mounts:
-            if at != os.path.normpath(at) or mount_top(at) is None:
-                raise LaunchError("MountPointRefused", f"{at}: a space is mounted only below {', '.join(MOUNT_TOPS)}")
-            clash = next((t for t in taken if nests(at, t)), None)
-            if clash is not None:
-                raise LaunchError("MountPointRefused", f"{at}: covers or lies in {clash}, mounted there already")
-            taken.append(at)
+        check_mount_points(req.mounts, platform)
 
     def _host_dirs(self, req: LaunchRequest) -> tuple[list[Path], Path]:
         """The one host directory the job gets (its owner's space, or its working directory when it has no

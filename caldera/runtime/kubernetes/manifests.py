@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 from typing import Any
 
 from caldera.core.spec import JobKind
 from caldera.runtime.base import LaunchRequest
 from caldera.runtime.kubernetes.settings import KubernetesSettings
+from caldera.runtime.kubernetes.volumes import SharedRoots, space_volumes
+from caldera.runtime.local import code_server
 
 LABEL_JOB = "caldera.io/job-id"
 LABEL_ATTEMPT = "caldera.io/attempt"
@@ -99,18 +102,23 @@ def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def build(
-    req: LaunchRequest, ks: KubernetesSettings, lab_secret: str | None = None, grace_s: int = 30
+    req: LaunchRequest,
+    ks: KubernetesSettings,
+    lab_secret: str | None = None,
+    grace_s: int = 30,
+    roots: SharedRoots | None = None,
 ) -> list[dict[str, Any]]:
     """Every object of the job, in creation order (the Job last, so nothing it needs is missing when Kueue admits
     it; the others get an owner reference to it once it exists, see owner_reference). ``lab_secret``: the name of
     the Secret holding a jupyter job's token; ``grace_s``: the pods' grace between SIGTERM and SIGKILL when the
-    cluster stops them (Kueue's preemption), the platform's preemption grace."""
+    cluster stops them (Kueue's preemption), the platform's preemption grace; ``roots``: where the storage spaces
+    the job mounts may come from (volumes.py), none when it is not known."""
     ns = namespace(ks, account_of(req))
     name = job_name(req.job_id, req.attempt)
     objs: list[dict[str, Any]] = [network_policy(req, ks, ns, name)]
     if req.spec.kind is JobKind.DISTRIBUTED:
         objs.append(headless_service(req, ns, name, ks.master_port))
-    objs.append(job(req, ks, ns, name, lab_secret, grace_s))
+    objs.append(job(req, ks, ns, name, lab_secret, grace_s, roots))
     return objs
 
 
@@ -119,7 +127,13 @@ def _meta(req: LaunchRequest, ns: str, name: str) -> dict[str, Any]:
 
 
 def job(
-    req: LaunchRequest, ks: KubernetesSettings, ns: str, name: str, lab_secret: str | None, grace_s: int = 30
+    req: LaunchRequest,
+    ks: KubernetesSettings,
+    ns: str,
+    name: str,
+    lab_secret: str | None,
+    grace_s: int = 30,
+    roots: SharedRoots | None = None,
 ) -> dict[str, Any]:
     spec = req.spec
     replicas = spec.replicas if spec.kind is JobKind.DISTRIBUTED else 1
@@ -133,7 +147,7 @@ def job(
         "backoffLimit": 0,  # a failed pod fails the job; the platform decides about a new attempt
         # the attempt's objects go with the Job (owner references): nothing of an ended attempt stays
         "ttlSecondsAfterFinished": ks.finished_job_ttl_s,
-        "template": {"metadata": {"labels": labels(req)}, "spec": pod_spec(req, ks, name, lab_secret, grace_s)},
+        "template": {"metadata": {"labels": labels(req)}, "spec": pod_spec(req, ks, name, lab_secret, grace_s, roots)},
     }
     if spec.kind is JobKind.DISTRIBUTED:
         job_spec["completionMode"] = "Indexed"
@@ -144,9 +158,15 @@ def job(
 
 
 def pod_spec(
-    req: LaunchRequest, ks: KubernetesSettings, name: str, lab_secret: str | None, grace_s: int = 30
+    req: LaunchRequest,
+    ks: KubernetesSettings,
+    name: str,
+    lab_secret: str | None,
+    grace_s: int = 30,
+    roots: SharedRoots | None = None,
 ) -> dict[str, Any]:
     spec = req.spec
+    spaces = space_volumes(req, ks, roots, taken=[NOTICE_DIR, WORKDIR])  # in every pod: each rank sees them
     container: dict[str, Any] = {
         "name": "job",
         "image": spec.image or ks.image,
@@ -163,17 +183,18 @@ def pod_spec(
         "volumeMounts": [
             {"name": "notice", "mountPath": NOTICE_DIR, "readOnly": True},
             {"name": "work", "mountPath": WORKDIR},
+            *spaces.mounts,
         ],
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", _PRESTOP]}}},
     }
-    if spec.kind is JobKind.JUPYTER:
+    if spec.kind.interactive:
         container["ports"] = [{"name": "lab", "containerPort": ks.lab_port}]
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,  # a job has no business with the API server
         "terminationGracePeriodSeconds": grace_s,  # runtime.stop deletes with its own grace
-        "securityContext": _pod_security(req),
+        "securityContext": _pod_security(req, spaces.on_claim),
         "containers": [container],
         "volumes": [
             {
@@ -185,6 +206,7 @@ def pod_spec(
                 },
             },
             {"name": "work", "emptyDir": {}},
+            *spaces.volumes,
         ],
     }
     if spec.resources.gpu_model:
@@ -199,10 +221,14 @@ _PRESTOP = (
 )
 
 
-def _pod_security(req: LaunchRequest) -> dict[str, Any]:
+def _pod_security(req: LaunchRequest, on_claim: bool = False) -> dict[str, Any]:
     sc: dict[str, Any] = {"runAsNonRoot": True}
     if req.run_as is not None:
-        sc.update(runAsUser=req.run_as.uid, runAsGroup=req.run_as.gid, fsGroup=req.run_as.gid)
+        sc.update(runAsUser=req.run_as.uid, runAsGroup=req.run_as.gid)
+        # fsGroup makes the kubelet give a volume that supports it to that group, all of it: never the claim of
+        # the whole storage dir (every user's files would become this job's group's)
+        if not on_claim:
+            sc["fsGroup"] = req.run_as.gid
     return sc
 
 
@@ -220,6 +246,11 @@ def env(req: LaunchRequest, ks: KubernetesSettings, name: str, lab_secret: str |
     if req.run_as is not None:
         values.update(USER=req.run_as.name, LOGNAME=req.run_as.name, HOME=WORKDIR)
     values.update(spec.env)
+    if spec.kind is JobKind.VSCODE:  # code-server would take them over the platform's
+        for overriding in code_server.OVERRIDING_ENV:
+            values.pop(overriding, None)
+        # its terminals' shell: the job's uid may have no passwd entry in the image to name one
+        values.setdefault("SHELL", "/bin/sh")
     values.update(req.env)  # the platform's variables win over the user's
     values.update(
         CALDERA_JOB_ID=req.job_id,
@@ -236,7 +267,10 @@ def env(req: LaunchRequest, ks: KubernetesSettings, name: str, lab_secret: str |
         )  # RANK, LOCAL_RANK, NODE_RANK, GROUP_RANK: from the completion index, per process (see command)
     out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
     if lab_secret is not None:
-        out.append({"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {"name": lab_secret, "key": LAB_TOKEN_KEY}}})
+        # code-server compares its session cookie with HASHED_PASSWORD as given: the token is the cookie the
+        # platform's proxy sends, and no password a browser could type logs in (it is no password's hash)
+        var = "HASHED_PASSWORD" if spec.kind is JobKind.VSCODE else "JUPYTER_TOKEN"
+        out.append({"name": var, "valueFrom": {"secretKeyRef": {"name": lab_secret, "key": LAB_TOKEN_KEY}}})
     return out
 
 
@@ -255,6 +289,8 @@ def command(req: LaunchRequest, ks: KubernetesSettings) -> list[str]:
     spec = req.spec
     if spec.kind is JobKind.JUPYTER:
         return lab_command(req, ks)
+    if spec.kind is JobKind.VSCODE:
+        return ide_command(ks)
     argv = list(spec.command or [])
     if spec.kind is JobKind.DISTRIBUTED:
         return ["/bin/sh", "-c", _RANKS, "caldera-ranks", *argv]
@@ -276,6 +312,14 @@ def lab_command(req: LaunchRequest, ks: KubernetesSettings) -> list[str]:
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.news_url=None",
     ]
+
+
+def ide_command(ks: KubernetesSettings) -> list[str]:
+    """code-server with the local runtimes' flags (local.code_server.argv), on the pod's lab port instead of a
+    socket, with no config file (HASHED_PASSWORD in its env), at the root of the lab's origin."""
+    local = code_server.argv("code-server", Path("-"), Path(WORKDIR), Path("/dev/null"))
+    own = (a for a in local[1:] if not a.startswith("--socket"))
+    return [local[0], f"--bind-addr=0.0.0.0:{ks.lab_port}", "--auth=password", *own]
 
 
 def headless_service(req: LaunchRequest, ns: str, name: str, port: int) -> dict[str, Any]:
@@ -320,7 +364,7 @@ def network_policy(req: LaunchRequest, ks: KubernetesSettings, ns: str, name: st
     if req.spec.kind is JobKind.DISTRIBUTED:
         ingress.append({"from": [own]})
         egress.append({"to": [own]})
-    if req.spec.kind is JobKind.JUPYTER:
+    if req.spec.kind.interactive:
         peers = _platform_peers(ks)
         if peers:
             ingress.append({"from": peers, "ports": [{"protocol": "TCP", "port": ks.lab_port}]})

@@ -39,7 +39,9 @@ from caldera.runtime.kubernetes import manifests as m
 from caldera.runtime.kubernetes.logcopy import LogCopier
 from caldera.runtime.kubernetes.settings import KubernetesSettings
 from caldera.runtime.kubernetes.status import EVICTED_ANNOTATION, STOPPED_ANNOTATION, pending_reasons, phase_of
+from caldera.runtime.kubernetes.volumes import SharedRoots
 from caldera.runtime.kubernetes.watch import WatchCache, bound_pod_key, name_key, owner_job_of, pod_of_event
+from caldera.runtime.local import code_server
 from caldera.runtime.local.log_follow import follow_file
 from caldera.runtime.local.rundir import RunDir
 
@@ -134,10 +136,6 @@ class KubernetesRuntime:
 
     # -- launch -------------------------------------------------------------------------------------------------
     def launch(self, req: LaunchRequest) -> Handle:
-        if req.mounts:
-            raise LaunchError("MountsUnsupported", "this runtime does not mount storage spaces yet (docs/storage.md)")
-        if req.spec.kind is JobKind.VSCODE:
-            raise LaunchError("KindUnsupported", "this runtime does not run vscode jobs yet (docs/ide.md)")
         ns = m.namespace(self.ks, m.account_of(req))
         self._ensure_namespace(ns)
         data: dict[str, Any] = {
@@ -149,12 +147,13 @@ class KubernetesRuntime:
         }
         lab_secret = None
         objs = []
-        if req.spec.kind is JobKind.JUPYTER:
+        if req.spec.kind.interactive:
             secret = m.lab_token_secret(req, self.ks, secrets.token_hex(24))
             lab_secret = secret["metadata"]["name"]
             objs.append(secret)
-            data.update(secret=lab_secret, base_url=req.base_url or "/")
-        objs += m.build(req, self.ks, lab_secret, grace_s=int(self.settings.preempt_grace_s))
+            data.update(secret=lab_secret, base_url=_home_of(req.spec.kind, req.base_url))
+        grace_s = int(self.settings.preempt_grace_s)
+        objs += m.build(req, self.ks, lab_secret, grace_s, roots=SharedRoots.of(self.settings))
         *parts, job = objs
         held = self._held_back(req)
         if held is not None:  # in its real queue once the backoff is over, or the nodes changed (observe)
@@ -486,9 +485,11 @@ class KubernetesRuntime:
         raise ExecError("NotSupported", "commands and terminals in Kubernetes jobs are not supported yet")
 
     def endpoints(self, handle: Handle) -> list[Endpoint]:
-        """The lab of a running jupyter job at its pod's IP (from the pod watch), the token as a header. The pod IP,
-        not a Service's ClusterIP: it needs no kube-proxy on the platform's side, nor a request per proxied call."""
-        if handle.data.get("kind") != JobKind.JUPYTER.value or self.observe(handle).phase is not Phase.RUNNING:
+        """The lab of a running jupyter or vscode job at its pod's IP (from the pod watch), logged in with the token
+        (Lab's header, code-server's session cookie). The pod IP, not a Service's ClusterIP: it needs no kube-proxy
+        on the platform's side, nor a request per proxied call."""
+        kind = handle.data.get("kind")
+        if kind not in (JobKind.JUPYTER.value, JobKind.VSCODE.value) or self.observe(handle).phase is not Phase.RUNNING:
             return []
         pods = self.pods.get((m.label_value(handle.job_id), str(handle.attempt)))
         ip = next((p["status"]["podIP"] for p in pods if (p.get("status") or {}).get("podIP")), None)
@@ -496,13 +497,17 @@ class KubernetesRuntime:
             return []
         token = self._lab_token(self._where(handle)[0], handle.data["secret"])
         base_url = handle.data.get("base_url", "/")
+        if kind == JobKind.VSCODE.value:
+            login = {"Cookie": f"{code_server.SESSION_COOKIE}={token}"}
+        else:
+            login = {"Authorization": f"token {token}"}
         return [
             Endpoint(
                 name="lab",
                 host=ip,
                 port=self.ks.lab_port,
                 base_url=base_url if base_url.endswith("/") else base_url + "/",
-                headers={"Authorization": f"token {token}"},
+                headers=login,
                 secrets=(token,),
             )
         ]
@@ -599,6 +604,8 @@ class KubernetesRuntime:
             data.update(replicas=spec["completions"], per_replica=per)
             if kind == JobKind.JUPYTER.value:
                 data.update(secret=m.lab_secret_name(meta["name"]), base_url=_base_url_of(spec))
+            elif kind == JobKind.VSCODE.value:
+                data.update(secret=m.lab_secret_name(meta["name"]), base_url="/")
             out.append(Handle(job_id, int(attempt), data))
         return out
 
@@ -614,6 +621,11 @@ def _iso(t: float) -> str:
 
 def _event_time(event: dict[str, Any]) -> str:
     return str(event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp") or "")
+
+
+def _home_of(kind: JobKind, base_url: str) -> str:
+    """Where the proxy finds the session: code-server at the root of its lab origin, Lab under its base URL."""
+    return "/" if kind is JobKind.VSCODE else base_url or "/"
 
 
 def _base_url_of(job_spec: dict[str, Any]) -> str:

@@ -20,11 +20,18 @@ class KubernetesSettings(BaseSettings):
     gpu_resource: str = Field("nvidia.com/gpu", description="the extended resource GPUs are counted in")
     gpu_model_label: str = Field("nvidia.com/gpu.product", description="node label holding the GPU model")
     master_port: int = Field(29500, ge=1, le=65535, description="rank 0's port of distributed jobs")
-    lab_port: int = Field(8888, ge=1, le=65535, description="the port Jupyter Lab listens on in its pod")
+    lab_port: int = Field(8888, ge=1, le=65535, description="the port Jupyter Lab or code-server listens on in its pod")
     platform_cidr: str | None = Field(
         None, max_length=64, description="addresses the platform's proxy connects from; the lab's only callers"
     )
     platform_namespace: str | None = Field(None, max_length=63, description="or: the namespace the platform runs in")
+    storage_claim: str | None = Field(
+        None,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="a PersistentVolumeClaim, in every account's namespace, that mounts the storage dir's root: each "
+        "storage mount is a subPath of it; hostPath volumes of the storage dir (the same path on every node) if empty",
+    )
     finished_job_ttl_s: int = Field(
         300,
         ge=0,

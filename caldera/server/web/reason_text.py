@@ -161,6 +161,7 @@ EVENTS: dict[str, Message] = {
     "ContainerGone": Message(_("its container disappeared")),
     "MountsUnsupported": Message(_("this runtime cannot mount storage spaces into jobs")),
     "MountPointRefused": Message(_("this runtime cannot mount a storage space there: %(error)s")),
+    "MountSourceRefused": Message(_("this runtime cannot mount that storage: %(error)s")),
     "NotFound": Message(_("this attempt was never launched completely")),
     "CancelRequested": Message(_("cancelled by %(by)s; SIGTERM, SIGKILL after %(grace_s)s s")),
     "CancelledByUser": Message(_("cancelled by %(by)s")),
