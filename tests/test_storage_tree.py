@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,26 @@ def test_paging_a_large_folder(tmp_path):
             break
         after = nxt
     assert seen == [f"f{i:05d}" for i in range(2500)]
+
+
+def test_copying_a_folder_opens_no_fifo_or_device_a_job_planted(space, tmp_path):
+    """A job waits, as a FIFO's writer, for the platform to open it while publishing the folder (an open unblocks
+    it), and plants a device node: the copy reads each entry's type first and opens neither; links are left out,
+    not copied, and each left-out entry is named with why."""
+    root = Path(space.root)
+    os.mkfifo(root / "data" / "pipe")
+    if ROOT:
+        os.mknod(root / "data" / "tty", 0o600 | stat.S_IFCHR, os.makedev(5, 0))
+    writer = threading.Thread(target=lambda: os.close(os.open(root / "data" / "pipe", os.O_WRONLY)), daemon=True)
+    writer.start()
+    try:
+        copied = space.copy_folder(parts("data"), str(tmp_path / "copy"), 1 << 20)
+        writer.join(0.5)
+        assert writer.is_alive(), "the platform opened the FIFO"
+    finally:
+        os.close(os.open(root / "data" / "pipe", os.O_RDONLY | os.O_NONBLOCK))  # lets the writer go
+        writer.join(5)
+    assert sorted(os.listdir(tmp_path / "copy")) == ["a.txt"]
+    assert (copied.size, copied.files) == (5, 1)
+    assert "pipe: a FIFO, socket or device" in copied.left_out and "rel: a symbolic link" in copied.left_out
+    assert not ROOT or "tty: a FIFO, socket or device" in copied.left_out

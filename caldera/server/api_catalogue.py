@@ -72,15 +72,16 @@ class PublishIn(BaseModel):
 
 @router.post("/catalogue", status_code=201)
 def publish(body: PublishIn, c: Caller = Depends(caller)):
-    """Publish a folder of a space you may write as a dataset or model version: the platform copies it (links,
-    FIFOs and devices left out), so the version never changes."""
+    """Publish a folder of a space you may write as a dataset or model version: the platform copies its regular
+    files and folders (links, FIFOs, sockets and devices are left out: ``left_out`` says which), so the version
+    never changes."""
     opened = c.open(body.space, Access.WRITE)
     entry = CatalogueEntry(**body.model_dump(exclude={"space", "path"}))
     catalogue = files.catalogue_for(c.spaces.settings)
     with _fs_errors():
-        catalogue.publish(c.db, c.user, opened, body.path, entry, c.spaces.settings.storage_max_upload_bytes)
+        left_out = catalogue.publish(c.db, c.user, opened, body.path, entry, c.spaces.settings.storage_max_upload_bytes)
     c.db.commit()
-    return _view(entry, c.user.username)
+    return {**_view(entry, c.user.username), "left_out": left_out}
 
 
 @router.get("/catalogue")

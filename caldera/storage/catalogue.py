@@ -96,9 +96,12 @@ class Catalogue:
                 out.append(e)
         return out
 
-    def publish(self, db: Session, owner: User, opened: Opened, path: str, entry: CatalogueEntry, max_bytes: int):
-        """Copy the folder ``path`` of the opened space into the store as ``entry`` (its fields set by the caller).
-        A name and version taken already is a clash; a failed copy leaves nothing."""
+    def publish(
+        self, db: Session, owner: User, opened: Opened, path: str, entry: CatalogueEntry, max_bytes: int
+    ) -> list[str]:
+        """Copy the folder ``path`` of the opened space into the store as ``entry`` (its fields set by the caller);
+        what the copy left out, with why. A name and version taken already is a clash; a failed copy leaves
+        nothing."""
         first = db.scalar(select(CatalogueEntry).where(CatalogueEntry.kind == entry.kind,
                                                        CatalogueEntry.name == entry.name))  # fmt: skip
         if first is not None and first.owner_id != owner.id and owner.role != "admin":
@@ -118,7 +121,8 @@ class Catalogue:
         self.store.mkdir(mode=0o700, parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".publishing-", dir=self.store))
         try:
-            entry.size_bytes, entry.files = opened.tree.copy_folder(parts(path), str(staging / "data"), max_bytes)
+            copied = opened.tree.copy_folder(parts(path), str(staging / "data"), max_bytes)
+            entry.size_bytes, entry.files = copied.size, copied.files
             (staging / "data").chmod(0o755)  # what jobs mount, read-only, whatever the umask
             db.add(entry)
             try:
@@ -130,6 +134,7 @@ class Catalogue:
             shutil.rmtree(staging, ignore_errors=True)
             db.rollback()
             raise
+        return copied.left_out
 
     def remove(self, db: Session, entry: CatalogueEntry) -> None:
         """The entry, then its copy; the caller checked that no running job mounts it."""
