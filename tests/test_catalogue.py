@@ -231,3 +231,20 @@ def test_a_user_has_a_few_imports_going_at_once(env, files_server):
     finally:
         _Files.release.set()
     assert all(_settled(api, bob, r.json()["id"])["state"] == "done" for r in started)
+
+
+def test_where_an_entry_came_from_and_whom_it_is_shared_with_are_its_owners_to_see(env):
+    """bob and carol read alice's entries (shared with bob, public): neither learns the space and folder it was
+    copied from nor the names it is shared with; alice and an admin do."""
+    api, u, _, _ = env
+    api.client.post("/api/v1/spaces/account:vision/folders", json={"path": "private-project"}, headers=u["alice"])
+    _upload(api, u["alice"], "account:vision", "private-project/w.bin", b"w")
+    for name, visibility in (("leaky-shared", "shared"), ("leaky-public", "public")):
+        r = _publish(api, u["alice"], name=name, version="v1", path="private-project", visibility=visibility,
+                     shared_with=["user:bob", "account:third"])  # fmt: skip
+        assert r.status_code == 201 and r.json()["source"] == "account:vision/private-project", r.text
+    for who, sees in (("bob", False), ("carol", False), ("alice", True), ("admin", True)):
+        listed = [e for e in api.client.get("/api/v1/catalogue", params={"q": "leaky"}, headers=u[who]).json()]
+        shown = api.client.get("/api/v1/catalogue/dataset/leaky-public", headers=u[who]).json()
+        assert listed and all(("source" in e, "shared_with" in e) == (sees, sees) for e in [*listed, shown]), who
+        assert sees or "private-project" not in str([*listed, shown])

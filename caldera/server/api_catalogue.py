@@ -29,29 +29,28 @@ VersionParam = Annotated[str, Path(pattern=VERSION.pattern)]
 _TAG = r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,31}$"
 
 
-def _view(entry: CatalogueEntry, owner: str) -> dict:
-    return {
+def _view(c: Caller, entry: CatalogueEntry) -> dict:
+    """The entry as ``c`` may see it: where it was copied from (a space and folder) and whom it is shared with
+    are its owner's and admins' to know, not every reader's."""
+    owner = c.db.get(User, entry.owner_id)
+    view = {
         "kind": entry.kind,
         "name": entry.name,
         "version": entry.version,
         "ref": f"{entry.name}@{entry.version}",
         "description": entry.description,
         "tags": entry.tags,
-        "owner": owner,
-        "source": entry.source,
+        "owner": owner.username if owner else "",
         "visibility": entry.visibility,
-        "shared_with": entry.shared_with,
         "framework": entry.framework,
         "produced_by": entry.produced_by,
         "size_bytes": entry.size_bytes,
         "files": entry.files,
         "created_at": entry.created_at,
     }
-
-
-def _owner_name(c: Caller, entry: CatalogueEntry) -> str:
-    user = c.db.get(User, entry.owner_id)
-    return user.username if user else ""
+    if c.user.role == "admin" or entry.owner_id == c.user.id:
+        view |= {"source": entry.source, "shared_with": entry.shared_with}
+    return view
 
 
 class PublishIn(BaseModel):
@@ -81,7 +80,7 @@ def publish(body: PublishIn, c: Caller = Depends(caller)):
     with _fs_errors():
         left_out = catalogue.publish(c.db, c.user, opened, body.path, entry, c.spaces.settings.storage_max_upload_bytes)
     c.db.commit()
-    return {**_view(entry, c.user.username), "left_out": left_out}
+    return {**_view(c, entry), "left_out": left_out}
 
 
 @router.get("/catalogue")
@@ -92,14 +91,14 @@ def search(
 ):
     """The datasets and models you may read, searched in their names, versions, descriptions, tags, frameworks."""
     entries = files.catalogue_for(c.spaces.settings).search(c.db, Reader.of(c.db, c.user), kind, q)
-    return [_view(e, _owner_name(c, e)) for e in entries]
+    return [_view(c, e) for e in entries]
 
 
 @router.get("/catalogue/{kind}/{ref}")
 def show(kind: KindParam, ref: Annotated[str, Path(max_length=97)], c: Caller = Depends(caller)):
     """One entry: ``name@version``, or ``name`` for its newest version you may read."""
     entry = files.catalogue_for(c.spaces.settings).find(c.db, Reader.of(c.db, c.user), kind, ref)
-    return _view(entry, _owner_name(c, entry))
+    return _view(c, entry)
 
 
 @router.delete("/catalogue/{kind}/{name}/{version}")
