@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused, QuotaExceeded
-from caldera.storage.paths import UPLOADS_DIR
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _RENAME_NOREPLACE = 1
@@ -86,8 +85,10 @@ def _rename_noreplace(src_dir: int, src: str, dst_dir: int, dst: str) -> None:
 
 
 class Tree:
-    def __init__(self, root: str, owner: Owner | None = None, dir_mode: int = 0o755, file_mode: int = 0o644):
-        self.root, self.owner = root, owner
+    def __init__(
+        self, root: str, uploads: str, owner: Owner | None = None, dir_mode: int = 0o755, file_mode: int = 0o644
+    ):
+        self.root, self.uploads, self.owner = root, uploads, owner
         self.dir_mode, self.file_mode = dir_mode, file_mode
 
     # -- reaching a folder -------------------------------------------------------------------------------------
@@ -152,7 +153,7 @@ class Tree:
         100,000 files answers its first page quickly."""
         with self.folder(names) as fd:
             with os.scandir(fd) as it:
-                wanted = (e.name for e in it if e.name > after and not (not names and e.name == UPLOADS_DIR))
+                wanted = (e.name for e in it if e.name > after)
                 page = heapq.nsmallest(limit + 1, wanted)
             more = len(page) > limit
             page = page[:limit]
@@ -226,9 +227,9 @@ class Tree:
 
     def usage(self) -> tuple[int, int]:
         """Bytes of regular files and number of entries below the root, by one walk that follows no link (the
-        reconciliation of the counters; the unfinished uploads are not counted)."""
+        reconciliation of the counters; the unfinished uploads, kept outside, are not counted)."""
         with self.folder(()) as fd:
-            return _usage(fd, skip_top=UPLOADS_DIR)
+            return _usage(fd)
 
     def copy_folder(self, names: tuple[str, ...], dest: str, max_bytes: int) -> Copied:
         """Copy the folder ``names`` into the new folder ``dest`` (the platform's, root's), descriptor by
@@ -251,7 +252,7 @@ class Tree:
         if depth == 0:
             raise PathRefused(f"folders nested more than {_MAX_COPY_DEPTH} deep are not copied")
         with os.scandir(src) as it:
-            names = sorted(e.name for e in it if e.name != UPLOADS_DIR)
+            names = sorted(e.name for e in it)
         for name in names:
             path = f"{at}{name}"
             try:
@@ -296,18 +297,15 @@ class Tree:
 
     @contextmanager
     def _uploads(self) -> Iterator[int]:
-        """The platform's folder of unfinished uploads at the root: root's and 0700, so a job can remove it (it
-        owns the root of its personal space) but never read or change a part."""
-        with self.folder(()) as root:
-            try:
-                os.mkdir(UPLOADS_DIR, 0o700, dir_fd=root)
-            except FileExistsError:
-                pass
-            fd = self._open_dir_at(root, UPLOADS_DIR)
+        """The platform's folder of unfinished uploads: outside the space's root, on its file system (a rename
+        moves a part into place), root's and 0700 below folders of root's, so no job reaches it, renames it or
+        plants a link in its place: no member of a shared space sees or redirects another member's upload."""
+        os.makedirs(self.uploads, mode=0o700, exist_ok=True)
+        fd = os.open(self.uploads, _DIR_FLAGS)
         try:
             st = os.fstat(fd)
-            if st.st_uid != os.geteuid():
-                raise PathRefused(f"{UPLOADS_DIR} is not the platform's")
+            if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                raise PathRefused("the platform's upload folder is not its own")
             yield fd
         finally:
             os.close(fd)
@@ -412,12 +410,9 @@ def _copy_file(src: int, name: str, dst_dir: int, size: int) -> int:
         os.close(out)
 
 
-def _usage(fd: int, skip_top: str | None = None) -> tuple[int, int]:
+def _usage(fd: int) -> tuple[int, int]:
     size = count = 0
     for _, dirs, files, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
-        if skip_top is not None:
-            dirs[:] = [d for d in dirs if d != skip_top]
-            skip_top = None
         count += len(dirs) + len(files)
         for name in files:
             try:
