@@ -11,8 +11,12 @@ import threading
 import time
 
 import pytest
+from sqlalchemy import update
 
+from caldera.db.models import StorageImport
+from caldera.server import imports
 from caldera.storage import fetch
+from caldera.storage.backends.local import UPLOADS_DIR
 from tests.conftest import api_on, make_settings
 from tests.fake_runtime import FakeRuntime
 from tests.portal import browser_for
@@ -112,8 +116,8 @@ def test_published_versions_are_found_mounted_and_kept_by_who_may_read_them(env)
 
 
 class _Files(http.server.BaseHTTPRequestHandler):
-    """``/data``: DATA, with Range; ``/cut``: the first request breaks off half-way; ``/away``: a redirect to a
-    private address; ``/hang``: DATA once ``release`` is set."""
+    """``/data``: DATA, with Range; ``/cut``: the first request breaks off half-way, ``/broken``: every one;
+    ``/away``: a redirect to a private address; ``/hang``: DATA once ``release`` is set."""
 
     requests: list[tuple[str, str | None]] = []
     cut_once = True
@@ -132,8 +136,8 @@ class _Files(http.server.BaseHTTPRequestHandler):
         self.send_response(206 if start else 200)
         self.send_header("Content-Length", str(len(DATA) - start))
         self.end_headers()
-        if self.path == "/cut" and _Files.cut_once:
-            _Files.cut_once = False
+        if self.path == "/broken" or (self.path == "/cut" and _Files.cut_once):
+            _Files.cut_once = self.path != "/cut"
             self.wfile.write(DATA[: len(DATA) // 2])
             self.wfile.flush()
             self.connection.shutdown(2)
@@ -217,6 +221,43 @@ def test_an_import_resumes_where_it_broke_off_and_stops_at_the_quota(env, files_
     r = _import(api, alice, files_server + "/data", "big.bin", "account:vision")
     got = _settled(api, alice, r.json()["id"])
     assert got["state"] == "failed" and "larger than" in got["error"], got
+
+
+def test_unfinished_imports_count_against_the_quota_and_are_swept(env, files_server):
+    """A broken import keeps its bytes for a restart, counted against the space's quota; any other failure drops
+    them; a day later a broken one's are swept; at startup, part files nothing holds are removed and imports left
+    running are failed."""
+    api, u, _, settings = env
+    carol, admin = u["carol"], u["admin"]
+    parts_dir = settings.workspaces / UPLOADS_DIR / "carol"
+    api.client.patch("/api/v1/spaces/personal:carol", json={"quota_bytes": len(DATA)}, headers=admin)
+    broken = _settled(api, carol, _import(api, carol, files_server + "/broken", "b.bin").json()["id"])
+    assert broken["state"] == "failed" and broken["done_bytes"] == len(DATA) // 2, broken
+    assert os.listdir(parts_dir) == [broken["id"]]
+    r = api.client.post("/api/v1/spaces/personal/uploads", json={"path": "u.bin", "size": len(DATA) // 2 + 1},
+                        headers=carol)  # fmt: skip
+    assert r.status_code == 409 and "unfinished imports" in r.text, r.text
+    other = _settled(api, carol, _import(api, carol, files_server + "/data", "d.bin").json()["id"])
+    assert other["state"] == "failed" and "larger than" in other["error"] and other["done_bytes"] == 0, other
+    assert os.listdir(parts_dir) == [broken["id"]]  # the refused one left nothing
+
+    spaces = api.client.app.state.spaces
+    with api.client.app.state.platform.session() as db:
+        spaces.reconcile_due(db, time.time() + 2 * 86400)
+    assert os.listdir(parts_dir) == []
+    assert api.client.get(f"/api/v1/imports/{broken['id']}", headers=carol).json()["done_bytes"] == 0
+    r = api.client.post("/api/v1/spaces/personal/uploads", json={"path": "u.bin", "size": len(DATA) // 2 + 1},
+                        headers=carol)  # fmt: skip
+    assert r.status_code == 201, r.text
+
+    (parts_dir / ("0" * 32)).write_bytes(b"left by a server that stopped")
+    with api.client.app.state.platform.session() as db:
+        db.execute(update(StorageImport).where(StorageImport.id == broken["id"]).values(state="running"))
+        db.commit()
+    imports.recover(api.client.app.state.platform, spaces)
+    assert os.listdir(parts_dir) == [r.json()["id"]]  # the upload's part is held; the stray one is gone
+    got = api.client.get(f"/api/v1/imports/{broken['id']}", headers=carol).json()
+    assert got["state"] == "failed" and "interrupted" in got["error"]
 
 
 def test_a_user_has_a_few_imports_going_at_once(env, files_server):

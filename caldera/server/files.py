@@ -17,7 +17,7 @@ from caldera.core.spec import JobSpec, Mount
 from caldera.core.states import JobState
 from caldera.db.models import CatalogueEntry, Job, User
 from caldera.errors import CalderaError, Invalid, InvalidFields, field_error
-from caldera.server import identity
+from caldera.server import identity, imports
 from caldera.server.platform import Platform
 from caldera.storage.backends.registry import create_backend
 from caldera.storage.catalogue import Catalogue, Reader
@@ -48,6 +48,7 @@ class Reconciler:
         self._thread = threading.Thread(target=self._run, name="storage-reconciler", daemon=True)
 
     def start(self) -> None:
+        imports.recover(self.platform, self.spaces)
         self._thread.start()
 
     def stop(self) -> None:

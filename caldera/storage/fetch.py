@@ -30,7 +30,12 @@ def allowed_networks(settings: Settings) -> Networks:
 
 
 class FetchFailed(Exception):
-    """Why a download stopped, in words for its owner."""
+    """Why a download stopped, in words for its owner; ``resumable``: the connection broke, and a restart asks
+    for the rest (else the bytes so far are dropped)."""
+
+    def __init__(self, message: str, resumable: bool = False):
+        super().__init__(message)
+        self.resumable = resumable
 
 
 def check_url(url: str) -> None:
@@ -82,7 +87,7 @@ def open_stream(url: str, allowed: Networks, offset: int) -> Iterator[tuple[http
                 raise FetchFailed(f"the server answered {response.status} {response.reason}")
             return
         except (OSError, http.client.HTTPException) as exc:
-            raise FetchFailed(f"the download broke off: {exc}") from None
+            raise FetchFailed(f"the download broke off: {exc}", resumable=True) from None
         finally:
             conn.close()
     raise FetchFailed(f"more than {_REDIRECTS} redirects")

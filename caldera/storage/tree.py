@@ -363,6 +363,10 @@ class Tree:
         except FileNotFoundError:
             return 0
 
+    def part_names(self) -> list[str]:
+        with self._uploads() as up:
+            return os.listdir(up)
+
     def drop_part(self, upload_id: str) -> None:
         with self._uploads() as up:
             try:
