@@ -289,3 +289,23 @@ def test_where_an_entry_came_from_and_whom_it_is_shared_with_are_its_owners_to_s
         shown = api.client.get("/api/v1/catalogue/dataset/leaky-public", headers=u[who]).json()
         assert listed and all(("source" in e, "shared_with" in e) == (sees, sees) for e in [*listed, shown]), who
         assert sees or "private-project" not in str([*listed, shown])
+
+
+def test_a_publisher_has_a_number_of_versions_and_bytes_in_the_catalogue(env, monkeypatch):
+    api, u, _, settings = env
+    dave = u["dave"]  # reads account:vision only: publishes from his own space
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "small"}, headers=dave)
+    _upload(api, dave, "personal", "small/s.bin", b"12345")
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "big"}, headers=dave)
+    _upload(api, dave, "personal", "big/b.bin", b"123456")
+    monkeypatch.setattr(settings, "catalogue_max_entries", 1)
+    monkeypatch.setattr(settings, "catalogue_quota_bytes", 10)
+    assert _publish(api, dave, name="daves", version="v1", space="personal", path="small").status_code == 201
+    r = _publish(api, dave, name="daves", version="v2", space="personal", path="small")
+    assert r.status_code == 409 and "1 versions in the catalogue" in r.text, r.text
+    monkeypatch.setattr(settings, "catalogue_max_entries", 5)
+    r = _publish(api, dave, name="daves", version="v2", space="personal", path="big")
+    assert r.status_code == 409 and "may take 10 bytes together and take 5" in r.text, r.text
+    assert _publish(api, dave, name="daves", version="v2", space="personal", path="small").status_code == 201
+    store = settings.spaces_dir / "catalogue"
+    assert not [p for p in store.iterdir() if p.name.startswith(".publishing-")]  # a refused copy left nothing

@@ -77,7 +77,7 @@ def _mount_target(spaces: Spaces, db: Session, user: User, mount: Mount) -> Spac
 
 
 def catalogue_for(settings: Settings) -> Catalogue:
-    return Catalogue(settings.spaces_dir / "catalogue")
+    return Catalogue(settings.spaces_dir / "catalogue", settings.catalogue_max_entries, settings.catalogue_quota_bytes)
 
 
 def _mount_source(p: Platform, spaces: Spaces, db: Session, user: User, mount: Mount) -> Path:

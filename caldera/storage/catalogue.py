@@ -19,13 +19,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from caldera.db.membership import user_accounts
 from caldera.db.models import CatalogueEntry, User
-from caldera.storage.errors import NameClash, NoAccess, NoSuchPath, PathRefused
+from caldera.storage.errors import (
+    NameClash,
+    NoAccess,
+    NoSuchPath,
+    PathRefused,
+    QuotaExceeded,
+    catalogue_bytes_full,
+    catalogue_entries_full,
+)
 from caldera.storage.paths import parts
 from caldera.storage.service import Opened
 
@@ -67,8 +75,9 @@ def parse_ref(text: str) -> tuple[str, str | None]:
 
 
 class Catalogue:
-    def __init__(self, store: Path):
+    def __init__(self, store: Path, max_entries: int, quota_bytes: int):
         self.store = store  # <storage_dir>/catalogue: root's, 0700
+        self.max_entries, self.quota_bytes = max_entries, quota_bytes  # each publisher's, all their versions
 
     def host_path(self, entry: CatalogueEntry) -> Path:
         return self.store / str(entry.id) / "data"
@@ -115,13 +124,25 @@ class Catalogue:
         )
         if db.scalar(taken) is not None:
             raise clash
+        entries, used = self._usage(db, owner)
+        if entries >= self.max_entries:
+            raise catalogue_entries_full(self.max_entries)
+        if used >= self.quota_bytes:
+            raise catalogue_bytes_full(self.quota_bytes, used)
         entry.owner_id, entry.source, entry.created_at = owner.id, f"{opened.ref}/{path}".rstrip("/"), time.time()
         # the copy first, into a folder of root's, and only then the row: a flushed row would hold the database's
         # write lock (SQLite: every writer of the platform) for as long as the copy takes
         self.store.mkdir(mode=0o700, parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".publishing-", dir=self.store))
         try:
-            copied = opened.tree.copy_folder(parts(path), str(staging / "data"), max_bytes)
+            try:
+                copied = opened.tree.copy_folder(
+                    parts(path), str(staging / "data"), min(max_bytes, self.quota_bytes - used)
+                )
+            except QuotaExceeded:
+                if self.quota_bytes - used < max_bytes:
+                    raise catalogue_bytes_full(self.quota_bytes, used) from None
+                raise
             entry.size_bytes, entry.files = copied.size, copied.files
             (staging / "data").chmod(0o755)  # what jobs mount, read-only, whatever the umask
             db.add(entry)
@@ -129,12 +150,26 @@ class Catalogue:
                 db.flush()  # the id names its folder; the unique (kind, name, version) is checked again here
             except IntegrityError:
                 raise clash from None
+            entries, used = self._usage(db, owner)  # with the new row: publishes at once pass no limit together
+            if entries > self.max_entries:
+                raise catalogue_entries_full(self.max_entries)
+            if used > self.quota_bytes:
+                raise catalogue_bytes_full(self.quota_bytes, used - entry.size_bytes)
             os.rename(staging, self.host_path(entry).parent)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             db.rollback()
             raise
         return copied.left_out
+
+    def _usage(self, db: Session, owner: User) -> tuple[int, int]:
+        """The number of ``owner``'s versions and the bytes of their copies."""
+        count, size = db.execute(
+            select(func.count(), func.coalesce(func.sum(CatalogueEntry.size_bytes), 0)).where(
+                CatalogueEntry.owner_id == owner.id
+            )
+        ).one()
+        return count, size
 
     def remove(self, db: Session, entry: CatalogueEntry) -> None:
         """The entry, then its copy; the caller checked that no running job mounts it."""
