@@ -11,12 +11,13 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import delete, select, update
 
-from caldera.db.models import StorageImport
-from caldera.server import imports
+from caldera.db.models import CatalogueEntry, StorageImport
+from caldera.server import files, imports
 from caldera.storage import fetch
 from caldera.storage.backends.local import UPLOADS_DIR
+from caldera.storage.tree import Tree
 from tests.conftest import api_on, make_settings
 from tests.fake_runtime import FakeRuntime
 from tests.portal import browser_for
@@ -309,3 +310,59 @@ def test_a_publisher_has_a_number_of_versions_and_bytes_in_the_catalogue(env, mo
     assert _publish(api, dave, name="daves", version="v2", space="personal", path="small").status_code == 201
     store = settings.spaces_dir / "catalogue"
     assert not [p for p in store.iterdir() if p.name.startswith(".publishing-")]  # a refused copy left nothing
+
+
+def test_two_first_publishes_of_a_name_at_once_make_one_owner(env, monkeypatch):
+    """alice and bob publish the same new name at the same moment: both pass the first check while their copies
+    run; the claim on the name lets exactly one through."""
+    api, u, _, _ = env
+    for who in ("alice", "bob"):
+        _upload(api, u[who], "personal", "race.bin", who.encode())
+    both_copying = threading.Barrier(2, timeout=10)
+    copy_folder = Tree.copy_folder
+
+    def copy_together(self, *args):
+        both_copying.wait()
+        return copy_folder(self, *args)
+
+    monkeypatch.setattr(Tree, "copy_folder", copy_together)
+    statuses = {}
+
+    def publish(who):
+        r = _publish(api, u[who], name="raced", version=who, space="personal", path="", visibility="public")
+        statuses[who] = r.status_code
+
+    threads = [threading.Thread(target=publish, args=(who,)) for who in ("alice", "bob")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(statuses.values()) == [201, 403], statuses
+    owners = {e["owner"] for e in api.client.get("/api/v1/catalogue", params={"q": "raced"}, headers=u["admin"]).json()}
+    assert len(owners) == 1
+
+
+def test_a_removed_entrys_folder_never_blocks_a_publish_and_is_swept(env):
+    """An entry's row goes (its owner was deleted, and their entries with them) and its folder stays: SQLite gives
+    the next entry the same id, and the next publish must not meet that folder; the sweep removes it."""
+    api, u, _, settings = env
+    alice = u["alice"]
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "gone"}, headers=alice)
+    _upload(api, alice, "personal", "gone/g.bin", b"g")
+    assert _publish(api, alice, name="gone", version="v1", space="personal", path="gone").status_code == 201
+    platform = api.client.app.state.platform
+    with platform.session() as db:
+        entry = db.scalar(select(CatalogueEntry).where(CatalogueEntry.name == "gone"))
+        left = files.catalogue_for(settings).host_path(entry).parent
+        db.execute(delete(CatalogueEntry).where(CatalogueEntry.id == entry.id))  # as a deleted owner's cascade
+        db.commit()
+    r = _publish(api, alice, name="next", version="v1", space="personal", path="gone")
+    assert r.status_code == 201, r.text
+    with platform.session() as db:
+        assert files.catalogue_for(settings).sweep(db, time.time()) == 0  # not yet: an hour at least
+        assert files.catalogue_for(settings).sweep(db, time.time() + 7200) == 1
+    assert not left.exists()
+    assert api.client.get("/api/v1/catalogue/dataset/next", headers=alice).json()["files"] == 1
+    assert api.client.delete("/api/v1/catalogue/dataset/next/v1", headers=alice).status_code == 200
+    # the name is free again once its last version is gone
+    assert _publish(api, u["bob"], name="next", version="v1", space="personal", path="").status_code == 201

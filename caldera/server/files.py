@@ -40,7 +40,8 @@ def spaces_for(platform: Platform) -> Spaces:
 
 
 class Reconciler:
-    """Walks the spaces whose counters are older than ``storage_reconcile_s``, in a thread of its own."""
+    """Walks the spaces whose counters are older than ``storage_reconcile_s``, and removes the catalogue copies
+    that no entry names, in a thread of its own."""
 
     def __init__(self, platform: Platform, spaces: Spaces, period_s: float = 60.0):
         self.platform, self.spaces, self.period_s = platform, spaces, period_s
@@ -50,6 +51,10 @@ class Reconciler:
     def start(self) -> None:
         imports.recover(self.platform, self.spaces)
         self._thread.start()
+
+    def _sweep_catalogue(self) -> None:
+        with self.platform.session() as db:
+            catalogue_for(self.platform.settings).sweep(db, time.time())
 
     def stop(self) -> None:
         self._stop.set()
@@ -61,6 +66,7 @@ class Reconciler:
             try:
                 with self.platform.session() as db:
                     self.spaces.reconcile_due(db, time.time())
+                self._sweep_catalogue()
             except Exception:  # noqa: BLE001 - a space that cannot be walked now is walked next time
                 log.exception("storage reconciliation failed")
 
