@@ -6,7 +6,6 @@ from __future__ import annotations
 import secrets
 import time
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
@@ -18,7 +17,7 @@ from caldera.server.api_files import Caller, _fs_errors, caller
 from caldera.server.errors import Conflict, NotFound
 from caldera.storage.catalogue import NAME, VERSION, Reader, owner_or_admin
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
-from caldera.storage.fetch import MAX_URL_CHARS, allowed_networks, check_url
+from caldera.storage.fetch import allowed_networks, refused
 from caldera.storage.paths import MAX_PATH_CHARS, file_parts
 from caldera.storage.spaces import Access, Kind, SpaceRef
 
@@ -121,7 +120,7 @@ def remove(kind: KindParam, name: NameParam, version: VersionParam, c: Caller = 
 
 
 class ImportIn(BaseModel):
-    url: str = Field(..., max_length=MAX_URL_CHARS)
+    url: str = Field(..., max_length=outbound.MAX_URL_CHARS)
     space: str = Field(..., max_length=80)
     path: str = Field(..., max_length=MAX_PATH_CHARS, description="the new file's path in the space")
 
@@ -144,13 +143,15 @@ def _import_view(imp: StorageImport, space: str) -> dict:
 @router.post("/imports", status_code=201)
 def start_import(body: ImportIn, request: Request, c: Caller = Depends(caller)):
     """Download ``url`` into a space you may write, in the server; ``GET /imports/{id}`` shows its progress."""
-    check_url(body.url)
-    opened = c.open(body.space, Access.WRITE)
     try:  # refused now, with the reason, where it can be; checked again at each connection
-        host = urlsplit(body.url)
-        outbound.checked_address(host.hostname or "", host.port or 0, allowed_networks(c.spaces.settings))
+        outbound.check_url(body.url)
     except outbound.OutboundRefused as exc:
-        raise PathRefused(f"{exc} (an admin may allow it: storage_import_allowed_networks)") from None
+        raise PathRefused(str(exc)) from None
+    opened = c.open(body.space, Access.WRITE)
+    try:
+        outbound.checked_url(body.url, allowed_networks(c.spaces.settings))
+    except outbound.OutboundRefused as exc:
+        raise PathRefused(refused(exc)) from None
     names = file_parts(body.path)
     with _fs_errors():
         try:

@@ -50,6 +50,7 @@ class Reconciler:
 
     def start(self) -> None:
         imports.recover(self.platform, self.spaces)
+        self._sweep_catalogue()
         self._thread.start()
 
     def _sweep_catalogue(self) -> None:
