@@ -228,8 +228,8 @@ class Spaces:
         """Delete everything in the space and its row (its counters, quotas, members' modes, unfinished uploads):
         the next use finds it empty, with the defaults. The caller checks that no running job mounts it, and
         commits. The bytes and entries freed."""
-        for upload in db.scalars(select(StorageUpload).where(StorageUpload.space_id == opened.row.id)):
-            opened.tree.drop_part(upload.id)
+        for part in opened.tree.part_names():  # unfinished uploads' and imports'
+            opened.tree.drop_part(part)
         freed = [0, 0]
         while True:
             page, _ = opened.tree.list((), limit=1000)
