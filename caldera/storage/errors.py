@@ -32,9 +32,6 @@ class QuotaExceeded(Conflict):
 class CatalogueFull(Conflict):
     """A publisher's versions in the catalogue are at ``catalogue_max_entries`` or ``catalogue_quota_bytes``."""
 
-    def __init__(self, message: str, code: str, params: dict[str, int]):
-        super().__init__(message, code, params)
-
 
 def catalogue_entries_full(limit: int) -> CatalogueFull:
     return CatalogueFull(
