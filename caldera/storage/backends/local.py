@@ -49,6 +49,7 @@ class LocalBackend(StorageBackend):
         path, uploads = self.host_path(ref), str(self.uploads_path(ref))
         if ref.kind is Kind.PERSONAL:
             make_root(str(path), owner, 0o700)
+            make_root(str(self.workspaces / UPLOADS_DIR), None, 0o700)  # no job lists whose uploads are there
             _drop_uploads_inside(path)
             return Tree(str(path), uploads, owner)
         make_root(str(path.parent), None, 0o700)
