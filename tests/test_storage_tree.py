@@ -195,9 +195,15 @@ def test_no_job_reaches_where_other_users_uploads_go(tmp_path):
 
     os.unlink(data / UPLOADS_DIR)
     (data / UPLOADS_DIR).mkdir(mode=0o700)  # as an earlier version left it
-    (data / UPLOADS_DIR / "old-part").write_bytes(b"unfinished")
+    (data / UPLOADS_DIR / ("a" * 32)).write_bytes(b"unfinished")
+    (data / "sub" / UPLOADS_DIR).mkdir(parents=True, mode=0o700)  # a user's folder of that name: theirs
+    (data / "sub" / UPLOADS_DIR / "notes.txt").write_text("mine")
     backend.store(ref, None)
-    assert not (data / UPLOADS_DIR).exists()
+    assert not (data / UPLOADS_DIR).exists() and (data / "sub" / UPLOADS_DIR / "notes.txt").exists()
+    (data / UPLOADS_DIR).mkdir(mode=0o700)
+    (data / UPLOADS_DIR / "notes.txt").write_text("mine")
+    backend.store(ref, None)
+    assert (data / UPLOADS_DIR / "notes.txt").exists()
 
 
 def test_paging_a_large_folder(tmp_path):

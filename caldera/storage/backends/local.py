@@ -13,6 +13,7 @@ member's) cannot rename, replace or link over where other users' uploads go."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -24,6 +25,7 @@ from caldera.storage.tree import Owner, Tree, make_root
 
 _SHARED_MODE = 0o777  # account and public spaces: the mount is the gate (see above)
 UPLOADS_DIR = ".caldera-uploads"  # under the workspaces: not a user name, which starts with a letter or digit
+_PART_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class LocalBackend(StorageBackend):
@@ -61,13 +63,22 @@ class LocalBackend(StorageBackend):
 
 
 def _drop_uploads_inside(root: Path) -> None:
-    """Remove the upload folder that earlier versions kept inside a space (root's, at its root): its parts would
-    be readable through the API now that the name is no longer the platform's. One a job made is left alone."""
+    """Remove the upload folder that earlier versions kept inside a space: its parts would be readable through the
+    API now that the name is no longer the platform's. Only one that is surely theirs (root's, 0700, holding
+    nothing but part files named by upload ids) is removed: a user's own folder of that name is theirs."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         st = os.stat(UPLOADS_DIR, dir_fd=fd, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
-            shutil.rmtree(UPLOADS_DIR, dir_fd=fd)  # descriptor-based: a link swapped in is not followed
+        if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o700):
+            return
+        inner = os.open(UPLOADS_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            with os.scandir(inner) as it:
+                if not all(_PART_ID.fullmatch(e.name) and e.is_file(follow_symlinks=False) for e in it):
+                    return
+        finally:
+            os.close(inner)
+        shutil.rmtree(UPLOADS_DIR, dir_fd=fd)  # descriptor-based: a link swapped in is not followed
     except (FileNotFoundError, NotADirectoryError):
         pass
     finally:
