@@ -161,6 +161,12 @@ class Settings(BaseSettings):
     storage_import_allowed_networks: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="non-public networks an import from URL may reach (all public ones may)"
     )
+    catalogue_max_entries: int = Field(
+        200, ge=0, description="dataset and model versions one user may have in the catalogue"
+    )
+    catalogue_quota_bytes: int = Field(
+        100 * 2**30, ge=0, description="bytes of the catalogue's copies one user's versions may take, together"
+    )
     # notifications (docs/governance.md): channels are entry points of caldera.notifiers
     smtp_host: str | None = Field(None, max_length=256, description="SMTP server for e-mail; no e-mail when empty")
     smtp_port: int = Field(25, ge=1, le=65535, description="port of the SMTP server")

@@ -1,24 +1,69 @@
 """Connections the platform opens to a URL a user gave (a webhook, an import): the platform must not become their
-way into its own network. The host is resolved once, every address must be public (or inside networks an admin
-allowed), and the connection goes to the address that was checked (no second lookup to rebind); TLS still checks
-the certificate against the URL's host name."""
+way into its own network. The URL must be an http(s) URL of a host, ASCII, without credentials (``check_url``); the
+host is resolved once, every address must be public (or inside networks an admin allowed), and the connection goes
+to the address that was checked (no second lookup to rebind); TLS still checks the certificate against the URL's
+host name. The one place for these checks: webhooks and imports both come here."""
 
 from __future__ import annotations
 
 import http.client
 import ipaddress
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
 SCHEMES = ("http", "https")
+MAX_URL_CHARS = 2048
+Networks = Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]
 
 
 class OutboundRefused(Exception):
-    """The address may not be reached, or cannot be resolved: the reason in words."""
+    """The URL or its address may not be reached, or cannot be resolved: the reason in words."""
 
 
-def checked_address(host: str, port: int, allowed: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str:
+def networks(cidrs: Iterable[str]) -> Networks:
+    """An admin's setting of allowed non-public networks (validated when the settings load)."""
+    return [ipaddress.ip_network(n) for n in cidrs]
+
+
+def check_url(url: str) -> None:
+    """Refuse, with the reason, a URL that is not an http(s) URL of a host, without credentials."""
+    # ASCII only: the request line is ASCII (http.client raises UnicodeEncodeError, in a thread of its own for an
+    # import); other characters are sent percent-encoded
+    if len(url) > MAX_URL_CHARS or any(not 33 <= ord(c) < 127 for c in url):
+        raise OutboundRefused(
+            f"a URL of at most {MAX_URL_CHARS} ASCII characters (others percent-encoded), without spaces or control "
+            "characters"
+        )
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise OutboundRefused(f"only {' and '.join(SCHEMES)} URLs")
+    if parts.username is not None or parts.password is not None:
+        raise OutboundRefused("a URL with credentials in it is refused (they would be stored with it)")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise OutboundRefused("the URL's port is not a number") from None
+    if not parts.hostname:
+        raise OutboundRefused("the URL names no host")
+
+
+def checked_url(url: str, allowed: Networks) -> str:
+    """The address to connect to for ``url``, refused (OutboundRefused) as ``check_url`` and ``checked_address``
+    say."""
+    check_url(url)
+    parts = urlsplit(url)
+    return checked_address(parts.hostname or "", parts.port or 0, allowed)
+
+
+def open_connection(url: str, allowed: Networks, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    """An unopened connection for ``url`` to an address of its host that was checked, and the path to ask for."""
+    parts = urlsplit(url)
+    conn = connection(url, checked_url(url, allowed), timeout)
+    return conn, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def checked_address(host: str, port: int, allowed: Networks) -> str:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
@@ -54,7 +99,7 @@ def _judged(ip: _Address) -> list[tuple[_Address, bool]]:
     return inner or [(ip, ip.is_global and ip not in _SITE_LOCAL)]
 
 
-def _allowed(ip: _Address, allowed: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
+def _allowed(ip: _Address, allowed: Networks) -> bool:
     return any(ip in net for net in allowed)
 
 

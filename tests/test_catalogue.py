@@ -11,8 +11,13 @@ import threading
 import time
 
 import pytest
+from sqlalchemy import delete, select, update
 
+from caldera.db.models import CatalogueEntry, StorageImport
+from caldera.server import files, imports
 from caldera.storage import fetch
+from caldera.storage.backends.local import UPLOADS_DIR
+from caldera.storage.tree import Tree
 from tests.conftest import api_on, make_settings
 from tests.fake_runtime import FakeRuntime
 from tests.portal import browser_for
@@ -112,8 +117,8 @@ def test_published_versions_are_found_mounted_and_kept_by_who_may_read_them(env)
 
 
 class _Files(http.server.BaseHTTPRequestHandler):
-    """``/data``: DATA, with Range; ``/cut``: the first request breaks off half-way; ``/away``: a redirect to a
-    private address; ``/hang``: DATA once ``release`` is set."""
+    """``/data``: DATA, with Range; ``/cut``: the first request breaks off half-way, ``/broken``: every one;
+    ``/away``: a redirect to a private address; ``/hang``: DATA once ``release`` is set."""
 
     requests: list[tuple[str, str | None]] = []
     cut_once = True
@@ -132,8 +137,8 @@ class _Files(http.server.BaseHTTPRequestHandler):
         self.send_response(206 if start else 200)
         self.send_header("Content-Length", str(len(DATA) - start))
         self.end_headers()
-        if self.path == "/cut" and _Files.cut_once:
-            _Files.cut_once = False
+        if self.path == "/broken" or (self.path == "/cut" and _Files.cut_once):
+            _Files.cut_once = self.path != "/cut"
             self.wfile.write(DATA[: len(DATA) // 2])
             self.wfile.flush()
             self.connection.shutdown(2)
@@ -219,6 +224,43 @@ def test_an_import_resumes_where_it_broke_off_and_stops_at_the_quota(env, files_
     assert got["state"] == "failed" and "larger than" in got["error"], got
 
 
+def test_unfinished_imports_count_against_the_quota_and_are_swept(env, files_server):
+    """A broken import keeps its bytes for a restart, counted against the space's quota; any other failure drops
+    them; a day later a broken one's are swept; at startup, part files nothing holds are removed and imports left
+    running are failed."""
+    api, u, _, settings = env
+    carol, admin = u["carol"], u["admin"]
+    parts_dir = settings.workspaces / UPLOADS_DIR / "carol"
+    api.client.patch("/api/v1/spaces/personal:carol", json={"quota_bytes": len(DATA)}, headers=admin)
+    broken = _settled(api, carol, _import(api, carol, files_server + "/broken", "b.bin").json()["id"])
+    assert broken["state"] == "failed" and broken["done_bytes"] == len(DATA) // 2, broken
+    assert os.listdir(parts_dir) == [broken["id"]]
+    r = api.client.post("/api/v1/spaces/personal/uploads", json={"path": "u.bin", "size": len(DATA) // 2 + 1},
+                        headers=carol)  # fmt: skip
+    assert r.status_code == 409 and "unfinished imports" in r.text, r.text
+    other = _settled(api, carol, _import(api, carol, files_server + "/data", "d.bin").json()["id"])
+    assert other["state"] == "failed" and "larger than" in other["error"] and other["done_bytes"] == 0, other
+    assert os.listdir(parts_dir) == [broken["id"]]  # the refused one left nothing
+
+    spaces = api.client.app.state.spaces
+    with api.client.app.state.platform.session() as db:
+        spaces.reconcile_due(db, time.time() + 2 * 86400)
+    assert os.listdir(parts_dir) == []
+    assert api.client.get(f"/api/v1/imports/{broken['id']}", headers=carol).json()["done_bytes"] == 0
+    r = api.client.post("/api/v1/spaces/personal/uploads", json={"path": "u.bin", "size": len(DATA) // 2 + 1},
+                        headers=carol)  # fmt: skip
+    assert r.status_code == 201, r.text
+
+    (parts_dir / ("0" * 32)).write_bytes(b"left by a server that stopped")
+    with api.client.app.state.platform.session() as db:
+        db.execute(update(StorageImport).where(StorageImport.id == broken["id"]).values(state="running"))
+        db.commit()
+    imports.recover(api.client.app.state.platform, spaces)
+    assert os.listdir(parts_dir) == [r.json()["id"]]  # the upload's part is held; the stray one is gone
+    got = api.client.get(f"/api/v1/imports/{broken['id']}", headers=carol).json()
+    assert got["state"] == "failed" and "interrupted" in got["error"]
+
+
 def test_a_user_has_a_few_imports_going_at_once(env, files_server):
     api, u, _, _ = env
     bob = u["bob"]
@@ -231,3 +273,96 @@ def test_a_user_has_a_few_imports_going_at_once(env, files_server):
     finally:
         _Files.release.set()
     assert all(_settled(api, bob, r.json()["id"])["state"] == "done" for r in started)
+
+
+def test_where_an_entry_came_from_and_whom_it_is_shared_with_are_its_owners_to_see(env):
+    """bob and carol read alice's entries (shared with bob, public): neither learns the space and folder it was
+    copied from nor the names it is shared with; alice and an admin do."""
+    api, u, _, _ = env
+    api.client.post("/api/v1/spaces/account:vision/folders", json={"path": "private-project"}, headers=u["alice"])
+    _upload(api, u["alice"], "account:vision", "private-project/w.bin", b"w")
+    for name, visibility in (("leaky-shared", "shared"), ("leaky-public", "public")):
+        r = _publish(api, u["alice"], name=name, version="v1", path="private-project", visibility=visibility,
+                     shared_with=["user:bob", "account:third"])  # fmt: skip
+        assert r.status_code == 201 and r.json()["source"] == "account:vision/private-project", r.text
+    for who, sees in (("bob", False), ("carol", False), ("alice", True), ("admin", True)):
+        listed = [e for e in api.client.get("/api/v1/catalogue", params={"q": "leaky"}, headers=u[who]).json()]
+        shown = api.client.get("/api/v1/catalogue/dataset/leaky-public", headers=u[who]).json()
+        assert listed and all(("source" in e, "shared_with" in e) == (sees, sees) for e in [*listed, shown]), who
+        assert sees or "private-project" not in str([*listed, shown])
+
+
+def test_a_publisher_has_a_number_of_versions_and_bytes_in_the_catalogue(env, monkeypatch):
+    api, u, _, settings = env
+    dave = u["dave"]  # reads account:vision only: publishes from his own space
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "small"}, headers=dave)
+    _upload(api, dave, "personal", "small/s.bin", b"12345")
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "big"}, headers=dave)
+    _upload(api, dave, "personal", "big/b.bin", b"123456")
+    monkeypatch.setattr(settings, "catalogue_max_entries", 1)
+    monkeypatch.setattr(settings, "catalogue_quota_bytes", 10)
+    assert _publish(api, dave, name="daves", version="v1", space="personal", path="small").status_code == 201
+    r = _publish(api, dave, name="daves", version="v2", space="personal", path="small")
+    assert r.status_code == 409 and "1 versions in the catalogue" in r.text, r.text
+    monkeypatch.setattr(settings, "catalogue_max_entries", 5)
+    r = _publish(api, dave, name="daves", version="v2", space="personal", path="big")
+    assert r.status_code == 409 and "may take 10 bytes together and take 5" in r.text, r.text
+    assert _publish(api, dave, name="daves", version="v2", space="personal", path="small").status_code == 201
+    store = settings.spaces_dir / "catalogue"
+    assert not [p for p in store.iterdir() if p.name.startswith(".publishing-")]  # a refused copy left nothing
+
+
+def test_two_first_publishes_of_a_name_at_once_make_one_owner(env, monkeypatch):
+    """alice and bob publish the same new name at the same moment: both pass the first check while their copies
+    run; the claim on the name lets exactly one through."""
+    api, u, _, _ = env
+    for who in ("alice", "bob"):
+        _upload(api, u[who], "personal", "race.bin", who.encode())
+    both_copying = threading.Barrier(2, timeout=10)
+    copy_folder = Tree.copy_folder
+
+    def copy_together(self, *args):
+        both_copying.wait()
+        return copy_folder(self, *args)
+
+    monkeypatch.setattr(Tree, "copy_folder", copy_together)
+    statuses = {}
+
+    def publish(who):
+        r = _publish(api, u[who], name="raced", version=who, space="personal", path="", visibility="public")
+        statuses[who] = r.status_code
+
+    threads = [threading.Thread(target=publish, args=(who,)) for who in ("alice", "bob")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(statuses.values()) == [201, 403], statuses
+    owners = {e["owner"] for e in api.client.get("/api/v1/catalogue", params={"q": "raced"}, headers=u["admin"]).json()}
+    assert len(owners) == 1
+
+
+def test_a_removed_entrys_folder_never_blocks_a_publish_and_is_swept(env):
+    """An entry's row goes (its owner was deleted, and their entries with them) and its folder stays: SQLite gives
+    the next entry the same id, and the next publish must not meet that folder; the sweep removes it."""
+    api, u, _, settings = env
+    alice = u["alice"]
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "gone"}, headers=alice)
+    _upload(api, alice, "personal", "gone/g.bin", b"g")
+    assert _publish(api, alice, name="gone", version="v1", space="personal", path="gone").status_code == 201
+    platform = api.client.app.state.platform
+    with platform.session() as db:
+        entry = db.scalar(select(CatalogueEntry).where(CatalogueEntry.name == "gone"))
+        left = files.catalogue_for(settings).host_path(entry).parent
+        db.execute(delete(CatalogueEntry).where(CatalogueEntry.id == entry.id))  # as a deleted owner's cascade
+        db.commit()
+    r = _publish(api, alice, name="next", version="v1", space="personal", path="gone")
+    assert r.status_code == 201, r.text
+    with platform.session() as db:
+        assert files.catalogue_for(settings).sweep(db, time.time()) == 0  # not yet: an hour at least
+        assert files.catalogue_for(settings).sweep(db, time.time() + 7200) == 1
+    assert not left.exists()
+    assert api.client.get("/api/v1/catalogue/dataset/next", headers=alice).json()["files"] == 1
+    assert api.client.delete("/api/v1/catalogue/dataset/next/v1", headers=alice).status_code == 200
+    # the name is free again once its last version is gone
+    assert _publish(api, u["bob"], name="next", version="v1", space="personal", path="").status_code == 201

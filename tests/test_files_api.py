@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from caldera.storage.paths import UPLOADS_DIR
+from caldera.storage.backends.local import UPLOADS_DIR
 from tests.conftest import Api, make_settings
 
 CHUNK = 64 * 1024
@@ -201,8 +201,7 @@ def test_a_quota_overrun_leaves_nothing_behind(env):
     r = api.client.patch(url, content=b"x" * CHUNK, headers={**alice, "Upload-Offset": str(CHUNK)})
     assert r.status_code == 409
     assert names(api, alice, "personal") == []
-    home = settings.workspaces / "quentin"
-    assert os.listdir(home / UPLOADS_DIR) == []  # the part is gone too
+    assert os.listdir(settings.workspaces / UPLOADS_DIR / "quentin") == []  # the part is gone too
     assert api.client.get(url, headers=alice).status_code == 404
     # the file-count quota as well
     api.client.patch("/api/v1/spaces/personal:quentin", json={"quota_bytes": None, "quota_files": 1}, headers=admin)
@@ -225,9 +224,7 @@ def test_name_clashes_are_errors_not_overwrites(env):
     assert download(api, alice, "personal", "a.txt").content == b"first"
 
 
-@pytest.mark.parametrize(
-    "path", ["../bob/x", "/etc/passwd", "a/../../x", "a\nb", "a\0b", "", ".", f"{UPLOADS_DIR}/x", "x" * 5000]
-)
+@pytest.mark.parametrize("path", ["../bob/x", "/etc/passwd", "a/../../x", "a\nb", "a\0b", "", ".", "x" * 5000])
 def test_bad_paths_are_refused_cleanly(env, path):
     api, _, users, _ = env
     alice = users["alice"]
@@ -340,4 +337,4 @@ def test_the_background_reconciliation(env):
     space = api.client.get("/api/v1/spaces/personal", headers=olga).json()
     assert (space["used_bytes"], space["used_files"]) == (5, 1)
     assert api.client.get(f"/api/v1/spaces/personal/uploads/{upload_id}", headers=olga).status_code == 404
-    assert os.listdir(settings.workspaces / "olga" / UPLOADS_DIR) == []
+    assert os.listdir(settings.workspaces / UPLOADS_DIR / "olga") == []

@@ -118,6 +118,6 @@ def test_webdav_with_rclone(server, tmp_path):
     r = rclone(server, tmp_path, "alice", alice, "copyto", str(big), "cal:personal:alice/big.bin", check=False)
     assert r.returncode != 0
     assert "big.bin" not in rclone(server, tmp_path, "alice", alice, "lsf", "cal:personal:alice").stdout
-    assert not list((home / ".caldera-uploads").iterdir())
+    assert not list((home.parent / ".caldera-uploads" / "alice").iterdir())
     rclone(server, tmp_path, "alice", alice, "purge", "cal:personal:alice/proj")
     assert "proj/" not in rclone(server, tmp_path, "alice", alice, "lsf", "cal:personal:alice").stdout

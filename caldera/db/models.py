@@ -393,6 +393,18 @@ class CatalogueEntry(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     files: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[float] = mapped_column(Float)
+    # its copy's folder in the store: random, never reused (a row's id may be, and meet a folder left behind)
+    folder: Mapped[str] = mapped_column(String(32), unique=True)
+
+
+class CatalogueName(Base):
+    """Whose a catalogue name is: its first publisher's (one row per name, so two first publishes at once cannot
+    both win); only they and admins add versions. Freed when its last version is deleted."""
+
+    __tablename__ = "catalogue_names"
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
 
 
 class StorageImport(Base):

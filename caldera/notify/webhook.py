@@ -5,38 +5,34 @@ The URL is the user's, so it is reached as ``caldera.outbound`` says (public add
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from dataclasses import asdict
-from urllib.parse import urlsplit
 
 from caldera import outbound
 from caldera.config import Settings
 from caldera.notify.base import DeliveryError, Message
 
-MAX_URL_CHARS = 2048
+MAX_URL_CHARS = outbound.MAX_URL_CHARS
 
 
 def valid_url(url: str) -> bool:
-    parts = urlsplit(url)
-    return len(url) <= MAX_URL_CHARS and parts.scheme in outbound.SCHEMES and bool(parts.hostname)
+    try:
+        outbound.check_url(url)
+    except outbound.OutboundRefused:
+        return False
+    return True
 
 
 class WebhookNotifier:
     def __init__(self, settings: Settings) -> None:
         self.timeout = settings.notify_timeout_s
-        self.allowed = [ipaddress.ip_network(n) for n in settings.webhook_allowed_networks]
+        self.allowed = outbound.networks(settings.webhook_allowed_networks)
 
     def deliver(self, message: Message, target: str) -> None:
-        if not valid_url(target):
-            raise DeliveryError("webhook: the URL is not http(s)")
-        parts = urlsplit(target)
         try:
-            address = outbound.checked_address(parts.hostname or "", parts.port or 0, self.allowed)
+            conn, path = outbound.open_connection(target, self.allowed, self.timeout)
         except outbound.OutboundRefused as exc:
             raise DeliveryError(f"webhook: {exc}") from exc
-        conn = outbound.connection(target, address, self.timeout)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         try:
             conn.request("POST", path, json.dumps(asdict(message)), {"Content-Type": "application/json"})
             response = conn.getresponse()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import secrets
 import time
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
@@ -18,7 +17,7 @@ from caldera.server.api_files import Caller, _fs_errors, caller
 from caldera.server.errors import Conflict, NotFound
 from caldera.storage.catalogue import NAME, VERSION, Reader, owner_or_admin
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
-from caldera.storage.fetch import MAX_URL_CHARS, allowed_networks, check_url
+from caldera.storage.fetch import allowed_networks, refused
 from caldera.storage.paths import MAX_PATH_CHARS, file_parts
 from caldera.storage.spaces import Access, Kind, SpaceRef
 
@@ -29,29 +28,28 @@ VersionParam = Annotated[str, Path(pattern=VERSION.pattern)]
 _TAG = r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,31}$"
 
 
-def _view(entry: CatalogueEntry, owner: str) -> dict:
-    return {
+def _view(c: Caller, entry: CatalogueEntry) -> dict:
+    """The entry as ``c`` may see it: where it was copied from (a space and folder) and whom it is shared with
+    are its owner's and admins' to know, not every reader's."""
+    owner = c.db.get(User, entry.owner_id)
+    view = {
         "kind": entry.kind,
         "name": entry.name,
         "version": entry.version,
         "ref": f"{entry.name}@{entry.version}",
         "description": entry.description,
         "tags": entry.tags,
-        "owner": owner,
-        "source": entry.source,
+        "owner": owner.username if owner else "",
         "visibility": entry.visibility,
-        "shared_with": entry.shared_with,
         "framework": entry.framework,
         "produced_by": entry.produced_by,
         "size_bytes": entry.size_bytes,
         "files": entry.files,
         "created_at": entry.created_at,
     }
-
-
-def _owner_name(c: Caller, entry: CatalogueEntry) -> str:
-    user = c.db.get(User, entry.owner_id)
-    return user.username if user else ""
+    if c.user.role == "admin" or entry.owner_id == c.user.id:
+        view |= {"source": entry.source, "shared_with": entry.shared_with}
+    return view
 
 
 class PublishIn(BaseModel):
@@ -72,15 +70,16 @@ class PublishIn(BaseModel):
 
 @router.post("/catalogue", status_code=201)
 def publish(body: PublishIn, c: Caller = Depends(caller)):
-    """Publish a folder of a space you may write as a dataset or model version: the platform copies it (links,
-    FIFOs and devices left out), so the version never changes."""
+    """Publish a folder of a space you may write as a dataset or model version: the platform copies its regular
+    files and folders (links, FIFOs, sockets and devices are left out: ``left_out`` says which), so the version
+    never changes."""
     opened = c.open(body.space, Access.WRITE)
     entry = CatalogueEntry(**body.model_dump(exclude={"space", "path"}))
     catalogue = files.catalogue_for(c.spaces.settings)
     with _fs_errors():
-        catalogue.publish(c.db, c.user, opened, body.path, entry, c.spaces.settings.storage_max_upload_bytes)
+        left_out = catalogue.publish(c.db, c.user, opened, body.path, entry, c.spaces.settings.storage_max_upload_bytes)
     c.db.commit()
-    return _view(entry, c.user.username)
+    return {**_view(c, entry), "left_out": left_out}
 
 
 @router.get("/catalogue")
@@ -91,14 +90,14 @@ def search(
 ):
     """The datasets and models you may read, searched in their names, versions, descriptions, tags, frameworks."""
     entries = files.catalogue_for(c.spaces.settings).search(c.db, Reader.of(c.db, c.user), kind, q)
-    return [_view(e, _owner_name(c, e)) for e in entries]
+    return [_view(c, e) for e in entries]
 
 
 @router.get("/catalogue/{kind}/{ref}")
 def show(kind: KindParam, ref: Annotated[str, Path(max_length=97)], c: Caller = Depends(caller)):
     """One entry: ``name@version``, or ``name`` for its newest version you may read."""
     entry = files.catalogue_for(c.spaces.settings).find(c.db, Reader.of(c.db, c.user), kind, ref)
-    return _view(entry, _owner_name(c, entry))
+    return _view(c, entry)
 
 
 @router.delete("/catalogue/{kind}/{name}/{version}")
@@ -121,7 +120,7 @@ def remove(kind: KindParam, name: NameParam, version: VersionParam, c: Caller = 
 
 
 class ImportIn(BaseModel):
-    url: str = Field(..., max_length=MAX_URL_CHARS)
+    url: str = Field(..., max_length=outbound.MAX_URL_CHARS)
     space: str = Field(..., max_length=80)
     path: str = Field(..., max_length=MAX_PATH_CHARS, description="the new file's path in the space")
 
@@ -144,13 +143,15 @@ def _import_view(imp: StorageImport, space: str) -> dict:
 @router.post("/imports", status_code=201)
 def start_import(body: ImportIn, request: Request, c: Caller = Depends(caller)):
     """Download ``url`` into a space you may write, in the server; ``GET /imports/{id}`` shows its progress."""
-    check_url(body.url)
-    opened = c.open(body.space, Access.WRITE)
     try:  # refused now, with the reason, where it can be; checked again at each connection
-        host = urlsplit(body.url)
-        outbound.checked_address(host.hostname or "", host.port or 0, allowed_networks(c.spaces.settings))
+        outbound.check_url(body.url)
     except outbound.OutboundRefused as exc:
-        raise PathRefused(f"{exc} (an admin may allow it: storage_import_allowed_networks)") from None
+        raise PathRefused(str(exc)) from None
+    opened = c.open(body.space, Access.WRITE)
+    try:
+        outbound.checked_url(body.url, allowed_networks(c.spaces.settings))
+    except outbound.OutboundRefused as exc:
+        raise PathRefused(refused(exc)) from None
     names = file_parts(body.path)
     with _fs_errors():
         try:

@@ -17,7 +17,7 @@ from caldera.core.spec import JobSpec, Mount
 from caldera.core.states import JobState
 from caldera.db.models import CatalogueEntry, Job, User
 from caldera.errors import CalderaError, Invalid, InvalidFields, field_error
-from caldera.server import identity
+from caldera.server import identity, imports
 from caldera.server.platform import Platform
 from caldera.storage.backends.registry import create_backend
 from caldera.storage.catalogue import Catalogue, Reader
@@ -40,7 +40,8 @@ def spaces_for(platform: Platform) -> Spaces:
 
 
 class Reconciler:
-    """Walks the spaces whose counters are older than ``storage_reconcile_s``, in a thread of its own."""
+    """Walks the spaces whose counters are older than ``storage_reconcile_s``, and removes the catalogue copies
+    that no entry names, in a thread of its own."""
 
     def __init__(self, platform: Platform, spaces: Spaces, period_s: float = 60.0):
         self.platform, self.spaces, self.period_s = platform, spaces, period_s
@@ -48,7 +49,13 @@ class Reconciler:
         self._thread = threading.Thread(target=self._run, name="storage-reconciler", daemon=True)
 
     def start(self) -> None:
+        imports.recover(self.platform, self.spaces)
+        self._sweep_catalogue()
         self._thread.start()
+
+    def _sweep_catalogue(self) -> None:
+        with self.platform.session() as db:
+            catalogue_for(self.platform.settings).sweep(db, time.time())
 
     def stop(self) -> None:
         self._stop.set()
@@ -60,6 +67,7 @@ class Reconciler:
             try:
                 with self.platform.session() as db:
                     self.spaces.reconcile_due(db, time.time())
+                self._sweep_catalogue()
             except Exception:  # noqa: BLE001 - a space that cannot be walked now is walked next time
                 log.exception("storage reconciliation failed")
 
@@ -76,7 +84,7 @@ def _mount_target(spaces: Spaces, db: Session, user: User, mount: Mount) -> Spac
 
 
 def catalogue_for(settings: Settings) -> Catalogue:
-    return Catalogue(settings.spaces_dir / "catalogue")
+    return Catalogue(settings.spaces_dir / "catalogue", settings.catalogue_max_entries, settings.catalogue_quota_bytes)
 
 
 def _mount_source(p: Platform, spaces: Spaces, db: Session, user: User, mount: Mount) -> Path:

@@ -1,6 +1,8 @@
 """Imports from URL (caldera/storage/fetch.py) run in a thread of the server each, their progress in their row:
-the bytes so far, the total when the server said it, and why one failed. A failed or interrupted import is
-restarted where its part file ends."""
+the bytes so far, the total when the server said it, and why one failed. The bytes so far count against the
+space's quota until the import ends. An import whose connection broke (or that a server restart interrupted) keeps
+its part file and is restarted where it ends, unless a day passes first (``Spaces.reconcile_due``); any other
+failure drops the part. Part files that nothing holds are removed at startup (``recover``)."""
 
 from __future__ import annotations
 
@@ -61,9 +63,12 @@ def _run(platform: Platform, spaces: Spaces, import_id: str) -> None:
             opened = Opened(ref, row, spaces.tree(db, ref), Access.WRITE)
             try:
                 _download(platform, spaces, db, imp, opened)
-                imp.state, imp.error = "done", ""
+                imp.error = ""
             except (fetch.FetchFailed, CalderaError, OSError) as exc:
                 imp.state, imp.error = "failed", getattr(exc, "message", None) or str(exc)
+                if not getattr(exc, "resumable", False):
+                    opened.tree.drop_part(imp.id)
+                imp.done_bytes = _part_size(opened, imp.id)
             imp.finished_at = time.time()
             db.commit()
     except Exception:  # noqa: BLE001 - a thread of its own: logged, the import stays restartable
@@ -81,15 +86,16 @@ def _download(platform: Platform, spaces: Spaces, db, imp: StorageImport, opened
         tree.new_part(imp.id)
         have = 0
     allowed = fetch.allowed_networks(platform.settings)
-    limit = min(platform.settings.storage_max_upload_bytes, spaces.room(db, opened))
+    limit = min(platform.settings.storage_max_upload_bytes, spaces.room(db, opened) + imp.done_bytes)
     last = [0.0]
 
     def progress(done: int) -> None:
         if time.monotonic() - last[0] >= _PROGRESS_EVERY_S:
             last[0] = time.monotonic()
-            with platform.session() as other:  # seen by a GET while the download goes on
+            with platform.session() as other:  # seen by a GET, and counted against the quota, as it goes on
                 other.execute(update(StorageImport).where(StorageImport.id == imp.id).values(done_bytes=done))
                 other.commit()
+                spaces.headroom(other, other.get(StorageSpace, opened.row.id), 0, 0)  # others' writes meanwhile
 
     with fetch.open_stream(imp.url, allowed, have) as (response, offset):
         if offset != have:  # the server sends it all again
@@ -100,5 +106,29 @@ def _download(platform: Platform, spaces: Spaces, db, imp: StorageImport, opened
         with tree.part_writer(imp.id, offset) as fd:
             imp.done_bytes = fetch.copy(response, fd, offset, limit, progress)
     if imp.total_bytes is not None and imp.done_bytes != imp.total_bytes:
-        raise fetch.FetchFailed(f"the download broke off at byte {imp.done_bytes} of {imp.total_bytes}")
+        raise fetch.FetchFailed(f"the download broke off at byte {imp.done_bytes} of {imp.total_bytes}", True)
+    imp.state = "done"  # from here its bytes are counted as the file's, not as an unfinished import's
+    db.commit()
     spaces.commit_part(db, opened, imp.id, names, imp.done_bytes)  # counted, renamed; a clash drops the part
+
+
+def _part_size(opened: Opened, import_id: str) -> int:
+    try:
+        return opened.tree.part_size(import_id)
+    except NoSuchPath:
+        return 0
+
+
+def recover(platform: Platform, spaces: Spaces) -> None:
+    """At startup, before any import starts: those a stopped server left running have failed (restartable, their
+    part kept and counted), and part files that no upload or import holds are removed."""
+    with platform.session() as db:
+        db.execute(
+            update(StorageImport)
+            .where(StorageImport.state == "running")
+            .values(state="failed", error="interrupted: the server stopped", finished_at=time.time())
+        )
+        db.commit()
+        removed = spaces.sweep_parts(db)
+    if removed:
+        log.info("removed %d part files that no upload or import held", removed)

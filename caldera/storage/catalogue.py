@@ -1,31 +1,40 @@
 """The datasets and models catalogue: a named, versioned copy of a space's folder that its owner shows to whom they
 choose, and that jobs mount by name (``mounts: [{dataset: imagenet-mini@v1, at: /data/imagenet}]``).
 
-Publishing copies the folder into the platform's own store (``<storage_dir>/catalogue/<id>/data``, every folder on
-the way root's): a version never changes under the jobs that use it, and what a job mounts is reached through no
-folder a user could swap for a link between the check and the mount. A name is its first publisher's: only they
-(or an admin) add versions, so a job mounting a name alone never gets another user's files. Readers: the owner and
-admins always; ``shared``: the users and the members of the accounts named in ``shared_with``; ``public``:
-everyone. A catalogue mount is read-only.
+Publishing copies the folder into the platform's own store (``<storage_dir>/catalogue/<folder>/data``, a random
+name never reused, every folder on the way root's): a version never changes under the jobs that use it, and what a
+job mounts is reached through no folder a user could swap for a link between the check and the mount. A name is
+its first publisher's: only they (or an admin) add versions, so a job mounting a name alone never gets another
+user's files. Readers: the owner and admins always; ``shared``: the users and the members of the accounts named in
+``shared_with``; ``public``: everyone. A catalogue mount is read-only.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from caldera.db.membership import user_accounts
-from caldera.db.models import CatalogueEntry, User
-from caldera.storage.errors import NameClash, NoAccess, NoSuchPath, PathRefused
+from caldera.db.models import CatalogueEntry, CatalogueName, User
+from caldera.storage.errors import (
+    NameClash,
+    NoAccess,
+    NoSuchPath,
+    PathRefused,
+    QuotaExceeded,
+    catalogue_bytes_full,
+    catalogue_entries_full,
+)
 from caldera.storage.paths import parts
 from caldera.storage.service import Opened
 
@@ -67,11 +76,12 @@ def parse_ref(text: str) -> tuple[str, str | None]:
 
 
 class Catalogue:
-    def __init__(self, store: Path):
+    def __init__(self, store: Path, max_entries: int, quota_bytes: int):
         self.store = store  # <storage_dir>/catalogue: root's, 0700
+        self.max_entries, self.quota_bytes = max_entries, quota_bytes  # each publisher's, all their versions
 
     def host_path(self, entry: CatalogueEntry) -> Path:
-        return self.store / str(entry.id) / "data"
+        return self.store / entry.folder / "data"
 
     def find(self, db: Session, who: Reader, kind: str, ref: str) -> CatalogueEntry:
         """The entry ``ref`` names (its newest version when none is given) that ``who`` may read."""
@@ -96,14 +106,13 @@ class Catalogue:
                 out.append(e)
         return out
 
-    def publish(self, db: Session, owner: User, opened: Opened, path: str, entry: CatalogueEntry, max_bytes: int):
-        """Copy the folder ``path`` of the opened space into the store as ``entry`` (its fields set by the caller).
-        A name and version taken already is a clash; a failed copy leaves nothing."""
-        first = db.scalar(select(CatalogueEntry).where(CatalogueEntry.kind == entry.kind,
-                                                       CatalogueEntry.name == entry.name))  # fmt: skip
-        if first is not None and first.owner_id != owner.id and owner.role != "admin":
-            # else another user's new version would be what jobs mounting the name alone get
-            raise NoAccess(f"{entry.kind} {entry.name} is another user's: publish under a name of your own")
+    def publish(
+        self, db: Session, owner: User, opened: Opened, path: str, entry: CatalogueEntry, max_bytes: int
+    ) -> list[str]:
+        """Copy the folder ``path`` of the opened space into the store as ``entry`` (its fields set by the caller);
+        what the copy left out, with why. A name and version taken already is a clash; a failed copy leaves
+        nothing."""
+        self._may_add_to(db, owner, entry)
         clash = NameClash(f"{entry.kind} {entry.name}@{entry.version} exists already")
         taken = select(CatalogueEntry.id).where(
             CatalogueEntry.kind == entry.kind,
@@ -112,31 +121,95 @@ class Catalogue:
         )
         if db.scalar(taken) is not None:
             raise clash
+        used = self._within_limits(db, owner)
         entry.owner_id, entry.source, entry.created_at = owner.id, f"{opened.ref}/{path}".rstrip("/"), time.time()
+        entry.folder = secrets.token_hex(16)
         # the copy first, into a folder of root's, and only then the row: a flushed row would hold the database's
         # write lock (SQLite: every writer of the platform) for as long as the copy takes
         self.store.mkdir(mode=0o700, parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".publishing-", dir=self.store))
         try:
-            entry.size_bytes, entry.files = opened.tree.copy_folder(parts(path), str(staging / "data"), max_bytes)
-            (staging / "data").chmod(0o755)  # what jobs mount, read-only, whatever the umask
-            db.add(entry)
             try:
-                db.flush()  # the id names its folder; the unique (kind, name, version) is checked again here
-            except IntegrityError:
-                raise clash from None
+                copied = opened.tree.copy_folder(
+                    parts(path), str(staging / "data"), min(max_bytes, self.quota_bytes - used)
+                )
+            except QuotaExceeded:
+                if self.quota_bytes - used < max_bytes:
+                    raise catalogue_bytes_full(self.quota_bytes, used) from None
+                raise
+            entry.size_bytes, entry.files = copied.size, copied.files
+            (staging / "data").chmod(0o755)  # what jobs mount, read-only, whatever the umask
+            self._insert(db, owner, entry, clash)
+            self._within_limits(db, owner, entry)  # with the new row: publishes at once pass no limit together
             os.rename(staging, self.host_path(entry).parent)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             db.rollback()
             raise
+        return copied.left_out
+
+    def _may_add_to(self, db: Session, owner: User, entry: CatalogueEntry) -> None:
+        """A name is its first publisher's: else another user's new version would be what jobs mounting the name
+        alone get."""
+        claim = db.get(CatalogueName, (entry.kind, entry.name))
+        if claim is not None and claim.owner_id != owner.id and owner.role != "admin":
+            raise NoAccess(f"{entry.kind} {entry.name} is another user's: publish under a name of your own")
+
+    def _insert(self, db: Session, owner: User, entry: CatalogueEntry, clash: NameClash) -> None:
+        """The row, with the name's claim when it has none, in one flush: of two first publishes of a name at once,
+        the claim's primary key lets one through and the other is refused as the name's owner's."""
+        self._may_add_to(db, owner, entry)  # claimed since the first check
+        if db.get(CatalogueName, (entry.kind, entry.name)) is None:
+            db.add(CatalogueName(kind=entry.kind, name=entry.name, owner_id=owner.id))
+        db.add(entry)
+        try:
+            db.flush()
+        except IntegrityError:
+            db.rollback()
+            self._may_add_to(db, owner, entry)
+            raise clash from None
+
+    def _within_limits(self, db: Session, owner: User, added: CatalogueEntry | None = None) -> int:
+        """Refuse when ``owner``'s versions are at ``max_entries`` or leave no byte of ``quota_bytes`` (with
+        ``added``, a row just flushed: when it passes either); the bytes used without it."""
+        count, size = db.execute(
+            select(func.count(), func.coalesce(func.sum(CatalogueEntry.size_bytes), 0)).where(
+                CatalogueEntry.owner_id == owner.id
+            )
+        ).one()
+        adding = 0 if added is None else added.size_bytes
+        count, size = count - (added is not None), size - adding
+        if count >= self.max_entries:
+            raise catalogue_entries_full(self.max_entries)
+        if size + adding > self.quota_bytes or (added is None and size >= self.quota_bytes):
+            raise catalogue_bytes_full(self.quota_bytes, size)
+        return size
 
     def remove(self, db: Session, entry: CatalogueEntry) -> None:
-        """The entry, then its copy; the caller checked that no running job mounts it."""
+        """The entry (and its name's claim with its last version), then its copy; the caller checked that no
+        running job mounts it."""
         folder = self.host_path(entry).parent
         db.delete(entry)
+        db.flush()
+        same_name = (CatalogueEntry.kind == entry.kind, CatalogueEntry.name == entry.name)
+        if db.scalar(select(CatalogueEntry.id).where(*same_name).limit(1)) is None:
+            db.execute(delete(CatalogueName).where(CatalogueName.kind == entry.kind, CatalogueName.name == entry.name))
         db.commit()
         shutil.rmtree(folder, ignore_errors=True)
+
+    def sweep(self, db: Session, now: float) -> int:
+        """Remove the store's folders that no entry names (an entry's owner was deleted, with their entries; a
+        publish that stopped with the server), left an hour at least: a publish renames its folder into place
+        just before its commit. How many were removed."""
+        if not self.store.is_dir():
+            return 0
+        named = set(db.scalars(select(CatalogueEntry.folder)))
+        removed = 0
+        for path in self.store.iterdir():
+            if path.name not in named and os.lstat(path).st_ctime < now - 3600:
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
+        return removed
 
 
 def owner_or_admin(entry: CatalogueEntry, who: Reader) -> None:

@@ -27,3 +27,23 @@ class QuotaExceeded(Conflict):
 
     def __init__(self, message: str):
         super().__init__(message, "QuotaExceeded")
+
+
+class CatalogueFull(Conflict):
+    """A publisher's versions in the catalogue are at ``catalogue_max_entries`` or ``catalogue_quota_bytes``."""
+
+
+def catalogue_entries_full(limit: int) -> CatalogueFull:
+    return CatalogueFull(
+        f"you have {limit} versions in the catalogue, the most one user may have: delete one first",
+        "CatalogueEntriesFull",
+        {"limit": limit},
+    )
+
+
+def catalogue_bytes_full(limit: int, used: int) -> CatalogueFull:
+    return CatalogueFull(
+        f"your catalogue versions may take {limit} bytes together and take {used}: this folder does not fit",
+        "CatalogueBytesFull",
+        {"limit": limit, "used": used},
+    )

@@ -9,67 +9,47 @@ space's quota; a restart asks for the rest (``Range``) and starts over when the 
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 from caldera import outbound
 from caldera.config import Settings
-from caldera.storage.errors import PathRefused
 
-MAX_URL_CHARS = 2048
 _REDIRECTS = 5
 _TIMEOUT_S = 30.0
-Networks = Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]
 
 
-def allowed_networks(settings: Settings) -> Networks:
-    return [ipaddress.ip_network(n) for n in settings.storage_import_allowed_networks]
+def allowed_networks(settings: Settings) -> outbound.Networks:
+    return outbound.networks(settings.storage_import_allowed_networks)
 
 
 class FetchFailed(Exception):
-    """Why a download stopped, in words for its owner."""
+    """Why a download stopped, in words for its owner; ``resumable``: the connection broke, and a restart asks
+    for the rest (else the bytes so far are dropped)."""
+
+    def __init__(self, message: str, resumable: bool = False):
+        super().__init__(message)
+        self.resumable = resumable
 
 
-def check_url(url: str) -> None:
-    """Refuse, with the reason, a URL that is not an http(s) URL of a host, without credentials."""
-    # ASCII only: the request line is ASCII (http.client raised UnicodeEncodeError in the import's thread, which left
-    # the import running for ever); other characters are sent percent-encoded
-    if len(url) > MAX_URL_CHARS or any(not 33 <= ord(c) < 127 for c in url):
-        raise PathRefused(
-            f"a URL of at most {MAX_URL_CHARS} ASCII characters (others percent-encoded), without spaces or control "
-            "characters"
-        )
-    parts = urlsplit(url)
-    if parts.scheme not in outbound.SCHEMES:
-        raise PathRefused(f"only {' and '.join(outbound.SCHEMES)} URLs can be imported")
-    if parts.username is not None or parts.password is not None:
-        raise PathRefused("a URL with credentials in it is not imported (they would be kept with the import)")
-    try:
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        raise PathRefused("the URL's port is not a number") from None
-    if not parts.hostname:
-        raise PathRefused("the URL names no host")
+def refused(exc: outbound.OutboundRefused) -> str:
+    return f"{exc} (an admin may allow it: storage_import_allowed_networks)"
 
 
 @contextmanager
-def open_stream(url: str, allowed: Networks, offset: int) -> Iterator[tuple[http.client.HTTPResponse, int]]:
+def open_stream(url: str, allowed: outbound.Networks, offset: int) -> Iterator[tuple[http.client.HTTPResponse, int]]:
     """The response for ``url`` (redirects followed, each checked) asked from ``offset``; and the offset it gives:
     ``offset`` when the server sends the rest (206), 0 when it sends everything again (200)."""
     for _ in range(_REDIRECTS + 1):
-        check_url(url)
-        parts = urlsplit(url)
         try:
-            address = outbound.checked_address(parts.hostname or "", parts.port or 0, allowed)
+            conn, path = outbound.open_connection(url, allowed, _TIMEOUT_S)
         except outbound.OutboundRefused as exc:
-            raise FetchFailed(f"{exc} (an admin may allow it: storage_import_allowed_networks)") from None
-        conn = outbound.connection(url, address, _TIMEOUT_S)
+            raise FetchFailed(refused(exc)) from None
         try:
             headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={offset}-"} if offset else {})}
-            conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=headers)
+            conn.request("GET", path, headers=headers)
             response = conn.getresponse()
             if response.status in (301, 302, 303, 307, 308) and response.getheader("Location"):
                 url = urljoin(url, response.getheader("Location", ""))
@@ -82,7 +62,7 @@ def open_stream(url: str, allowed: Networks, offset: int) -> Iterator[tuple[http
                 raise FetchFailed(f"the server answered {response.status} {response.reason}")
             return
         except (OSError, http.client.HTTPException) as exc:
-            raise FetchFailed(f"the download broke off: {exc}") from None
+            raise FetchFailed(f"the download broke off: {exc}", resumable=True) from None
         finally:
             conn.close()
     raise FetchFailed(f"more than {_REDIRECTS} redirects")

@@ -1,5 +1,5 @@
 """The one check every user-given path in a space passes: relative, no ``..``, no NUL or control character, no
-component longer than a file system allows, nothing inside the platform's own upload area. The result is a tuple
+component longer than a file system allows. The result is a tuple
 of names; ``tree.Tree`` opens them one at a time without following symbolic links."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from caldera.storage.errors import PathRefused
 
 MAX_PATH_CHARS = 4096
 MAX_NAME_BYTES = 255  # NAME_MAX of Linux file systems
-UPLOADS_DIR = ".caldera-uploads"  # the platform's unfinished uploads at a space's root, never a user path
 
 
 def parts(path: str) -> tuple[str, ...]:
@@ -31,8 +30,6 @@ def parts(path: str) -> tuple[str, ...]:
             raise PathRefused("is not valid UTF-8") from None
         if size > MAX_NAME_BYTES:
             raise PathRefused(f"a name is longer than {MAX_NAME_BYTES} bytes")
-    if names[:1] == (UPLOADS_DIR,):
-        raise PathRefused(f"{UPLOADS_DIR} is the platform's own")
     return names
 
 

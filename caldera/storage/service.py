@@ -9,13 +9,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from caldera.config import Settings
 from caldera.db.membership import user_accounts
-from caldera.db.models import Account, StorageMemberMode, StorageSpace, StorageUpload, User
+from caldera.db.models import Account, StorageImport, StorageMemberMode, StorageSpace, StorageUpload, User
 from caldera.storage.backends.base import StorageBackend
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused, QuotaExceeded
 from caldera.storage.paths import file_parts
@@ -111,25 +111,35 @@ class Spaces:
             "reconciled_at": row.reconciled_at,
         }
 
+    def pending(self, db: Session, row: StorageSpace) -> int:
+        """Bytes of the space's unfinished imports that have a part file (running, or failed and to be resumed):
+        counted against its quota until they end, are abandoned or swept."""
+        where = (StorageImport.space_id == row.id, StorageImport.state != "done")
+        return db.scalar(select(func.coalesce(func.sum(StorageImport.done_bytes), 0)).where(*where)) or 0
+
     def headroom(self, db: Session, row: StorageSpace, nbytes: int, nfiles: int) -> None:
         """Refuse when ``nbytes`` more bytes and ``nfiles`` more entries would not fit now (no reservation)."""
         db.refresh(row)
         quota_bytes, quota_files = self.quota(row)
-        if row.used_bytes + nbytes > quota_bytes:
+        used = row.used_bytes + self.pending(db, row)
+        if used + nbytes > quota_bytes:
             raise QuotaExceeded(
-                f"the space's quota is {quota_bytes} bytes and {row.used_bytes} are used: {nbytes} more do not fit"
+                f"the space's quota is {quota_bytes} bytes and {used} are used (unfinished imports too): {nbytes} "
+                "more do not fit"
             )
         if row.used_files + nfiles > quota_files:
             raise QuotaExceeded(f"the space's quota is {quota_files} files and {row.used_files} are used")
 
     def reserve(self, db: Session, row: StorageSpace, nbytes: int, nfiles: int) -> None:
-        """Count ``nbytes`` and ``nfiles`` more, atomically and only if they fit the quota."""
+        """Count ``nbytes`` and ``nfiles`` more, atomically and only if they fit the quota (with the unfinished
+        imports' bytes)."""
         quota_bytes, quota_files = self.quota(row)
+        pending = self.pending(db, row)
         done = db.execute(
             update(StorageSpace)
             .where(
                 StorageSpace.id == row.id,
-                StorageSpace.used_bytes + nbytes <= quota_bytes,
+                StorageSpace.used_bytes + nbytes + pending <= quota_bytes,
                 StorageSpace.used_files + nfiles <= quota_files,
             )
             .values(used_bytes=StorageSpace.used_bytes + nbytes, used_files=StorageSpace.used_files + nfiles)
@@ -156,7 +166,8 @@ class Spaces:
 
     def reconcile_due(self, db: Session, now: float) -> int:
         """Walk the spaces whose counters were last set right longer ago than ``storage_reconcile_s``; drop
-        uploads left unfinished for a day. How many spaces were walked."""
+        uploads left unfinished for a day, and the bytes of imports that failed a day ago and were not restarted.
+        How many spaces were walked."""
         stale = now - self.settings.storage_reconcile_s
         rows = list(
             db.scalars(
@@ -170,7 +181,32 @@ class Spaces:
             db.commit()
         for upload in db.scalars(select(StorageUpload).where(StorageUpload.created_at < now - 86400)):
             self.abort_upload(db, upload)
+        abandoned = (StorageImport.state == "failed", StorageImport.finished_at < now - 86400)
+        for imp in db.scalars(select(StorageImport).where(*abandoned, StorageImport.done_bytes > 0)):
+            self.drop_import_part(db, imp)
         return len(rows)
+
+    def drop_import_part(self, db: Session, imp: StorageImport) -> None:
+        """Remove a failed import's part file: its bytes are no longer counted; a restart starts over."""
+        row = db.get(StorageSpace, imp.space_id)
+        if row is not None:
+            self.tree(db, SpaceRef(Kind(row.kind), row.name)).drop_part(imp.id)
+        imp.done_bytes = 0
+        db.commit()
+
+    def sweep_parts(self, db: Session) -> int:
+        """Remove the part files that no unfinished upload or import holds (left by a server that stopped while
+        it wrote one); at startup. How many were removed."""
+        removed = 0
+        for row in list(db.scalars(select(StorageSpace))):
+            held = set(db.scalars(select(StorageUpload.id).where(StorageUpload.space_id == row.id)))
+            held |= set(db.scalars(select(StorageImport.id).where(StorageImport.space_id == row.id,
+                                                                  StorageImport.state != "done")))  # fmt: skip
+            tree = self.tree(db, SpaceRef(Kind(row.kind), row.name))
+            for part in set(tree.part_names()) - held:
+                tree.drop_part(part)
+                removed += 1
+        return removed
 
     # -- changes through the platform -------------------------------------------------------------------------
 
@@ -192,8 +228,8 @@ class Spaces:
         """Delete everything in the space and its row (its counters, quotas, members' modes, unfinished uploads):
         the next use finds it empty, with the defaults. The caller checks that no running job mounts it, and
         commits. The bytes and entries freed."""
-        for upload in db.scalars(select(StorageUpload).where(StorageUpload.space_id == opened.row.id)):
-            opened.tree.drop_part(upload.id)
+        for part in opened.tree.part_names():  # unfinished uploads' and imports'
+            opened.tree.drop_part(part)
         freed = [0, 0]
         while True:
             page, _ = opened.tree.list((), limit=1000)
@@ -251,9 +287,9 @@ class Spaces:
             raise
 
     def room(self, db: Session, opened: Opened) -> int:
-        """Bytes the space may still take."""
+        """Bytes the space may still take (an import's own bytes so far are among the unfinished imports')."""
         db.refresh(opened.row)
-        return self.quota(opened.row)[0] - opened.row.used_bytes
+        return self.quota(opened.row)[0] - opened.row.used_bytes - self.pending(db, opened.row)
 
     def abort_upload(self, db: Session, upload: StorageUpload) -> None:
         row = db.get(StorageSpace, upload.space_id)

@@ -20,15 +20,15 @@ import shutil
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused, QuotaExceeded
-from caldera.storage.paths import UPLOADS_DIR
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _RENAME_NOREPLACE = 1
 _MAX_COPY_DEPTH = 256  # a job can nest folders deeper than Python's recursion goes
+MAX_LEFT_OUT_SHOWN = 100
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -38,6 +38,19 @@ class Entry:
     kind: str  # file, dir, link (never followed) or other (a socket, a FIFO, a device)
     size: int
     modified: float
+
+
+@dataclass
+class Copied:
+    """What ``Tree.copy_folder`` copied, and the first entries it left out, each with why."""
+
+    size: int = 0
+    files: int = 0
+    left_out: list[str] = field(default_factory=list)
+
+    def leave_out(self, path: str, why: str) -> None:
+        if len(self.left_out) < MAX_LEFT_OUT_SHOWN:
+            self.left_out.append(f"{path}: {why}")
 
 
 @dataclass(frozen=True)
@@ -72,8 +85,10 @@ def _rename_noreplace(src_dir: int, src: str, dst_dir: int, dst: str) -> None:
 
 
 class Tree:
-    def __init__(self, root: str, owner: Owner | None = None, dir_mode: int = 0o755, file_mode: int = 0o644):
-        self.root, self.owner = root, owner
+    def __init__(
+        self, root: str, uploads: str, owner: Owner | None = None, dir_mode: int = 0o755, file_mode: int = 0o644
+    ):
+        self.root, self.uploads, self.owner = root, uploads, owner
         self.dir_mode, self.file_mode = dir_mode, file_mode
 
     # -- reaching a folder -------------------------------------------------------------------------------------
@@ -138,7 +153,7 @@ class Tree:
         100,000 files answers its first page quickly."""
         with self.folder(names) as fd:
             with os.scandir(fd) as it:
-                wanted = (e.name for e in it if e.name > after and not (not names and e.name == UPLOADS_DIR))
+                wanted = (e.name for e in it if e.name > after)
                 page = heapq.nsmallest(limit + 1, wanted)
             more = len(page) > limit
             page = page[:limit]
@@ -151,26 +166,13 @@ class Tree:
         return out, (page[-1] if more else None)
 
     def _open_regular(self, names: tuple[str, ...]) -> tuple[int, int]:
-        """A read descriptor of the regular file ``names`` and its size. A link, a FIFO or a device is refused
-        (O_NONBLOCK: opening a FIFO a job planted does not hang the server)."""
+        """A read descriptor of the regular file ``names`` and its size; a link, a FIFO or a device is refused
+        without being opened."""
         with self.folder(names[:-1]) as parent:
-            try:
-                fd = os.open(names[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
-            except FileNotFoundError:
-                raise NoSuchPath(f"no {names[-1]!r} here") from None
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise PathRefused(f"{names[-1]!r} is a symbolic link; it is not followed") from None
-                raise
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise PathRefused(f"{names[-1]!r} is not a regular file")
-            if self.owner is not None and st.st_uid != self.owner.uid:
-                raise PathRefused(f"{names[-1]!r} belongs to another user")
-        except BaseException:
+            fd, st = _open_regular_at(parent, names[-1])
+        if self.owner is not None and st.st_uid != self.owner.uid:
             os.close(fd)
-            raise
+            raise PathRefused(f"{names[-1]!r} belongs to another user")
         return fd, st.st_size
 
     def open_file(self, names: tuple[str, ...]) -> BinaryIO:
@@ -225,71 +227,85 @@ class Tree:
 
     def usage(self) -> tuple[int, int]:
         """Bytes of regular files and number of entries below the root, by one walk that follows no link (the
-        reconciliation of the counters; the unfinished uploads are not counted)."""
+        reconciliation of the counters; the unfinished uploads, kept outside, are not counted)."""
         with self.folder(()) as fd:
-            return _usage(fd, skip_top=UPLOADS_DIR)
+            return _usage(fd)
 
-    def copy_folder(self, names: tuple[str, ...], dest: str, max_bytes: int) -> tuple[int, int]:
+    def copy_folder(self, names: tuple[str, ...], dest: str, max_bytes: int) -> Copied:
         """Copy the folder ``names`` into the new folder ``dest`` (the platform's, root's), descriptor by
-        descriptor: regular files and folders only (a link, a FIFO, a device is left out, never followed; in a
-        personal space only what its owner owns), at most ``max_bytes``. The bytes and entries copied."""
+        descriptor, at most ``max_bytes``: regular files and folders only. Each entry's type is read first
+        (lstat), so a link is left out, never followed nor copied as a link (what it points to would be read in
+        the job that mounts the copy, not here), and a FIFO, socket or device is left out without being opened;
+        in a personal space, what its owner does not own is left out too. What was copied, and what was left
+        out with why."""
         os.mkdir(dest, 0o755)
         out = os.open(dest, _DIR_FLAGS)
+        copied = Copied()
         try:
             with self.folder(names) as src:
-                return self._copy_into(src, out, [max_bytes], _MAX_COPY_DEPTH)
+                self._copy_into(src, out, "", copied, max_bytes, _MAX_COPY_DEPTH)
         finally:
             os.close(out)
+        return copied
 
-    def _copy_into(self, src: int, dst: int, left: list[int], depth: int) -> tuple[int, int]:
+    def _copy_into(self, src: int, dst: int, at: str, copied: Copied, max_bytes: int, depth: int) -> None:
         if depth == 0:
             raise PathRefused(f"folders nested more than {_MAX_COPY_DEPTH} deep are not copied")
-        size = count = 0
         with os.scandir(src) as it:
-            names = sorted(e.name for e in it if e.name != UPLOADS_DIR)
+            names = sorted(e.name for e in it)
         for name in names:
+            path = f"{at}{name}"
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src)
-            except OSError:  # a link (ELOOP), or gone since
+                st = os.stat(name, dir_fd=src, follow_symlinks=False)
+            except FileNotFoundError:  # gone since the scan
                 continue
-            try:
-                st = os.fstat(fd)
-                if self.owner is not None and st.st_uid != self.owner.uid:
+            if self.owner is not None and st.st_uid != self.owner.uid:
+                copied.leave_out(path, "another user's")
+            elif stat.S_ISDIR(st.st_mode):
+                try:
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=src)  # a folder swapped for anything else: ENOTDIR, ELOOP
+                except OSError:
+                    copied.leave_out(path, "changed while it was copied")
                     continue
-                if stat.S_ISDIR(st.st_mode):
+                try:
                     os.mkdir(name, 0o755, dir_fd=dst)
                     sub = os.open(name, _DIR_FLAGS, dir_fd=dst)
                     try:
-                        s, c = self._copy_into(fd, sub, left, depth - 1)
+                        self._copy_into(fd, sub, f"{path}/", copied, max_bytes, depth - 1)
                     finally:
                         os.close(sub)
-                    size, count = size + s, count + c + 1
-                elif stat.S_ISREG(st.st_mode):
-                    if st.st_size > left[0]:
-                        raise QuotaExceeded(f"the folder holds more than the {left[0] + size} bytes allowed")
-                    copied = _copy_file(fd, name, dst, st.st_size)
-                    left[0] -= copied
-                    size, count = size + copied, count + 1
-            finally:
-                os.close(fd)
-        return size, count
+                finally:
+                    os.close(fd)
+                copied.files += 1
+            elif stat.S_ISREG(st.st_mode):
+                if copied.size + st.st_size > max_bytes:
+                    raise QuotaExceeded(f"the folder holds more than the {max_bytes} bytes allowed")
+                try:
+                    fd, st = _open_regular_at(src, name)
+                except (PathRefused, NoSuchPath):
+                    copied.leave_out(path, "changed while it was copied")
+                    continue
+                try:
+                    copied.size += _copy_file(fd, name, dst, min(st.st_size, max_bytes - copied.size))
+                finally:
+                    os.close(fd)
+                copied.files += 1
+            else:
+                copied.leave_out(path, "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a FIFO, socket or device")
 
     # -- uploads: a part file in the platform's own folder, renamed into place when complete -------------------
 
     @contextmanager
     def _uploads(self) -> Iterator[int]:
-        """The platform's folder of unfinished uploads at the root: root's and 0700, so a job can remove it (it
-        owns the root of its personal space) but never read or change a part."""
-        with self.folder(()) as root:
-            try:
-                os.mkdir(UPLOADS_DIR, 0o700, dir_fd=root)
-            except FileExistsError:
-                pass
-            fd = self._open_dir_at(root, UPLOADS_DIR)
+        """The platform's folder of unfinished uploads: outside the space's root, on its file system (a rename
+        moves a part into place), root's and 0700 below folders of root's, so no job reaches it, renames it or
+        plants a link in its place: no member of a shared space sees or redirects another member's upload."""
+        os.makedirs(self.uploads, mode=0o700, exist_ok=True)
+        fd = os.open(self.uploads, _DIR_FLAGS)
         try:
             st = os.fstat(fd)
-            if st.st_uid != os.geteuid():
-                raise PathRefused(f"{UPLOADS_DIR} is not the platform's")
+            if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                raise PathRefused("the platform's upload folder is not its own")
             yield fd
         finally:
             os.close(fd)
@@ -347,6 +363,10 @@ class Tree:
         except FileNotFoundError:
             return 0
 
+    def part_names(self) -> list[str]:
+        with self._uploads() as up:
+            return os.listdir(up)
+
     def drop_part(self, upload_id: str) -> None:
         with self._uploads() as up:
             try:
@@ -359,6 +379,25 @@ class OffsetMismatch(Exception):
     def __init__(self, size: int):
         super().__init__(f"the upload is at byte {size}")
         self.size = size
+
+
+def _open_regular_at(dir_fd: int, name: str) -> tuple[int, os.stat_result]:
+    """A read descriptor of the regular file ``name`` in ``dir_fd``, and its stat. The type is read on an
+    ``O_PATH`` descriptor, which opens nothing (a device's driver, a FIFO's writer never see it), and only a
+    regular file is then opened, through ``/proc/self/fd``: the same inode, whatever the name became meanwhile."""
+    try:
+        path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise NoSuchPath(f"no {name!r} here") from None
+    try:
+        st = os.fstat(path_fd)
+        if stat.S_ISLNK(st.st_mode):
+            raise PathRefused(f"{name!r} is a symbolic link; it is not followed")
+        if not stat.S_ISREG(st.st_mode):
+            raise PathRefused(f"{name!r} is not a regular file")
+        return os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_CLOEXEC), st
+    finally:
+        os.close(path_fd)
 
 
 def _copy_file(src: int, name: str, dst_dir: int, size: int) -> int:
@@ -375,12 +414,9 @@ def _copy_file(src: int, name: str, dst_dir: int, size: int) -> int:
         os.close(out)
 
 
-def _usage(fd: int, skip_top: str | None = None) -> tuple[int, int]:
+def _usage(fd: int) -> tuple[int, int]:
     size = count = 0
     for _, dirs, files, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
-        if skip_top is not None:
-            dirs[:] = [d for d in dirs if d != skip_top]
-            skip_top = None
         count += len(dirs) + len(files)
         for name in files:
             try:

@@ -281,6 +281,12 @@ ERRORS: dict[str, Message] = {
     "AlreadyDecided": Message(_("request %(request)s is already decided")),
     # storage (caldera/server/api_files.py, caldera/server/catalogue)
     "SpaceInUse": Message(_("%(space)s is in use by running jobs %(jobs)s: delete it once they end")),
+    "CatalogueEntriesFull": Message(
+        _("you have %(limit)s versions in the catalogue, the most one user may have: delete one first")
+    ),
+    "CatalogueBytesFull": Message(
+        _("your catalogue versions may take %(limit)s bytes together and take %(used)s: this folder does not fit")
+    ),
     "NotAccountAdmin": Message(_("the low-utilisation list is for admins and account admins")),
     "PriorityNeedsGrant": Message(
         _(
