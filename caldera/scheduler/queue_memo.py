@@ -126,7 +126,8 @@ class QueueMemo:
         other._seen = self._seen
         other._features = self._features
         other._started = self._started
-        other._code = self._code.copy()
+        # a counter of its own: a copy of the defaultdict would share this one's, and number new groups past it
+        other._code = defaultdict(count(len(self._code)).__next__, self._code)
         other._where = dict(self._where)
         return other
 
