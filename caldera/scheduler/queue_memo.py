@@ -12,8 +12,8 @@ job's object is not changed while it stays queued, and each snapshot has a list 
 job that starts, runs and is queued again may be the same object changed: the memo forgets the jobs its cycle
 started. A queue that is not the previous one with the started jobs taken out and jobs added at its end is read
 whole, so a wrong guess costs time, never a decision; objects are compared by identity first and by value
-(dataclass equality) otherwise, so an equal copy counts as the same job. The live loop builds new objects every
-cycle and passes none.
+(dataclass equality) otherwise, so an equal copy counts as the same job. The live loop keeps a queued job's object
+while its row is unchanged (caldera/server/snapshot_jobs.py) and passes one too.
 """
 
 from __future__ import annotations
