@@ -12,8 +12,8 @@ job's object is not changed while it stays queued, and each snapshot has a list 
 job that starts, runs and is queued again may be the same object changed: the memo forgets the jobs its cycle
 started. A queue that is not the previous one with the started jobs taken out and jobs added at its end is read
 whole, so a wrong guess costs time, never a decision; objects are compared by identity first and by value
-(dataclass equality) otherwise, so an equal copy counts as the same job. The live loop builds new objects every
-cycle and passes none.
+(dataclass equality) otherwise, so an equal copy counts as the same job. The live loop keeps a queued job's object
+while its row is unchanged (caldera/server/snapshot_jobs.py) and passes one too.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ class QueueMemo:
         other._seen = self._seen
         other._features = self._features
         other._started = self._started
-        other._code = self._code.copy()
+        # a counter of its own: a copy of the defaultdict would share this one's, and number new groups past it
+        other._code = defaultdict(count(len(self._code)).__next__, self._code)
         other._where = dict(self._where)
         return other
 

@@ -15,15 +15,12 @@ import threading
 import time
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from caldera.core.cluster import Allocation
-from caldera.core.kinds import is_interactive
-from caldera.core.resources import Resources
 from caldera.core.spec import JobKind, JobSpec
 from caldera.core.states import JobState
-from caldera.core.tenancy import PriorityClass
 from caldera.db.models import Job, Usage, User
 from caldera.errors import CalderaError
 from caldera.interference.snapshot import LivePredictions
@@ -32,7 +29,7 @@ from caldera.runtime.base import Handle, LaunchRequest, Phase, Runtime
 from caldera.scheduler import fairshare
 from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
-from caldera.scheduler.snapshot import Decisions, Policy, SchedJob, Snapshot, Start
+from caldera.scheduler.snapshot import Decisions, Policy, Snapshot, Start
 from caldera.scheduler.validation import valid_decisions
 from caldera.server import cordons, files, holds, identity, notifications, tenancy, user_keys
 from caldera.server.governor import STOP, Governor
@@ -40,6 +37,7 @@ from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
 from caldera.server.learned_runtimes import expected_runtimes
 from caldera.server.platform import Platform
+from caldera.server.snapshot_jobs import QUEUED, QueuedCycle, SnapshotJobs, sched_job
 from caldera.server.solo_profiles import SoloProfiler
 
 log = logging.getLogger("caldera.loop")
@@ -105,6 +103,8 @@ class SchedulerLoop:
         s = platform.settings
         self.profiles = SoloProfiler(s, platform.runtime) if s.gpu_sharing and s.sharing_profile_s else None
         self.governor = Governor(platform)  # idle GPUs and runtime limits, after each cycle
+        self.jobs = SnapshotJobs()  # the queued jobs as the policy sees them, kept between cycles
+        self._cycle: QueuedCycle | None = None  # this cycle's queued jobs, from the snapshot to the decisions
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -356,60 +356,38 @@ class SchedulerLoop:
         return users, queues
 
     def _snapshot(self, db: Session, now: float, user_usage: dict, queue_usage: dict) -> Snapshot:
+        """The policy's view of the cluster; the queued jobs' side kept between cycles (snapshot_jobs.py)."""
         names = dict(db.execute(select(User.id, User.username)).all())
-        queued, running = [], []
-        workloads: dict[str, str | None] = {}
-        jobs = list(db.scalars(select(Job).where(Job.state.in_((JobState.QUEUED.value, *ACTIVE)))))
-        learned = expected_runtimes(db, ((job.user_id, job.kind) for job in jobs))
-        # held jobs and those waiting for a dependency are not offered to the policy (their reasons are written)
-        withheld = holds.withhold(db, [job for job in jobs if job.state == JobState.QUEUED.value], now)
-        for job in jobs:
-            if job.id in withheld:
-                continue
-            spec = job.spec
-            sj = SchedJob(
-                id=job.id,
-                user=names.get(job.user_id, "?"),
-                account=job.account,
-                queue=job.queue,
-                priority=PriorityClass(job.priority),
-                request=Resources(**spec.get("resources", {})),
-                replicas=int(spec.get("replicas", 1)),
-                submitted_at=job.submitted_at,
-                queued_since=job.queued_at,
-                interactive=is_interactive(job.kind),
-                max_runtime_s=spec.get("max_runtime_s"),
-                attained_gpu_s=job.attained_gpu_s,
-                las=not is_interactive(job.kind) and spec.get("preemptible", True),
-                shareable=bool(spec.get("shareable", False)),
-                decay_tolerance=spec.get("decay_tolerance"),
-                expected_runtime_s=learned.get((job.user_id, job.kind)),
-                # every earlier attempt of a live job ended in a re-queue (preempted, evicted, its node drained)
-                preemptions=job.attempt if job.state == JobState.QUEUED.value else max(0, job.attempt - 1),
-            )
-            workloads[job.id] = spec.get("workload")
-            if sj.expected_runtime_s is not None and job.state == JobState.QUEUED.value and sj.attained_gpu_s:
-                # a re-queued job has done part of its work: what is left of the estimate (at least a minute)
-                sj.expected_runtime_s = max(60.0, sj.expected_runtime_s - sj.attained_gpu_s / max(sj.gpus, 1))
-            if job.state == JobState.QUEUED.value:
-                queued.append(sj)
-            else:
-                sj.started_at = job.started_at
-                sj.allocations = tuple(_alloc_from_json(a) for a in job.allocations)
-                sj.terminating = job.stop_requested is not None
-                if job.stop_requested == "preempt":  # its room is promised to the job that preempted it
-                    sj.preempted_by = (job.stop_detail or {}).get("by")
-                if job.started_at is not None:
-                    sj.attained_gpu_s += (now - job.started_at) * sj.gpus
-                running.append(sj)
+        rows = self.jobs.queued_rows(db)
+        active = list(db.scalars(select(Job).where(Job.state.in_(ACTIVE))))
+        keys = {(row[1], row[4]) for row in rows} | {(job.user_id, job.kind) for job in active}
+        learned = expected_runtimes(db, keys)
+        cycle = self.jobs.queued(db, rows, names, learned, now)
+        self._cycle = cycle
+        specs = self.jobs.specs
+        workloads: dict[str, str | None] = {sj.id: specs[sj.id].workload for sj in cycle.offered}
+        running = []
+        for job in active:
+            facts = self.jobs.facts(job)
+            sj = sched_job(job, facts, names.get(job.user_id, "?"), learned.get((job.user_id, job.kind)), queued=False)
+            workloads[job.id] = facts.workload
+            sj.started_at = job.started_at
+            sj.allocations = tuple(_alloc_from_json(a) for a in job.allocations)
+            sj.terminating = job.stop_requested is not None
+            if job.stop_requested == "preempt":  # its room is promised to the job that preempted it
+                sj.preempted_by = (job.stop_detail or {}).get("by")
+            if job.started_at is not None:
+                sj.attained_gpu_s += (now - job.started_at) * sj.gpus
+            running.append(sj)
         snap = Snapshot(
             now=now,
             nodes=cordons.in_service(db, self.p.nodes()),
-            queued=queued,
+            queued=cycle.offered,
             running=running,
             queues=tenancy.all_queue_configs(db),
             user_usage=user_usage,
             queue_usage=queue_usage,
+            queue_memo=self.jobs.memo,
         )
         if self.predictions is not None:
             snap.sharing = self.predictions.info(snap, workloads)
@@ -426,11 +404,31 @@ class SchedulerLoop:
             if job is None or job.state != JobState.QUEUED.value:
                 continue
             self._launch(db, job, start.allocations, now, start.note)
+        self._write_reasons(db, decisions)
+
+    def _write_reasons(self, db: Session, decisions: Decisions) -> None:
+        """The queued jobs' reasons, where what a person reads changed. Compared with the reasons this cycle's
+        snapshot read, and written in one statement: a long queue's jobs are not read one by one."""
+        cycle, self._cycle = self._cycle, None
+        stored = cycle.stored_reasons if cycle is not None else {}
+        changed = []
         for job_id, reasons in decisions.pending.items():
             payload = [{"code": r.code, "message": r.message, "details": r.details} for r in reasons]
-            job = db.get(Job, job_id)
-            if job is not None and job.state == JobState.QUEUED.value and reasons_changed(job.pending_reasons, payload):
-                job.pending_reasons = payload
+            had = stored.get(job_id)
+            if had is None:  # not offered by this cycle's snapshot: read it
+                job = db.get(Job, job_id)
+                if job is not None and job.state == QUEUED and reasons_changed(job.pending_reasons, payload):
+                    job.pending_reasons = payload
+            elif reasons_changed(had, payload):
+                changed.append({"job_id": job_id, "reasons": payload})
+        if changed:
+            jobs = Job.__table__  # a Core statement: the ORM's bulk form updates by primary key alone
+            db.execute(
+                update(jobs)
+                .where(jobs.c.id == bindparam("job_id"), jobs.c.state == QUEUED)
+                .values(pending_reasons=bindparam("reasons")),
+                changed,
+            )
 
     def _launch(self, db: Session, job: Job, allocations: tuple[Allocation, ...], now: float, why: str = "") -> None:
         owner = db.get(User, job.user_id)

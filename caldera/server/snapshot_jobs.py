@@ -1,0 +1,205 @@
+"""The live loop's jobs as the policy sees them, kept from one cycle to the next.
+
+Every cycle offers the policy every queued job. Building each one from the database every cycle (an ORM object per
+row, its JSON spec and stored reasons parsed, ``Resources`` validated, then a fresh ``SchedJob``) cost far more than
+the policy on a long queue, and a fresh object per cycle kept the policy's queue memo (``Snapshot.queue_memo``)
+from working. So the loop keeps, in one ``SnapshotJobs``:
+
+* what each job's spec tells the scheduler (``SpecFacts``), read once: a spec is fixed at submission;
+* each queued job's ``SchedJob`` with the row values it was built from: a row whose values changed (re-queued,
+  more attained service, its user's learned run time moved...) gets a new object, which the memo sees as new;
+* each queued job's stored pending reasons, parsed once per stored text.
+
+A cycle reads the queued rows' plain columns (and the reasons' text), the specs of jobs not seen before, and ORM
+objects only for the jobs that holds, dependencies or array limits may withhold, and for the active jobs (few).
+What it builds is what a fresh build gives, value for value (``tests/test_loop_snapshot_cache.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import namedtuple
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Text, cast, select
+from sqlalchemy.orm import Session
+
+from caldera.core.kinds import is_interactive
+from caldera.core.resources import Resources
+from caldera.core.states import JobState
+from caldera.core.tenancy import PriorityClass
+from caldera.db.models import Job
+from caldera.scheduler.queue_memo import QueueMemo
+from caldera.scheduler.snapshot import SchedJob
+from caldera.server import holds
+
+QUEUED = JobState.QUEUED.value
+_CHUNK = 500  # ids per IN (...): under every database's limit on bound parameters
+# what a queued job's SchedJob is built from, besides its spec and user name: a change in any gives a new object
+_BUILT_FROM = (
+    Job.user_id,
+    Job.account,
+    Job.queue,
+    Job.kind,
+    Job.priority,
+    Job.submitted_at,
+    Job.queued_at,
+    Job.attained_gpu_s,
+    Job.attempt,
+)
+_QUEUED_ROW = (
+    Job.id,
+    *_BUILT_FROM,
+    Job.array_id,
+    cast(Job.hold, Text).label("hold"),
+    cast(Job.pending_reasons, Text).label("reasons"),
+)
+_ARRAY_ID, _HOLD, _REASONS = len(_BUILT_FROM) + 1, len(_BUILT_FROM) + 2, len(_BUILT_FROM) + 3
+_QueuedRow = namedtuple("_QueuedRow", [c.key for c in _QUEUED_ROW])  # type: ignore[misc]
+
+
+@dataclass(frozen=True, slots=True)
+class SpecFacts:
+    """What a job's spec tells the scheduler."""
+
+    request: Resources
+    replicas: int
+    max_runtime_s: float | None
+    preemptible: bool
+    shareable: bool
+    decay_tolerance: float | None
+    workload: str | None
+    has_dependencies: bool
+
+    @classmethod
+    def of(cls, spec: dict[str, Any]) -> SpecFacts:
+        return cls(
+            request=Resources(**spec.get("resources", {})),
+            replicas=int(spec.get("replicas", 1)),
+            max_runtime_s=spec.get("max_runtime_s"),
+            preemptible=spec.get("preemptible", True),
+            shareable=bool(spec.get("shareable", False)),
+            decay_tolerance=spec.get("decay_tolerance"),
+            workload=spec.get("workload"),
+            has_dependencies=bool(spec.get("after")),
+        )
+
+
+def sched_job(job: Any, facts: SpecFacts, user: str, learned: float | None, queued: bool) -> SchedJob:
+    """A job as the policy sees it, from its row (a ``Job`` or a row of ``_QUEUED_ROW``); the running fields
+    (started_at, allocations, ...) are the caller's."""
+    interactive = is_interactive(job.kind)
+    sj = SchedJob(
+        id=job.id,
+        user=user,
+        account=job.account,
+        queue=job.queue,
+        priority=PriorityClass(job.priority),
+        request=facts.request,
+        replicas=facts.replicas,
+        submitted_at=job.submitted_at,
+        queued_since=job.queued_at,
+        interactive=interactive,
+        max_runtime_s=facts.max_runtime_s,
+        attained_gpu_s=job.attained_gpu_s,
+        las=not interactive and facts.preemptible,
+        shareable=facts.shareable,
+        decay_tolerance=facts.decay_tolerance,
+        expected_runtime_s=learned,
+        # every earlier attempt of a live job ended in a re-queue (preempted, evicted, its node drained)
+        preemptions=job.attempt if queued else max(0, job.attempt - 1),
+    )
+    if sj.expected_runtime_s is not None and queued and sj.attained_gpu_s:
+        # a re-queued job has done part of its work: what is left of the estimate (at least a minute)
+        sj.expected_runtime_s = max(60.0, sj.expected_runtime_s - sj.attained_gpu_s / max(sj.gpus, 1))
+    return sj
+
+
+@dataclass(slots=True)
+class QueuedCycle:
+    """One cycle's queued jobs: those offered to the policy (in the order of submission), the stored reasons of
+    the offered ones, and the ORM objects read (kept referenced for the cycle, so that ``Session.get`` finds
+    them)."""
+
+    offered: list[SchedJob]
+    stored_reasons: dict[str, list]
+    loaded: list[Job]
+
+
+class SnapshotJobs:
+    """The live loop's memory of its queued jobs between cycles (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.specs: dict[str, SpecFacts] = {}
+        self._queued: dict[str, tuple[tuple, SchedJob]] = {}
+        self._reasons: dict[str, tuple[str | None, list]] = {}
+        self.memo = QueueMemo()
+
+    def facts(self, job: Job) -> SpecFacts:
+        """An ORM job's spec facts, read once."""
+        facts = self.specs.get(job.id)
+        if facts is None:
+            facts = self.specs[job.id] = SpecFacts.of(job.spec)
+        return facts
+
+    def queued_rows(self, db: Session) -> list[tuple]:
+        """The queued jobs' rows (``_QUEUED_ROW``: id, user id, account, queue, kind, ...), in the order of
+        submission, every spec among them read."""
+        query = select(*_QUEUED_ROW).where(Job.state == QUEUED).order_by(Job.submitted_at, Job.id)
+        rows = [tuple(row) for row in db.execute(query)]
+        missing = [row[0] for row in rows if row[0] not in self.specs]
+        for at in range(0, len(missing), _CHUNK):
+            for jid, spec in db.execute(select(Job.id, Job.spec).where(Job.id.in_(missing[at : at + _CHUNK]))):
+                self.specs[jid] = SpecFacts.of(spec)
+        return rows
+
+    def queued(
+        self, db: Session, rows: list[Any], names: dict[int, str], learned: dict[tuple[int, str], float], now: float
+    ) -> QueuedCycle:
+        """The queued jobs the policy is offered: held jobs and those waiting for a dependency or their array's
+        limit are not (``holds.withhold`` writes their reasons)."""
+        specs = self.specs
+        maybe_withheld = [
+            row[0]
+            for row in rows
+            if row[_HOLD] not in (None, "null") or row[_ARRAY_ID] is not None or specs[row[0]].has_dependencies
+        ]
+        loaded: list[Job] = []
+        for at in range(0, len(maybe_withheld), _CHUNK):
+            loaded += db.scalars(select(Job).where(Job.id.in_(maybe_withheld[at : at + _CHUNK])))
+        loaded.sort(key=lambda j: (j.submitted_at, j.id))
+        withheld = holds.withhold(db, loaded, now)
+        kept, offered, stored = {}, [], {}
+        had_built = self._queued
+        stored_reasons = self._stored_reasons
+        for row in rows:  # plain tuples: a row's attributes by name cost more than the rest of this loop
+            jid = row[0]
+            if jid in withheld:
+                continue
+            user_id, kind = row[1], row[4]
+            user = names.get(user_id, "?")
+            runtime = learned.get((user_id, kind))
+            built_from = (row[:_ARRAY_ID], user, runtime)
+            had = had_built.get(jid)
+            if had is not None and had[0] == built_from:
+                sj = had[1]
+            else:
+                sj = sched_job(_QueuedRow._make(row), specs[jid], user, runtime, queued=True)
+            kept[jid] = (built_from, sj)
+            offered.append(sj)
+            stored[jid] = stored_reasons(jid, row[_REASONS])
+        self._queued = kept
+        self._reasons = {jid: self._reasons[jid] for jid in stored}
+        live = {row[0] for row in rows}
+        if len(specs) > 2 * len(live) + 1000:  # forget the specs of jobs long gone, now and then
+            self.specs = {jid: f for jid, f in specs.items() if jid in live}
+        return QueuedCycle(offered, stored, loaded)
+
+    def _stored_reasons(self, job_id: str, text: str | None) -> list:
+        had = self._reasons.get(job_id)
+        if had is not None and had[0] == text:
+            return had[1]
+        parsed = (json.loads(text) if text is not None else None) or []
+        self._reasons[job_id] = (text, parsed)
+        return parsed
