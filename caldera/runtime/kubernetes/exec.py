@@ -175,6 +175,11 @@ class PodExec(ExecProcess):
                 for stream, (_, w) in self._out.items():
                     _write_all(w, ws.read_channel(stream))
                 status += ws.read_channel(ERROR)
+            if self._wake_r in ready:
+                os.read(self._wake_r, _CHUNK)
+            while self._resizes:  # before the input that follows them (a terminal's size, then what is typed)
+                rows, cols = self._resizes.popleft()
+                ws.write_channel(RESIZE, json.dumps({"Width": cols, "Height": rows}).encode())
             if self._in_r in ready:
                 data = os.read(self._in_r, _CHUNK)
                 if data:
@@ -182,11 +187,6 @@ class PodExec(ExecProcess):
                 else:
                     poller.unregister(self._in_r)
                     ws.close_channel(STDIN)
-            if self._wake_r in ready:
-                os.read(self._wake_r, _CHUNK)
-                while self._resizes:
-                    rows, cols = self._resizes.popleft()
-                    ws.write_channel(RESIZE, json.dumps({"Width": cols, "Height": rows}).encode())
         return status
 
 
