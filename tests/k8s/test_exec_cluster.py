@@ -58,8 +58,9 @@ def test_exec_in_a_running_pod_with_a_terminal_and_only_for_its_owner(k8s_cluste
         "kwok.x-k8s.io", "v1alpha1", ns, "execs", body
     )
     url = f"/api/v1/jobs/{jid}/exec"
+    # (kwok ends no command's stdin, so none here reads to its end)
     # the user's words are the command list: the "shell string" is one word for sh -c, as the user meant it
-    argv = ["sh", "-c", 'echo "out $IN_POD $TERM $(pwd)"; echo err >&2; cat; exit 3']
+    argv = ["sh", "-c", 'echo "out $IN_POD $TERM $(pwd)"; echo err >&2; read line; echo "$line"; exit 3']
 
     def first_exec() -> tuple[bytes, bytes, dict]:  # kwok learns of its new Exec object by a watch
         with k.api.client.websocket_connect(url, headers=alice) as ws:

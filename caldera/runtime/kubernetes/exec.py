@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import select
 import ssl
 import subprocess
@@ -34,6 +35,7 @@ CONTAINER = "job"  # the job's container in every pod (manifests.py)
 STDIN, ERROR, RESIZE = 0, 3, 4
 # the user's argv stays a list of words: it follows the fixed script as its arguments, never inside a shell string
 _WITH_TERM = 'TERM=$1; export TERM; shift; exec "$@"'
+_EXIT_STATUS = re.compile(r": exit status (\d{1,3})$")
 _CHUNK = 1 << 16
 _KILLED = 128 + 9  # what a shell says of a command killed by SIGKILL, as ExecProcess.wait does
 _NO_STATUS = 255  # the stream ended without the command's status (as ssh says a lost connection)
@@ -200,12 +202,13 @@ def exit_status(status: bytes) -> tuple[int, str]:
     if s.get("status") == "Success":
         return 0, ""
     for cause in (s.get("details") or {}).get("causes") or []:
-        if cause.get("reason") == "ExitCode":
-            try:
-                return int(cause.get("message")), ""
-            except (TypeError, ValueError):
-                break
-    return 126, str(s.get("message") or "the command could not be started")  # 126: found but not run, as sh says
+        if cause.get("reason") == "ExitCode" and str(cause.get("message")).isdigit():
+            return int(cause["message"]), ""
+    message = str(s.get("message") or "the command could not be started")
+    said = _EXIT_STATUS.search(message)  # a kubelet that puts the code only in its words (kwok: Go's exec error)
+    if said:
+        return int(said[1]), ""
+    return 126, message  # 126: found but not run, as sh says
 
 
 def _pipe() -> tuple[int, int]:
