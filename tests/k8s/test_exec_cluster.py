@@ -94,3 +94,23 @@ def test_exec_in_a_running_pod_with_a_terminal_and_only_for_its_owner(k8s_cluste
     with pytest.raises(ExecError) as e:
         k.runtime.exec(handle, 0, ["true"], False)
     assert e.value.reason == "NotRunning"
+
+
+@pytest.mark.parametrize(
+    "status, expected",
+    [
+        (b'{"metadata":{},"status":"Success"}', (0, "")),
+        # a kubelet's (CRI) non-zero exit: the code as the ExitCode cause
+        (
+            b'{"status":"Failure","message":"command terminated with non-zero exit code: 2","reason":"NonZeroExitCode",'
+            b'"details":{"causes":[{"reason":"ExitCode","message":"2"}]}}',
+            (2, ""),
+        ),
+        # the command never ran: its reason is shown, with the shell's "cannot execute"
+        (b'{"status":"Failure","message":"exec: \\"nope\\": executable file not found"}', (126, 'exec: "nope": '
+         "executable file not found")),
+        (b"", (255, "")),  # the stream ended without a status
+    ],
+)  # fmt: skip
+def test_the_exit_status_of_a_real_kubelets_stream(status, expected):
+    assert pod_exec.exit_status(status) == expected
