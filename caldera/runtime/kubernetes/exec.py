@@ -64,7 +64,8 @@ def start(core: Any, namespace: str, pod: str, argv: list[str], tty: bool, term:
             _request_timeout=timeout_s,
         )
     except ApiException as exc:
-        raise ExecError("StartFailed", f"the cluster refused the command: {exc.reason or exc.status}") from exc
+        refusal = str(exc.reason or exc.status)[:300]  # the handshake's status line and the API server's Status
+        raise ExecError("StartFailed", f"the cluster refused the command: {refusal}") from exc
     return PodExec(ws, tty)
 
 
