@@ -254,8 +254,9 @@ def kwok_config(bin_dir: Path, state: Path, port: int) -> Path:
             "nodePort": port,
             "tlsCertFile": str(pki / "kwok.crt"),
             "tlsPrivateKeyFile": str(pki / "kwok.key"),
-            "enableCRDs": ["Logs"],
-            "enableDebuggingHandlers": True,  # containerLogs (exec, attach: none configured, so they refuse)
+            "enableCRDs": ["Logs", "Exec"],
+            # containerLogs; exec, where an Exec object names the pod (kwok runs the command on this host); no attach
+            "enableDebuggingHandlers": True,
             # pod IPs on loopback (Linux routes all of 127/8 to lo), so a test can stand in for a pod's server
             # at its IP, as the platform's proxy reaches a lab (no container runs here)
             "cidr": POD_CIDR,

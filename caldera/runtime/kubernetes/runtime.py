@@ -35,6 +35,7 @@ from caldera.runtime.base import (
 )
 from caldera.runtime.exec_process import ExecProcess
 from caldera.runtime.kubernetes import evictions, kueue
+from caldera.runtime.kubernetes import exec as pod_exec
 from caldera.runtime.kubernetes import manifests as m
 from caldera.runtime.kubernetes.logcopy import LogCopier
 from caldera.runtime.kubernetes.settings import KubernetesSettings
@@ -348,7 +349,7 @@ class KubernetesRuntime:
             status = pod.get("status") or {}
             if status.get("phase") not in ("Running", "Succeeded", "Failed"):
                 continue
-            index = int((pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", 0))
+            index = _completion_index(pod)
             self.copier.ensure(pod["metadata"]["namespace"], pod["metadata"]["name"], rd.log(index), status["phase"])
 
     def _run_dir(self, job_id: str, attempt: int) -> Path:
@@ -464,7 +465,7 @@ class KubernetesRuntime:
 
     # -- logs ---------------------------------------------------------------------------------------------------
     def logs(self, handle: Handle, rank: int | None = None, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
-        replicas, per = int(handle.data.get("replicas", 1)), int(handle.data.get("per_replica", 1))
+        replicas, per = _shape(handle)
         r = 0 if rank is None else rank
         if not 0 <= r < replicas * per:
             raise ValueError(f"rank {r} does not exist (world size {replicas * per})")
@@ -481,8 +482,19 @@ class KubernetesRuntime:
 
     # -- endpoints ----------------------------------------------------------------------------------------------
     def exec(self, handle: Handle, rank: int, argv: list[str], tty: bool, term: str = "") -> ExecProcess:
-        """Not yet: the pods' exec API (a SPDY/websocket stream to the API server) is not wired in."""
-        raise ExecError("NotSupported", "commands and terminals in Kubernetes jobs are not supported yet")
+        """``argv`` in the pod of rank ``rank`` (the ranks of one replica share its pod) through the pods' exec
+        API, as the pod's user, the job's uid; only a running job's running pod (see ``exec.start``)."""
+        if self.observe(handle).phase is not Phase.RUNNING:
+            raise ExecError("NotRunning", f"job {handle.job_id} is not running")
+        replicas, per = _shape(handle)
+        if not 0 <= rank < replicas * per:
+            raise ExecError("NoSuchRank", f"rank {rank} does not exist (world size {replicas * per})")
+        pods = self.pods.get((m.label_value(handle.job_id), str(handle.attempt)))
+        pod = next((p for p in pods if _completion_index(p) == rank // per), None)
+        meta = pod["metadata"] if pod else {}
+        if pod is None or (pod.get("status") or {}).get("phase") != "Running" or meta.get("deletionTimestamp"):
+            raise ExecError("NotRunning", f"rank {rank} of job {handle.job_id} is not running")
+        return pod_exec.start(self.core, meta["namespace"], meta["name"], argv, tty, term, self.ks.request_timeout_s)
 
     def endpoints(self, handle: Handle) -> list[Endpoint]:
         """The lab of a running jupyter or vscode job at its pod's IP (from the pod watch), logged in with the token
@@ -608,6 +620,16 @@ class KubernetesRuntime:
                 data.update(secret=m.lab_secret_name(meta["name"]), base_url="/")
             out.append(Handle(job_id, int(attempt), data))
         return out
+
+
+def _shape(handle: Handle) -> tuple[int, int]:
+    """The job's pods (replicas) and ranks per pod."""
+    return int(handle.data.get("replicas", 1)), int(handle.data.get("per_replica", 1))
+
+
+def _completion_index(pod: dict[str, Any]) -> int:
+    """Which replica the pod is: its Indexed Job's completion index."""
+    return int((pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", 0))
 
 
 def _gpus_of(container: dict[str, Any], resource: str) -> int:
