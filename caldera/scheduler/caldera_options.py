@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from caldera.scheduler.job import SchedJob
-
 EPS = 1e-9
 CLASS_NAMES = {3: "high", 2: "normal", 1: "low", 0: "best-effort"}  # priority class rank -> name
 
@@ -66,10 +64,7 @@ class CalderaOptions:
     with more preemptions (313 against 241), other jobs being preempted in their place. Philly's and Gavel's
     cases, at most 12 preemptions of one job, are unchanged). ``las_starvation_max_wait_s`` (None: the longest a
     preempted batch job waits before ``las_starvation_factor``'s promotion, whatever it ran; a job started after
-    waiting that long stays protected to its end; see docs/scheduler-efficiency.md). ``las_min_rerun_s`` (0: like
-    ``las_min_run_s``, for the jobs already preempted at least once only: a resumed job is no
-    least-attained-service victim again before it has run this long; measured and not adopted,
-    docs/scheduler-efficiency.md).
+    waiting that long stays protected to its end; see docs/scheduler-efficiency.md).
     """
 
     def __init__(
@@ -95,7 +90,6 @@ class CalderaOptions:
         las_best_effort: bool = False,
         max_preemptions_per_job: int | None = 100,
         las_starvation_max_wait_s: float | None = None,
-        las_min_rerun_s: float = 0.0,
     ) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
@@ -109,7 +103,6 @@ class CalderaOptions:
             None if las_thresholds_gpu_s is None else tuple(sorted(float(t) for t in las_thresholds_gpu_s))
         )
         self.las_min_run_s = float(las_min_run_s)
-        self.las_min_rerun_s = float(las_min_rerun_s)
         if las_across_queues not in ("share", "guarantee"):
             raise ValueError("las_across_queues must be 'share' or 'guarantee'")
         self.las_across_queues = las_across_queues
@@ -132,9 +125,3 @@ class CalderaOptions:
         if las_starvation_max_wait_s is not None and not float(las_starvation_max_wait_s) > 0:
             raise ValueError("las_starvation_max_wait_s must be above 0 (None: no cap)")
         self.las_starvation_max_wait_s = None if las_starvation_max_wait_s is None else float(las_starvation_max_wait_s)
-
-    def min_run_s(self, job: SchedJob) -> float:
-        """How long ``job`` runs from its last start before it may be a least-attained-service victim."""
-        if job.preemptions and self.las_min_rerun_s > self.las_min_run_s:
-            return self.las_min_rerun_s
-        return self.las_min_run_s

@@ -219,12 +219,11 @@ class Ordering(Reservations):
         t = math.inf
         now = self.now
         nth = len(th)
-        min_run_s = self.pol.min_run_s
         for job, g, L in self.las_running:
             if nth > L:
                 t = min(t, now + (th[L] - job.attained_gpu_s) / g)
-            if L and job.started_at is not None and job.started_at + min_run_s(job) > now:
-                t = min(t, job.started_at + min_run_s(job))
+            if L and job.started_at is not None and job.started_at + min_run > now:
+                t = min(t, job.started_at + min_run)
         for job in self.started_jobs:
             g = job.request.gpu * job.replicas
             if not g or job.terminating or not job.las or job.interactive:
@@ -235,7 +234,7 @@ class Ordering(Reservations):
             if L:
                 # a resumed job already above the lowest level: a victim for the waiting jobs below it from its
                 # minimum run on, although this cycle saw it queued (its started_at is its previous attempt's)
-                t = min(t, now + max(min_run, min_run_s(job)))
+                t = min(t, now + min_run)
         return t
 
     def _timed_wake(self) -> float | None:

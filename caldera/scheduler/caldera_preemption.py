@@ -407,14 +407,11 @@ class Preemption(Admission):
         level = self.las_level(job.attained_gpu_s)
         across = self.pol.las_across_queues == "guarantee"
         latest = self.now - self.pol.las_min_run_s
-        rerun = self.pol.las_min_rerun_s > self.pol.las_min_run_s
         taken: dict[str, float] = {}
         for v in self.las_victims:
             if v.level <= level:
                 return  # sorted by level, highest first
             if v.chosen or v.rank > rank or v.started > latest or (model is not None and v.model != model):
-                continue
-            if rerun and v.started > self.now - self.pol.min_run_s(v.job):
                 continue
             if v.queue != q.name:
                 vq = self.queues[v.queue]
@@ -432,13 +429,10 @@ class Preemption(Admission):
         again."""
         level = self.las_level(job.attained_gpu_s)
         latest = self.now - self.pol.las_min_run_s
-        rerun = self.pol.las_min_rerun_s > self.pol.las_min_run_s
         for v in self.be_las_victims:
             if v.level <= level:
                 return  # sorted by level, highest first
             if v.chosen or v.started > latest or v.job.interactive or not v.job.las:
-                continue
-            if rerun and v.started > self.now - self.pol.min_run_s(v.job):
                 continue
             if model is None or v.model == model:
                 yield v
