@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from caldera.config import FakeGpu, Settings
+from caldera.ports import unused_port
 
 # the suite is written against the process runtime; where podman is usable the default would be containers, which
 # tests/runtime/test_contract.py and tests/runtime/test_container*.py choose explicitly
@@ -145,9 +145,7 @@ def admin(api) -> dict[str, str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return unused_port()
 
 
 class ServerProcess:

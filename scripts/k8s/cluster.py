@@ -16,7 +16,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+
+from caldera.ports import unused_port
 
 HERE = Path(__file__).resolve().parent
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kueue")
@@ -54,17 +55,11 @@ def build_binaries() -> Path:
     return Path(out.strip().splitlines()[-1])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def ports(state: Path) -> dict[str, int]:
     f = state / "ports.json"
     if f.exists():
         return {k: int(v) for k, v in json.loads(f.read_text()).items()}
-    chosen = {name: free_port() for name in PORT_NAMES}
+    chosen = {name: unused_port() for name in PORT_NAMES}  # bound later, by each component
     f.write_text(json.dumps(chosen))
     return chosen
 
