@@ -23,8 +23,10 @@ from caldera.storage.spaces import Access, Kind, SpaceRef
 
 router = APIRouter(prefix="/api/v1", tags=["catalogue"])
 KindParam = Annotated[str, Path(pattern="^(dataset|model)$")]
-NameParam = Annotated[str, Path(pattern=NAME.pattern)]
-VersionParam = Annotated[str, Path(pattern=VERSION.pattern)]
+# anchored: a pattern alone is searched for anywhere in the value ("Bad Name!" holds "ad")
+NAME_PATTERN, VERSION_PATTERN = f"^{NAME.pattern}$", f"^{VERSION.pattern}$"
+NameParam = Annotated[str, Path(pattern=NAME_PATTERN)]
+VersionParam = Annotated[str, Path(pattern=VERSION_PATTERN)]
 _TAG = r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,31}$"
 
 
@@ -54,8 +56,8 @@ def _view(c: Caller, entry: CatalogueEntry) -> dict:
 
 class PublishIn(BaseModel):
     kind: str = Field(..., pattern="^(dataset|model)$")
-    name: str = Field(..., pattern=NAME.pattern)
-    version: str = Field(..., pattern=VERSION.pattern)
+    name: str = Field(..., pattern=NAME_PATTERN)
+    version: str = Field(..., pattern=VERSION_PATTERN)
     space: str = Field(..., max_length=80)
     path: str = Field("", max_length=MAX_PATH_CHARS, description="the folder of the space; its root when empty")
     description: str = Field("", max_length=4000)
