@@ -417,3 +417,30 @@ def test_the_portals_folder_page_publishes_and_imports_through_the_api(env, file
     r = post_form(alice, "/files/personal:alice/import",
                   {"folder": "portal", "url": files_server + "/data", "name": "hung.bin"}, headers=zh)  # fmt: skip
     assert r.status_code == 400 and "&#39;portal/hung.bin&#39; 已存在" in r.text, r.text
+
+
+def test_a_succeeded_jobs_output_folder_becomes_a_model_version_that_records_the_job(env):
+    """Only the job's owner, only once it has succeeded, only from its workspace; produced_by is never a claim."""
+    api, u, _, _ = env
+    bob, carol = u["bob"], u["carol"]
+    spec = {"name": "train", "command": ["true"], "account": "other"}
+    done = api.client.post("/api/v1/jobs", json=spec, headers=bob).json()["id"]
+    running = api.client.post("/api/v1/jobs", json={**spec, "command": ["sleep", "30"]}, headers=bob).json()["id"]
+    _until(api, bob, done, {"Succeeded"})
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "out"}, headers=bob)
+    _upload(api, bob, "personal", "out/model.pt", b"trained")
+    body = {"kind": "model", "name": "bobs-net", "version": "v1", "path": "out", "framework": "pytorch"}
+    r = api.client.post("/api/v1/catalogue", json={**body, "from_job": done}, headers=bob)
+    assert r.status_code == 201, r.text
+    got = r.json()
+    assert (got["produced_by"], got["framework"], got["source"]) == (done, "pytorch", "personal:bob/out"), got
+    for who, extra, status, why in (
+        (bob, {"from_job": running, "version": "v2"}, 409, "once it has succeeded"),
+        (carol, {"from_job": done, "name": "carols-net"}, 404, "of yours"),  # another user's job
+        (bob, {"from_job": done, "version": "v2", "kind": "dataset"}, 400, "only a model"),
+        (bob, {"from_job": done, "version": "v2", "space": "account:other"}, 400, "its workspace"),
+        (bob, {"produced_by": running, "version": "v2", "space": "personal"}, 400, "produced_by"),  # no claim
+    ):
+        r = api.client.post("/api/v1/catalogue", json={**body, **extra}, headers=who)
+        assert r.status_code == status and why in r.text, (extra, r.text)
+    api.client.post(f"/api/v1/jobs/{running}/cancel", headers=bob)
