@@ -380,6 +380,7 @@ def test_the_portals_folder_page_publishes_and_imports_through_the_api(env, file
     assert 'id="publish"' in shown and 'id="import"' in shown
     form = {"path": "portal", "kind": "model", "name": "portal-net", "version": "v1", "visibility": "private",
             "description": "from the portal", "framework": "pytorch"}  # fmt: skip
+    assert alice.post("/files/personal:alice/publish", data=form).status_code == 403  # no CSRF token: refused
     r = post_form(alice, "/files/personal:alice/publish", form)
     assert r.status_code == 303 and r.headers["location"] == "/data?q=portal-net", r.text
     assert 'data-entry="portal-net@v1"' in alice.get(r.headers["location"]).text
@@ -396,6 +397,11 @@ def test_the_portals_folder_page_publishes_and_imports_through_the_api(env, file
     r = post_form(bob, "/files/personal:alice/publish", {**form, "version": "v2"})
     assert r.status_code == 404  # not bob's to read: as the API, no such space
     assert api.client.get("/api/v1/catalogue/model/portal-net@v2", headers=u["alice"]).status_code == 404
+    dave = browser_for(api.client, "dave", "password-123")  # reads account:vision, may not change it
+    shown = dave.get("/files/account:vision")
+    assert shown.status_code == 200 and 'id="publish"' not in shown.text, shown.text[-3000:]
+    r = post_form(dave, "/files/account:vision/publish", {**form, "name": "daves-net", "path": ""}, headers=zh)
+    assert r.status_code == 400 and "你可以读取 account:vision，但不能更改它" in r.text, r.text
 
     _Files.release.clear()  # the download waits until the page has shown it running
     try:

@@ -425,6 +425,8 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             _("%(name)s is another user's: publish under a name of your own"),
         ),
         (r"(?P<path>'.*'|\".*\") already exists", _("%(path)s already exists")),
+        (r"you may read (?P<space>\S+) but not change it", _("you may read %(space)s but not change it")),
+        (r"you have no access to (?P<space>\S+)", _("you have no access to %(space)s")),
         (r"the cluster has no GPUs", _("the cluster has no GPUs")),
         (
             r"no node has GPU model (?P<model>\S+) \(models present: (?P<models>.*)\)",
