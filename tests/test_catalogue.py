@@ -1,7 +1,8 @@
 """The datasets and models catalogue and imports from URL, through the API: publishing copies a folder (links a job
 planted left out) as a version that never changes; who may read an entry finds it, mounts it by name (read-only),
 and nobody else does; a version a running job mounts is not deleted. An import reaches only public addresses
-unless an admin allowed a network, resumes after a broken download, and stops at the space's quota."""
+unless an admin allowed a network, resumes after a broken download, and stops at the space's quota. The portal's
+folder page publishes and imports through the same API functions."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from caldera.storage.backends.local import UPLOADS_DIR
 from caldera.storage.tree import Tree
 from tests.conftest import api_on, make_settings
 from tests.fake_runtime import FakeRuntime
-from tests.portal import browser_for
+from tests.portal import browser_for, post_form
 from tests.test_files_space_jobs import lab
 from tests.test_runs import _until
 
@@ -366,3 +367,86 @@ def test_a_removed_entrys_folder_never_blocks_a_publish_and_is_swept(env):
     assert api.client.delete("/api/v1/catalogue/dataset/next/v1", headers=alice).status_code == 200
     # the name is free again once its last version is gone
     assert _publish(api, u["bob"], name="next", version="v1", space="personal", path="").status_code == 201
+
+
+def test_the_portals_folder_page_publishes_and_imports_through_the_api(env, files_server):
+    """A folder published from its page lists in /data; the API's refusals show on the page, in Chinese too;
+    another user finds no such page; an import started there shows its progress until it is done."""
+    api, u, _, _ = env
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "portal"}, headers=u["alice"])
+    _upload(api, u["alice"], "personal", "portal/w.bin", b"weights")
+    alice, bob = (browser_for(api.client, who, "password-123") for who in ("alice", "bob"))
+    shown = alice.get("/files/personal:alice", params={"path": "portal"}).text
+    assert 'id="publish"' in shown and 'id="import"' in shown
+    form = {"path": "portal", "kind": "model", "name": "portal-net", "version": "v1", "visibility": "private",
+            "description": "from the portal", "framework": "pytorch"}  # fmt: skip
+    assert alice.post("/files/personal:alice/publish", data=form).status_code == 403  # no CSRF token: refused
+    r = post_form(alice, "/files/personal:alice/publish", form)
+    assert r.status_code == 303 and r.headers["location"] == "/data?q=portal-net", r.text
+    assert 'data-entry="portal-net@v1"' in alice.get(r.headers["location"]).text
+    entry = api.client.get("/api/v1/catalogue/model/portal-net@v1", headers=u["alice"]).json()
+    assert (entry["source"], entry["files"], entry["framework"]) == ("personal:alice/portal", 1, "pytorch")
+    zh = {"Accept-Language": "zh-CN"}
+    for body, en, chinese in (
+        ({**form, "name": "Bad Name!"}, "must match the pattern", "须符合格式"),
+        (form, "portal-net@v1 exists already in the catalogue", "portal-net@v1 已在目录中"),
+    ):
+        r = post_form(alice, "/files/personal:alice/publish", body)
+        assert r.status_code == 400 and en in r.text and 'value="pytorch"' in r.text, r.text  # kept to fix
+        assert chinese in post_form(alice, "/files/personal:alice/publish", body, headers=zh).text
+    r = post_form(bob, "/files/personal:alice/publish", {**form, "version": "v2"})
+    assert r.status_code == 404  # not bob's to read: as the API, no such space
+    assert api.client.get("/api/v1/catalogue/model/portal-net@v2", headers=u["alice"]).status_code == 404
+    dave = browser_for(api.client, "dave", "password-123")  # reads account:vision, may not change it
+    shown = dave.get("/files/account:vision")
+    assert shown.status_code == 200 and 'id="publish"' not in shown.text, shown.text[-3000:]
+    r = post_form(dave, "/files/account:vision/publish", {**form, "name": "daves-net", "path": ""}, headers=zh)
+    assert r.status_code == 400 and "你可以读取 account:vision，但不能更改它" in r.text, r.text
+
+    _Files.release.clear()  # the download waits until the page has shown it running
+    try:
+        r = post_form(alice, "/files/personal:alice/import",
+                      {"folder": "portal", "url": files_server + "/hang", "name": "hung.bin"})  # fmt: skip
+        assert r.status_code == 303, r.text
+        import_id = r.headers["location"].rpartition("imported=")[2]
+        shown = alice.get(r.headers["location"]).text
+        assert f'data-import="{import_id}" data-state="running"' in shown
+        assert f'hx-get="/partials/imports/{import_id}"' in shown
+    finally:
+        _Files.release.set()
+    assert _settled(api, u["alice"], import_id)["state"] == "done"
+    progress = alice.get(f"/partials/imports/{import_id}").text
+    assert 'data-state="done"' in progress and "1.0 MiB of 1.0 MiB" in progress and "hx-get" not in progress
+    assert "portal/hung.bin" in progress and bob.get(f"/partials/imports/{import_id}").status_code == 404
+    r = post_form(alice, "/files/personal:alice/import", {"folder": "portal", "url": "http://10.0.0.1/x", "name": "x"})
+    assert r.status_code == 400 and "non-public" in r.text
+    r = post_form(alice, "/files/personal:alice/import",
+                  {"folder": "portal", "url": files_server + "/data", "name": "hung.bin"}, headers=zh)  # fmt: skip
+    assert r.status_code == 400 and "&#39;portal/hung.bin&#39; 已存在" in r.text, r.text
+
+
+def test_a_succeeded_jobs_output_folder_becomes_a_model_version_that_records_the_job(env):
+    """Only the job's owner, only once it has succeeded, only from its workspace; produced_by is never a claim."""
+    api, u, _, _ = env
+    bob, carol = u["bob"], u["carol"]
+    spec = {"name": "train", "command": ["true"], "account": "other"}
+    done = api.client.post("/api/v1/jobs", json=spec, headers=bob).json()["id"]
+    running = api.client.post("/api/v1/jobs", json={**spec, "command": ["sleep", "30"]}, headers=bob).json()["id"]
+    _until(api, bob, done, {"Succeeded"})
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "out"}, headers=bob)
+    _upload(api, bob, "personal", "out/model.pt", b"trained")
+    body = {"kind": "model", "name": "bobs-net", "version": "v1", "path": "out", "framework": "pytorch"}
+    r = api.client.post("/api/v1/catalogue", json={**body, "from_job": done}, headers=bob)
+    assert r.status_code == 201, r.text
+    got = r.json()
+    assert (got["produced_by"], got["framework"], got["source"]) == (done, "pytorch", "personal:bob/out"), got
+    for who, extra, status, why in (
+        (bob, {"from_job": running, "version": "v2"}, 409, "once it has succeeded"),
+        (carol, {"from_job": done, "name": "carols-net"}, 404, "of yours"),  # another user's job
+        (bob, {"from_job": done, "version": "v2", "kind": "dataset"}, 400, "only a model"),
+        (bob, {"from_job": done, "version": "v2", "space": "account:other"}, 400, "its workspace"),
+        (bob, {"produced_by": running, "version": "v2", "space": "personal"}, 400, "produced_by"),  # no claim
+    ):
+        r = api.client.post("/api/v1/catalogue", json={**body, **extra}, headers=who)
+        assert r.status_code == status and why in r.text, (extra, r.text)
+    api.client.post(f"/api/v1/jobs/{running}/cancel", headers=bob)

@@ -1,5 +1,5 @@
 """`caldera data` against a real server process: import a URL with progress (from a local server an admin allowed),
-a refused import's reason, publish a folder, find it, delete it."""
+a refused import's reason, publish a folder, find it, delete it; a job's output refused for a job not the user's."""
 
 from __future__ import annotations
 
@@ -33,3 +33,6 @@ def test_data_cli_publishes_finds_and_imports(server, files_server, tmp_path):  
     (row,) = json.loads(cli(server, "data", "ls", "pytorch", "-o", "json").stdout)
     assert (row["ref"], row["kind"], row["size_bytes"], row["owner"]) == ("base-model@v1", "model", len(DATA), "admin")
     assert "deleted model base-model@v1" in cli(server, "data", "rm", "base-model@v1", "-k", "model").stdout
+    # a job's output: the job is checked by the server (its owner's, succeeded), so an unknown one is refused
+    refused = cli(server, "data", "publish", "out", "v1", "--kind", "model", "--from-job", "nosuchjob", check=False)
+    assert refused.returncode == 1 and "no job 'nosuchjob' of yours" in refused.stderr, refused.stderr

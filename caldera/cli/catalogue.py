@@ -53,13 +53,15 @@ def publish(
     visibility: str = typer.Option("private", help="private, shared or public"),
     share: list[str] = typer.Option([], "--share", help="user:<name> or account:<name> (visibility shared)"),
     framework: str = typer.Option("", help="models: pytorch, jax..."),
-    job: str = typer.Option("", "--job", help="models: the job that produced it"),
+    job: str = typer.Option(
+        "", "--from-job", "--job", help="models: a job of yours that succeeded; --path: a folder of its workspace"
+    ),
     output: Format = OUTPUT,
 ) -> None:
     """Publish a folder of a space you may write; the platform copies it."""
     body = {"kind": kind, "name": name, "version": version, "space": space, "path": path,
             "description": description, "tags": tags, "visibility": visibility, "shared_with": share,
-            "framework": framework, "produced_by": job}  # fmt: skip
+            "framework": framework, "from_job": job}  # fmt: skip
     emit(call(client().post, "/catalogue", body), output, lambda r: _table([r]))
 
 

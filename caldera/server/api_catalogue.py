@@ -8,13 +8,14 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from caldera import outbound
-from caldera.db.models import CatalogueEntry, StorageImport, StorageSpace, User
+from caldera.core.states import JobState
+from caldera.db.models import CatalogueEntry, Job, StorageImport, StorageSpace, User
 from caldera.server import files, imports
 from caldera.server.api_files import Caller, _fs_errors, caller
-from caldera.server.errors import Conflict, NotFound
+from caldera.server.errors import Conflict, Invalid, NotFound
 from caldera.storage.catalogue import NAME, VERSION, Reader, owner_or_admin
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
 from caldera.storage.fetch import allowed_networks, refused
@@ -23,8 +24,10 @@ from caldera.storage.spaces import Access, Kind, SpaceRef
 
 router = APIRouter(prefix="/api/v1", tags=["catalogue"])
 KindParam = Annotated[str, Path(pattern="^(dataset|model)$")]
-NameParam = Annotated[str, Path(pattern=NAME.pattern)]
-VersionParam = Annotated[str, Path(pattern=VERSION.pattern)]
+# anchored: a pattern alone is searched for anywhere in the value ("Bad Name!" holds "ad")
+NAME_PATTERN, VERSION_PATTERN = f"^{NAME.pattern}$", f"^{VERSION.pattern}$"
+NameParam = Annotated[str, Path(pattern=NAME_PATTERN)]
+VersionParam = Annotated[str, Path(pattern=VERSION_PATTERN)]
 _TAG = r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,31}$"
 
 
@@ -53,10 +56,12 @@ def _view(c: Caller, entry: CatalogueEntry) -> dict:
 
 
 class PublishIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # produced_by is the platform's to set (from_job), never a claim
+
     kind: str = Field(..., pattern="^(dataset|model)$")
-    name: str = Field(..., pattern=NAME.pattern)
-    version: str = Field(..., pattern=VERSION.pattern)
-    space: str = Field(..., max_length=80)
+    name: str = Field(..., pattern=NAME_PATTERN)
+    version: str = Field(..., pattern=VERSION_PATTERN)
+    space: str = Field("", max_length=80, description="the space to copy from (with from_job: left out)")
     path: str = Field("", max_length=MAX_PATH_CHARS, description="the folder of the space; its root when empty")
     description: str = Field("", max_length=4000)
     tags: list[Annotated[str, Field(pattern=_TAG)]] = Field(default_factory=list, max_length=32)
@@ -65,16 +70,38 @@ class PublishIn(BaseModel):
         default_factory=list, max_length=256, description="user:<name> or account:<name>, for visibility shared"
     )
     framework: str = Field("", max_length=64, pattern=r"^[A-Za-z0-9._ +-]*$", description="models: pytorch, jax...")
-    produced_by: str = Field("", max_length=32, pattern="^[A-Za-z0-9]*$", description="models: the job it came from")
+    from_job: str = Field("", max_length=32, pattern="^[A-Za-z0-9]*$",
+                          description="models: a job of yours that succeeded; path is in its workspace")  # fmt: skip
+
+
+def _space_of(body: PublishIn, c: Caller) -> str:
+    """The space to copy from: ``body.space``, or with ``from_job`` the job's workspace (its owner's personal
+    space), once the job has succeeded; a model so published records the job (``produced_by``), which nobody
+    else can claim."""
+    if not body.from_job:
+        if not body.space:
+            raise Invalid("space", "a space to publish from, or from_job")
+        return body.space
+    if body.kind != "model":
+        raise Invalid("from_job", "only a model records the job that produced it")
+    job = c.db.get(Job, body.from_job)
+    if job is None or job.user_id != c.user.id:
+        raise NotFound(f"no job {body.from_job!r} of yours")
+    if job.state != JobState.SUCCEEDED.value:
+        raise Conflict(f"job {job.id} is {job.state}: its output is published once it has succeeded")
+    workspace = f"personal:{c.user.username}"
+    if body.space not in ("", "personal", workspace):
+        raise Invalid("space", f"a job's output is in its workspace, {workspace}: leave space out")
+    return workspace
 
 
 @router.post("/catalogue", status_code=201)
 def publish(body: PublishIn, c: Caller = Depends(caller)):
     """Publish a folder of a space you may write as a dataset or model version: the platform copies its regular
     files and folders (links, FIFOs, sockets and devices are left out: ``left_out`` says which), so the version
-    never changes."""
-    opened = c.open(body.space, Access.WRITE)
-    entry = CatalogueEntry(**body.model_dump(exclude={"space", "path"}))
+    never changes. With ``from_job``, a folder of a succeeded job's workspace as a model that records the job."""
+    opened = c.open(_space_of(body, c), Access.WRITE)
+    entry = CatalogueEntry(**body.model_dump(exclude={"space", "path", "from_job"}), produced_by=body.from_job)
     catalogue = files.catalogue_for(c.spaces.settings)
     with _fs_errors():
         left_out = catalogue.publish(c.db, c.user, opened, body.path, entry, c.spaces.settings.storage_max_upload_bytes)

@@ -4,6 +4,7 @@ delete, download and (static/file_upload.js) resumable uploads through the API. 
 
 from __future__ import annotations
 
+import re
 from contextlib import closing
 from dataclasses import dataclass
 from urllib.parse import urlencode
@@ -13,8 +14,8 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from caldera.db.models import User
-from caldera.errors import CalderaError
-from caldera.server import api_files
+from caldera.errors import CalderaError, NotFound
+from caldera.server import api_catalogue, api_files
 from caldera.server.deps import db_session, platform
 from caldera.server.platform import Platform
 from caldera.server.web import api_call
@@ -30,13 +31,14 @@ PREVIEW_BYTES = 256 << 10  # a text file's preview: its start
 # images shown inline, by the name's ending: an allowlist of types no browser runs as a document (no SVG, no HTML)
 IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
 IMAGE_BYTES = 20 << 20
+IMPORT_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def _caller(request: Request, user: User, db: Session) -> api_files.Caller:
     return api_files.Caller(user, db, request.app.state.spaces)
 
 
-def _readable(c: api_files.Caller, space: str):
+def readable(c: api_files.Caller, space: str):
     """The space opened for reading, or no page: another user's space is as if it did not exist."""
     try:
         return c.open(space, Access.READ)
@@ -73,9 +75,21 @@ def folder_url(space: str, path: str, **more: str) -> str:
     return f"/files/{space}?" + urlencode({"path": path, **more}) if path or more else f"/files/{space}"
 
 
-def _folder_page(request: Request, p: Platform, c: api_files.Caller, space: str, path: str, after: str,
-                 errors=(), status=200):  # fmt: skip
-    opened = _readable(c, space)
+def import_view(c: api_files.Caller, import_id: str) -> dict | None:
+    """My import's state and progress as the API gives it; None for an id that is not one of mine."""
+    if not IMPORT_ID.fullmatch(import_id):
+        return None
+    try:
+        return api_catalogue.import_status(import_id, c)
+    except NotFound:
+        return None
+
+
+def folder_page(request: Request, p: Platform, c: api_files.Caller, space: str, path: str, after: str,
+                errors=(), status=200, imported: str = "", values: dict | None = None):  # fmt: skip
+    """The folder's page: with ``imported`` (an import's id), that import's progress above its entries; ``values``: a
+    refused form's, shown again."""
+    opened = readable(c, space)
     try:
         listed = api_files.list_folder(space, path, after, PAGE_SIZE, c)
     except NoSuchPath:
@@ -87,6 +101,7 @@ def _folder_page(request: Request, p: Platform, c: api_files.Caller, space: str,
         info=c.spaces.view(opened.ref, opened.row, opened.access), path=listed["path"], crumbs=crumbs,
         entries=listed["entries"], next_after=listed["next"], after=after, folder_url=folder_url,
         chunk_bytes=p.settings.storage_chunk_bytes, writable=opened.access >= Access.WRITE,
+        imp=import_view(c, imported) if imported else None, values=values or {},
     )  # fmt: skip
 
 
@@ -96,16 +111,17 @@ def folder(
     space: str,
     path: str = Query("", max_length=MAX_PATH_CHARS),
     after: str = Query("", max_length=1024),
+    imported: str = Query("", max_length=32),
     user: User = Depends(page_user),
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ):
-    return _folder_page(request, p, _caller(request, user, db), space[:80], path, after)
+    return folder_page(request, p, _caller(request, user, db), space[:80], path, after, imported=imported)
 
 
 @router.get("/files/{space}/download")
 def download(at: FileAt = Depends(file_at)):
-    _readable(at.c, at.space)
+    readable(at.c, at.space)
     try:
         return api_files.download(at.space, at.path, at.c)
     except (NoSuchPath, PathRefused):
@@ -119,10 +135,10 @@ def _parent(path: str) -> str:
 
 def _write(request: Request, p: Platform, c: api_files.Caller, space: str, back_to: str, fn, *args):
     """A form's change through the API, back to the folder; the API's refusal shown on it."""
-    _readable(c, space)
+    readable(c, space)
     _, errors = api_call.call(c.db, fn, space, *args, c)
     if errors:
-        return _folder_page(request, p, c, space, back_to, "", errors, status=400)
+        return folder_page(request, p, c, space, back_to, "", errors, status=400)
     return RedirectResponse(folder_url(space, back_to), 303)
 
 
@@ -155,7 +171,7 @@ def delete(
 
 def _start_of(at: FileAt, limit: int) -> tuple[int, bytes]:
     """The file's size and its first ``limit`` bytes (read no further); no page for what is not a readable file."""
-    opened = _readable(at.c, at.space)
+    opened = readable(at.c, at.space)
     try:
         size, blocks = opened.tree.reader(file_parts(at.path))
     except (CalderaError, OSError):  # a folder, a link out, a name the file system refuses

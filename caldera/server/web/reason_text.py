@@ -418,6 +418,15 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         # the scheduler's never_fits (caldera/scheduler/quota.py), refused at submission
         (r"a job needs at least one replica", _("a job needs at least one replica")),
         (r"the cluster has no nodes", _("the cluster has no nodes")),
+        # the datasets and models catalogue and imports (caldera/storage/catalogue.py, api_catalogue.py)
+        (r"(?:dataset|model) (?P<ref>\S+) exists already", _("%(ref)s exists already in the catalogue")),
+        (
+            r"(?:dataset|model) (?P<name>\S+) is another user's: publish under a name of your own",
+            _("%(name)s is another user's: publish under a name of your own"),
+        ),
+        (r"(?P<path>'.*'|\".*\") already exists", _("%(path)s already exists")),
+        (r"you may read (?P<space>\S+) but not change it", _("you may read %(space)s but not change it")),
+        (r"you have no access to (?P<space>\S+)", _("you have no access to %(space)s")),
         (r"the cluster has no GPUs", _("the cluster has no GPUs")),
         (
             r"no node has GPU model (?P<model>\S+) \(models present: (?P<models>.*)\)",
