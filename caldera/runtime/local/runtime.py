@@ -40,6 +40,7 @@ import caldera
 from caldera.config import Settings
 from caldera.core.cluster import Device, Node
 from caldera.core.spec import JobKind
+from caldera.ports import unused_port
 from caldera.runtime.base import (
     Endpoint,
     ExecError,
@@ -105,12 +106,6 @@ _PASS_ENV = {
     "NO_PROXY",
 }
 _PASS_PREFIXES = ("LC_", "OPENBLAS_", "OMP_", "MKL_", "NVIDIA_")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _meminfo_mib() -> int:
@@ -260,7 +255,7 @@ class LocalRuntime:
         if spec.kind is JobKind.DISTRIBUTED and self.settings.isolate_distributed_network and netns.available():
             holder = netns.start_holder()
         try:
-            master_port = _free_port() if spec.kind is JobKind.DISTRIBUTED else 0
+            master_port = unused_port() if spec.kind is JobKind.DISTRIBUTED else 0
             for r in range(world):
                 env = dict(base_env)
                 replica = r // spec.procs_per_replica
