@@ -231,7 +231,7 @@ def apply_crds(bin_dir: Path, state: Path, files: list[str]) -> None:
     """Apply CRDs and wait until they are served: kwok and Kueue exit when a kind they watch is unknown."""
     kubectl(bin_dir, state, "apply", "--server-side", "--force-conflicts", *[a for f in files for a in ("-f", f)])
     names = [yaml.safe_load(Path(f).read_text())["metadata"]["name"] for f in files]
-    kubectl(bin_dir, state, "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
+    kubectl(bin_dir, state, "wait", "--for=condition=Established", "--timeout=180s", *[f"crd/{n}" for n in names])
 
 
 def kwok_config(bin_dir: Path, state: Path, port: int) -> Path:
