@@ -140,7 +140,7 @@ def _state_of(db: Session, dep_id: str) -> JobState:
     dep = db.get(Job, dep_id)
     if dep is not None:
         return JobState(dep.state)
-    states = db.scalars(select(Job.state).where(Job.array_id == dep_id)).all()
+    states = db.scalars(select(Job.state).where(Job.array_id == dep_id).distinct()).all()  # a few, not every task
     return array_state(JobState(s) for s in states) if states else JobState.LOST
 
 
