@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from caldera.server.app import create_app
 from caldera.server.platform import Platform
-from caldera.server.tenancy import bootstrap
+from caldera.server.tenancy import bootstrap, usernames
 from tests.conftest import Api, make_settings
 from tests.fake_runtime import FakeRuntime
 from tests.test_runs import _submit, _until
@@ -108,7 +108,7 @@ def test_the_snapshot_counts_each_jobs_preemptions_from_its_attempts(fake_api) -
         db.get(Job, running).attempt = 4  # three earlier attempts, each re-queued
         db.get(Job, queued).attempt = 2  # re-queued twice, waiting for its third
         db.commit()
-        snap = loop._snapshot(db, 0.0, {}, {})
+        snap = loop._snapshot(db, 0.0, {}, {}, usernames(db))
     by_id = {j.id: j for j in (*snap.queued, *snap.running)}
     assert (by_id[running].preemptions, by_id[queued].preemptions) == (3, 2)
 

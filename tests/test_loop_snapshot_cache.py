@@ -16,7 +16,7 @@ import time
 from caldera.core.spec import JobSpec
 from caldera.core.tenancy import Role
 from caldera.db.models import Job, User
-from caldera.server import arrays, holds
+from caldera.server import arrays, holds, tenancy
 from caldera.server import jobs as jobs_api
 from caldera.server.loop import SchedulerLoop
 from caldera.server.platform import Platform
@@ -35,12 +35,12 @@ def _checking(loop: SchedulerLoop, compared: list[int]) -> None:
     """Wrap the loop's snapshot: each cycle also builds a fresh one and compares it and its decisions."""
     kept_snapshot = loop._snapshot
 
-    def snapshot(db, now, user_usage, queue_usage):
-        snap = kept_snapshot(db, now, user_usage, queue_usage)
+    def snapshot(db, now, user_usage, queue_usage, names):
+        snap = kept_snapshot(db, now, user_usage, queue_usage, names)
         kept, cycle = loop.jobs, loop._cycle
         loop.jobs = SnapshotJobs()
         try:
-            fresh = kept_snapshot(db, now, user_usage, queue_usage)
+            fresh = kept_snapshot(db, now, user_usage, queue_usage, names)
         finally:
             loop.jobs, loop._cycle = kept, cycle
         assert fresh.queued == snap.queued and fresh.running == snap.running
@@ -94,7 +94,7 @@ def _cycles(p: Platform, loop: SchedulerLoop, user_ids: list[int], admin_id: int
         db.commit()
     loop.tick()
     with p.session() as db:  # a row that did not change keeps its object
-        again = [loop._snapshot(db, time.time(), {}, {}).queued for _ in range(2)]
+        again = [loop._snapshot(db, time.time(), {}, {}, tenancy.usernames(db)).queued for _ in range(2)]
         assert len(again[0]) > 10 and all(a is b for a, b in zip(*again, strict=True))
         db.rollback()
     submit(6, 100, [admin_id], ("high",), 0.2)  # preempts: the victims are queued again, changed

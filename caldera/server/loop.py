@@ -203,13 +203,14 @@ class SchedulerLoop:
         with self.p.state_lock, self.p.session() as db:
             self._observe(db, now)
             running = list(db.scalars(select(Job).where(Job.state == JobState.RUNNING.value)))
-            user_usage, queue_usage = self._charge(db, now, running)
+            names = tenancy.usernames(db)
+            user_usage, queue_usage = self._charge(db, now, running, names)
             self._profile(db, running, now)
             if getattr(self.p.runtime, "admits_jobs", False):
                 self._push_queues(db)
                 decisions = self._hand_over(db, now)
             else:
-                snap = self._snapshot(db, now, user_usage, queue_usage)
+                snap = self._snapshot(db, now, user_usage, queue_usage, names)
                 decisions = self._checked(snap, self.policy(snap))
             self._apply(db, decisions, now)
             db.commit()
@@ -332,14 +333,15 @@ class SchedulerLoop:
         for job, message, params in self.profiles.cycle(running, self.p.nodes(), now):
             note(db, job, "Profiled", message, params)
 
-    def _charge(self, db: Session, now: float, running: list[Job]) -> tuple[dict[str, float], dict[str, float]]:
+    def _charge(
+        self, db: Session, now: float, running: list[Job], names: dict[int, str]
+    ) -> tuple[dict[str, float], dict[str, float]]:
         """Decay usage and charge what ran since the last cycle, as GPU-seconds per user and per queue."""
         rows = {u.key: u for u in db.scalars(select(Usage))}
         last = self._last_charge or max((u.updated_at for u in rows.values()), default=now)
         elapsed = max(0.0, now - last)
         self._last_charge = now
         values = fairshare.decay({k: u.value for k, u in rows.items()}, elapsed, self.p.settings.fair_share_half_life_s)
-        names = dict(db.execute(select(User.id, User.username)).all())
         for job in running:
             gs = _gpus(job) * elapsed
             if gs:
@@ -355,9 +357,10 @@ class SchedulerLoop:
         queues = {k[6:]: v for k, v in values.items() if k.startswith("queue:")}
         return users, queues
 
-    def _snapshot(self, db: Session, now: float, user_usage: dict, queue_usage: dict) -> Snapshot:
+    def _snapshot(
+        self, db: Session, now: float, user_usage: dict, queue_usage: dict, names: dict[int, str]
+    ) -> Snapshot:
         """The policy's view of the cluster; the queued jobs' side kept between cycles (snapshot_jobs.py)."""
-        names = dict(db.execute(select(User.id, User.username)).all())
         rows = self.jobs.queued_rows(db)
         active = list(db.scalars(select(Job).where(Job.state.in_(ACTIVE))))
         keys = {(row[1], row[4]) for row in rows} | {(job.user_id, job.kind) for job in active}
