@@ -16,7 +16,7 @@ from caldera.db.models import CatalogueEntry, Job, StorageImport, StorageSpace, 
 from caldera.server import files, imports
 from caldera.server.api_files import Caller, _fs_errors, caller
 from caldera.server.errors import Conflict, Invalid, NotFound
-from caldera.storage.catalogue import NAME, VERSION, Reader, owner_or_admin
+from caldera.storage.catalogue import NAME, VERSION, Reader, may_change, owner_or_admin
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
 from caldera.storage.fetch import allowed_networks, refused
 from caldera.storage.paths import MAX_PATH_CHARS, file_parts
@@ -31,8 +31,8 @@ VersionParam = Annotated[str, Path(pattern=VERSION_PATTERN)]
 _TAG = r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,31}$"
 
 
-def _view(c: Caller, entry: CatalogueEntry) -> dict:
-    """The entry as ``c`` may see it: where it was copied from (a space and folder) and whom it is shared with
+def _view(c: Caller, entry: CatalogueEntry, who: Reader) -> dict:
+    """The entry as ``who`` may see it: where it was copied from (a space and folder) and whom it is shared with
     are its owner's and admins' to know, not every reader's."""
     owner = c.db.get(User, entry.owner_id)
     view = {
@@ -50,7 +50,7 @@ def _view(c: Caller, entry: CatalogueEntry) -> dict:
         "files": entry.files,
         "created_at": entry.created_at,
     }
-    if c.user.role == "admin" or entry.owner_id == c.user.id:
+    if may_change(entry, who):
         view |= {"source": entry.source, "shared_with": entry.shared_with}
     return view
 
@@ -106,7 +106,7 @@ def publish(body: PublishIn, c: Caller = Depends(caller)):
     with _fs_errors():
         left_out = catalogue.publish(c.db, c.user, opened, body.path, entry, c.spaces.settings.storage_max_upload_bytes)
     c.db.commit()
-    return {**_view(c, entry), "left_out": left_out}
+    return {**_view(c, entry, Reader.of(c.db, c.user)), "left_out": left_out}
 
 
 @router.get("/catalogue")
@@ -116,15 +116,17 @@ def search(
     c: Caller = Depends(caller),
 ):
     """The datasets and models you may read, searched in their names, versions, descriptions, tags, frameworks."""
-    entries = files.catalogue_for(c.spaces.settings).search(c.db, Reader.of(c.db, c.user), kind, q)
-    return [_view(c, e) for e in entries]
+    who = Reader.of(c.db, c.user)
+    entries = files.catalogue_for(c.spaces.settings).search(c.db, who, kind, q)
+    return [_view(c, e, who) for e in entries]
 
 
 @router.get("/catalogue/{kind}/{ref}")
 def show(kind: KindParam, ref: Annotated[str, Path(max_length=97)], c: Caller = Depends(caller)):
     """One entry: ``name@version``, or ``name`` for its newest version you may read."""
-    entry = files.catalogue_for(c.spaces.settings).find(c.db, Reader.of(c.db, c.user), kind, ref)
-    return _view(c, entry)
+    who = Reader.of(c.db, c.user)
+    entry = files.catalogue_for(c.spaces.settings).find(c.db, who, kind, ref)
+    return _view(c, entry, who)
 
 
 @router.delete("/catalogue/{kind}/{name}/{version}")

@@ -212,6 +212,11 @@ class Catalogue:
         return removed
 
 
+def may_change(entry: CatalogueEntry, who: Reader) -> bool:
+    """Its owner and admins: who changes an entry, and who sees where it was copied from and whom it is shared with."""
+    return who.admin or entry.owner_id == who.user_id
+
+
 def owner_or_admin(entry: CatalogueEntry, who: Reader) -> None:
-    if not (who.admin or entry.owner_id == who.user_id):
+    if not may_change(entry, who):
         raise NoAccess(f"only its owner or an admin changes {entry.kind} {entry.name}@{entry.version}")

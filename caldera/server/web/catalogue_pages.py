@@ -14,11 +14,10 @@ from sqlalchemy.orm import Session
 from caldera import outbound
 from caldera.db.models import User
 from caldera.server import api_catalogue
-from caldera.server.api_files import Caller
 from caldera.server.deps import db_session, platform
 from caldera.server.platform import Platform
 from caldera.server.web import api_call
-from caldera.server.web.file_pages import folder_page, folder_url, import_view, readable
+from caldera.server.web.file_pages import folder_page, folder_url, import_view, page_caller, readable
 from caldera.server.web.render import page
 from caldera.server.web.session import PageNotFound, page_user
 from caldera.storage.catalogue import KINDS
@@ -27,16 +26,12 @@ from caldera.storage.paths import MAX_PATH_CHARS
 router = APIRouter(include_in_schema=False)
 
 
-def _caller(request: Request, user: User, db: Session) -> Caller:
-    return Caller(user, db, request.app.state.spaces)
-
-
 @router.get("/data")
 def catalogue(
     request: Request, kind: str = "", q: str = "", user: User = Depends(page_user), db: Session = Depends(db_session)
 ):
     kind, q = (kind if kind in KINDS else ""), q[:200]
-    entries = api_catalogue.search(kind=kind or None, q=q, c=_caller(request, user, db))
+    entries = api_catalogue.search(kind=kind or None, q=q, c=page_caller(request, user, db))
     return page(request, "catalogue.html", user=user, entries=entries, kind=kind, q=q)
 
 
@@ -57,7 +52,7 @@ def publish(
     db: Session = Depends(db_session),
 ):
     """The folder shown as a new version; on to the catalogue's page, which lists it."""
-    c, space = _caller(request, user, db), space[:80]
+    c, space = page_caller(request, user, db), space[:80]
     readable(c, space)  # another user's space: no page, as for its folders
 
     def call():
@@ -87,7 +82,7 @@ def start_import(
     db: Session = Depends(db_session),
 ):
     """Download ``url`` as ``name`` in the folder shown; back to the folder, which shows the import's progress."""
-    c, space = _caller(request, user, db), space[:80]
+    c, space = page_caller(request, user, db), space[:80]
     readable(c, space)
     at = f"{folder}/{name.strip()}" if folder else name.strip()
     body = {"url": url.strip(), "space": space, "path": at}
@@ -102,7 +97,7 @@ def import_progress(
     request: Request, import_id: str, user: User = Depends(page_user), db: Session = Depends(db_session)
 ):
     """An import's progress, refreshed in place by HTMX while it runs."""
-    imp = import_view(_caller(request, user, db), import_id)
+    imp = import_view(page_caller(request, user, db), import_id)
     if imp is None:
         raise PageNotFound()
     return page(request, "_import_progress.html", imp=imp, folder_url=folder_url)

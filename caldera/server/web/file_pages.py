@@ -34,7 +34,8 @@ IMAGE_BYTES = 20 << 20
 IMPORT_ID = re.compile(r"[0-9a-f]{32}")
 
 
-def _caller(request: Request, user: User, db: Session) -> api_files.Caller:
+def page_caller(request: Request, user: User, db: Session) -> api_files.Caller:
+    """The API's caller for a page's user: the same checks as the API's routes."""
     return api_files.Caller(user, db, request.app.state.spaces)
 
 
@@ -62,12 +63,12 @@ def file_at(
     user: User = Depends(page_user),
     db: Session = Depends(db_session),
 ) -> FileAt:
-    return FileAt(_caller(request, user, db), space[:80], path)
+    return FileAt(page_caller(request, user, db), space[:80], path)
 
 
 @router.get("/files")
 def spaces(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
-    c = _caller(request, user, db)
+    c = page_caller(request, user, db)
     return page(request, "files.html", user=user, spaces=api_files.list_spaces(c))
 
 
@@ -116,7 +117,7 @@ def folder(
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ):
-    return folder_page(request, p, _caller(request, user, db), space[:80], path, after, imported=imported)
+    return folder_page(request, p, page_caller(request, user, db), space[:80], path, after, imported=imported)
 
 
 @router.get("/files/{space}/download")
@@ -154,7 +155,7 @@ def new_folder(
 ):
     """``name`` in the folder shown (the API refuses a name with a slash, .. or NUL as any path)."""
     body = api_files.FolderIn(path=f"{folder}/{name}" if folder else name)
-    return _write(request, p, _caller(request, user, db), space[:80], folder, api_files.mkdir, body)
+    return _write(request, p, page_caller(request, user, db), space[:80], folder, api_files.mkdir, body)
 
 
 @router.post("/files/{space}/delete")
@@ -166,7 +167,7 @@ def delete(
     p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ):
-    return _write(request, p, _caller(request, user, db), space[:80], _parent(path), api_files.delete, path)
+    return _write(request, p, page_caller(request, user, db), space[:80], _parent(path), api_files.delete, path)
 
 
 def _start_of(at: FileAt, limit: int) -> tuple[int, bytes]:
