@@ -179,8 +179,17 @@ class Builder:
             return
         archive = self.sandbox.base_archive(want[:16])
         archive.unlink(missing_ok=True)
+        save = [*self.podman, "save", "--format", "oci-archive", "-o", str(archive), base]
         try:
-            self.run([*self.podman, "save", "--format", "oci-archive", "-o", str(archive), base], log, 900)
+            try:
+                self.run(save, log, 900)
+            except BuildFailed as exc:
+                if "exited" not in str(exc):
+                    raise
+                # once more: a save has failed (exit 125, seen once under a loaded CI) while other root podman
+                # commands changed the storage; its error is in the log above
+                archive.unlink(missing_ok=True)
+                self.run(save, log, 900)
             os.chown(archive, 0, self.sandbox.user.gid)  # type: ignore[union-attr] - prepared by _rootless
             os.chmod(archive, 0o640)
             pull = [*self._rootless("buildah"), "pull", f"oci-archive:{archive}"]

@@ -148,18 +148,20 @@ class Catalogue:
             raise
         return copied.left_out
 
-    def _may_add_to(self, db: Session, owner: User, entry: CatalogueEntry) -> None:
+    def _may_add_to(self, db: Session, owner: User, entry: CatalogueEntry) -> CatalogueName | None:
         """A name is its first publisher's: else another user's new version would be what jobs mounting the name
-        alone get."""
+        alone get. The name's claim, None while it has none."""
         claim = db.get(CatalogueName, (entry.kind, entry.name))
         if claim is not None and claim.owner_id != owner.id and owner.role != "admin":
             raise NoAccess(f"{entry.kind} {entry.name} is another user's: publish under a name of your own")
+        return claim
 
     def _insert(self, db: Session, owner: User, entry: CatalogueEntry, clash: NameClash) -> None:
         """The row, with the name's claim when it has none, in one flush: of two first publishes of a name at once,
         the claim's primary key lets one through and the other is refused as the name's owner's."""
-        self._may_add_to(db, owner, entry)  # claimed since the first check
-        if db.get(CatalogueName, (entry.kind, entry.name)) is None:
+        # one read decides both: a claim committed between a check and a second read would let this version in
+        # under another user's name without claiming it
+        if self._may_add_to(db, owner, entry) is None:  # claimed since the first check?
             db.add(CatalogueName(kind=entry.kind, name=entry.name, owner_id=owner.id))
         db.add(entry)
         try:
