@@ -113,7 +113,9 @@ def test_cancel_hold_and_release_act_on_the_whole_array_or_one_task(api, admin):
         _until(api, alice, t["id"], {"Cancelled"})
     assert _get(api, alice, a["id"])["state"] == "Cancelled"
     assert c.get(f"/api/v1/arrays/{a['id']}", headers=bob).status_code == 404
-    assert [x["id"] for x in c.get("/api/v1/arrays", headers=alice).json()] == [a["id"]]
+    [listed] = c.get("/api/v1/arrays", headers=alice).json()
+    assert listed["id"] == a["id"] and listed["counts"] == {"Cancelled": 4} and "tasks" not in listed  # counts only
+    assert (listed["account"], listed["queue"]) == (a["account"], a["queue"]) and listed["user"] == "alice"
     assert c.get("/api/v1/arrays", headers=bob).json() == []
 
 

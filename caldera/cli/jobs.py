@@ -7,6 +7,7 @@ import json
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -66,7 +67,7 @@ def _dependencies(c: Client, items: list[str]) -> list[dict[str, str]]:
 
 
 def _submitted(job: dict) -> None:
-    if "tasks" in job:
+    if "counts" in job:  # a job array
         limit = f", at most {job['max_running']} running at once" if job["max_running"] else ""
         console.print(
             f"submitted job array [bold]{job['id']}[/bold] ({job['name']}, {job['size']} tasks{limit}) "
@@ -271,7 +272,8 @@ def _jobs_table(rows: list[dict]) -> None:
             if j["array_id"] not in tasks:
                 continue  # its array's row is printed
             group = tasks.pop(j["array_id"])
-            state, why = array_state(JobState(x["state"]) for x in group).value, _counted(group)
+            counts = Counter(x["state"] for x in group)
+            state, why = array_state(JobState(x) for x in counts).value, _counted(counts)
             j = {**j, "id": j["array_id"], "name": f"{j['name']}[{len(group)} tasks]", "state": state}
         else:
             queued = j["state"] == "Queued" and j["pending_reasons"]
@@ -291,10 +293,9 @@ def _jobs_table(rows: list[dict]) -> None:
     console.print(t)
 
 
-def _counted(tasks: list[dict]) -> str:
+def _counted(counts: dict[str, int]) -> str:
     """``2 Running, 6 Queued, 2 Succeeded``: a job array's tasks per state, in the states' order."""
-    counts = {s: sum(1 for x in tasks if x["state"] == s) for s in STATES}
-    return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    return ", ".join(f"{counts[s]} {s}" for s in STATES if counts.get(s))
 
 
 def describe(job_id: str, output: Format = OUTPUT) -> None:
@@ -311,7 +312,7 @@ def _array_table(a: dict) -> None:
     limit = f", at most {a['max_running']} running" if a["max_running"] else ""
     console.print(f"[bold]{a['id']}[/bold] {a['name']}  job array {a['array']} ({a['size']} tasks{limit})")
     console.print(f"user {a['user']}  account {a['account']}  queue {a['queue']}  [bold]{a['state']}[/bold]")
-    console.print(_counted(a["tasks"]))
+    console.print(_counted(a["counts"]))
     t = Table("INDEX", "JOB", "STATE", "EXIT", "REASON", box=None, title="tasks", title_justify="left")
     for x in a["tasks"]:
         exit_code = str(x["exit_code"]) if x["exit_code"] is not None else "-"
@@ -411,7 +412,7 @@ def cancel(
 
 def _or_array(say: Callable[[dict], str]) -> Callable[[dict], str]:
     """``say`` for a job; for a job array (the verbs take either), its tasks counted per state."""
-    return lambda j: f"{j['id']}: job array, {_counted(j['tasks'])}" if "tasks" in j else say(j)
+    return lambda j: f"{j['id']}: job array, {_counted(j['counts'])}" if "counts" in j else say(j)
 
 
 def _each(job_ids: list[str], act, say) -> None:

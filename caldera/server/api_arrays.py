@@ -33,9 +33,21 @@ class ArrayIn(BaseModel):
 
 
 def _views(db: Session, listed: list[JobArray]) -> list[dict]:
+    """Arrays as a list shows them: their tasks counted per state, not each task (an array may have thousands)."""
     names = tenancy.usernames(db)
-    by_array = arrays.tasks_of(db, [a.id for a in listed])
-    return [arrays.view(a, by_array[a.id], names.get(a.user_id)) for a in listed]
+    ids = [a.id for a in listed]
+    counts, firsts = arrays.counts_of(db, ids), arrays.firsts_of(db, ids)
+    return [arrays.view(a, counts[a.id], names.get(a.user_id), firsts.get(a.id)) for a in listed]
+
+
+def _whole(db: Session, array: JobArray) -> dict:
+    """One array with each of its tasks."""
+    listed = arrays.tasks(db, array)
+    counts: dict[str, int] = {}
+    for job in listed:
+        counts[job.state] = counts.get(job.state, 0) + 1
+    first = listed[0] if listed else None
+    return arrays.view(array, counts, tenancy.username(db, array.user_id), first, listed)
 
 
 @router.post("", status_code=201)
@@ -48,7 +60,7 @@ def submit(
     with p.state_lock:
         array = arrays.submit(p, db, user, body.spec, body.array)
         db.commit()
-    return _views(db, [array])[0]
+    return _whole(db, array)
 
 
 @router.get("")
@@ -64,7 +76,7 @@ def list_arrays(
 
 @router.get("/{array_id}")
 def describe(array_id: str, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
-    return _views(db, [jobs.visible_array(db, user, array_id)])[0]
+    return _whole(db, jobs.visible_array(db, user, array_id))
 
 
 @router.post("/{array_id}/cancel")
@@ -106,4 +118,4 @@ def _changed(p: Platform, db: Session, user: User, array_id: str, act: Callable[
         array = jobs.visible_array(db, user, array_id)
         act(array)
         db.commit()
-    return _views(db, [array])[0]
+    return _whole(db, array)

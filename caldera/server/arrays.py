@@ -50,16 +50,8 @@ def submit(p: Platform, db: Session, user: User, spec: JobSpec, expression: str)
 
 
 def tasks(db: Session, array: JobArray) -> list[Job]:
-    return tasks_of(db, [array.id])[array.id]
-
-
-def tasks_of(db: Session, array_ids: list[str]) -> dict[str, list[Job]]:
-    """Each array's tasks, lowest index first, in one query."""
-    out: dict[str, list[Job]] = {a: [] for a in array_ids}
-    if array_ids:
-        for job in db.scalars(select(Job).where(Job.array_id.in_(array_ids)).order_by(Job.array_index)):
-            out[job.array_id].append(job)
-    return out
+    """The array's tasks, lowest index first."""
+    return list(db.scalars(select(Job).where(Job.array_id == array.id).order_by(Job.array_index)))
 
 
 def each_task(db: Session, array: JobArray, act: Callable[[Job], Any], states: tuple[str, ...]) -> None:
@@ -85,13 +77,12 @@ def release(db: Session, array: JobArray, actor: User) -> None:
     each_task(db, array, lambda job: holds.release(db, job, actor), _WAITING)
 
 
-def view(array: JobArray, listed: list[Job], username: str | None) -> dict[str, Any]:
-    """The array as the API shows it: its tasks' states counted, and each task's id, state and exit code."""
-    counts: dict[str, int] = {}
-    for job in listed:
-        counts[job.state] = counts.get(job.state, 0) + 1
-    first = listed[0] if listed else None
-    return {
+def view(
+    array: JobArray, counts: dict[str, int], username: str | None, first: Any, listed: list[Job] | None = None
+) -> dict[str, Any]:
+    """The array as the API shows it: its tasks' states counted, its account and queue (those of ``first``, its
+    lowest-index task: all share one spec), and with ``listed`` each task's id, state and exit code."""
+    out = {
         "id": array.id,
         "name": array.name,
         "user": username,
@@ -103,11 +94,13 @@ def view(array: JobArray, listed: list[Job], username: str | None) -> dict[str, 
         "submitted_at": array.submitted_at,
         "state": state_of(counts),
         "counts": counts,
-        "tasks": [
+    }
+    if listed is not None:
+        out["tasks"] = [
             {"index": j.array_index, "id": j.id, "state": j.state, "exit_code": j.exit_code, "reason": j.reason}
             for j in listed
-        ],
-    }
+        ]
+    return out
 
 
 def state_of(counts: dict[str, int]) -> str:
@@ -123,6 +116,22 @@ def counts_of(db: Session, array_ids: list[str]) -> dict[str, dict[str, int]]:
         for array_id, state, n in db.execute(counted.group_by(Job.array_id, Job.state)):
             out[array_id][state] = n
     return out
+
+
+def firsts_of(db: Session, array_ids: list[str]) -> dict[str, Any]:
+    """Each array's lowest-index task's account and queue, in one query that loads no other task."""
+    if not array_ids:
+        return {}
+    lowest = (
+        select(Job.array_id, func.min(Job.array_index).label("index"))
+        .where(Job.array_id.in_(array_ids))
+        .group_by(Job.array_id)
+        .subquery()
+    )
+    firsts = select(Job.array_id, Job.account, Job.queue).join(
+        lowest, (Job.array_id == lowest.c.array_id) & (Job.array_index == lowest.c.index)
+    )
+    return {row.array_id: row for row in db.execute(firsts)}
 
 
 def list_arrays(db: Session, user: User, everyone: bool = False, limit: int = 200) -> list[JobArray]:
