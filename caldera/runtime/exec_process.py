@@ -21,9 +21,8 @@ from caldera.runtime.local import procs
 
 STDOUT, STDERR = 1, 2
 _TERM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
-_EOF_CHAR = b"\x04"  # what a terminal reads as the end of input (Ctrl-D at the start of a line)
-_F_SETPIPE_SZ = 1031
-_PIPE_BYTES = 1 << 20
+EOF_CHAR = b"\x04"  # what a terminal reads as the end of input (Ctrl-D at the start of a line)
+PIPE_BYTES = 1 << 20
 
 
 class ExecProcess:
@@ -43,7 +42,7 @@ class ExecProcess:
         return [(STDOUT, self.proc.stdout.fileno()), (STDERR, self.proc.stderr.fileno())]
 
     @staticmethod
-    def read(fd: int, size: int = _PIPE_BYTES) -> bytes:
+    def read(fd: int, size: int = PIPE_BYTES) -> bytes:
         try:
             return os.read(fd, size)
         except OSError:  # EIO: every holder of the PTY's other end is gone
@@ -61,7 +60,7 @@ class ExecProcess:
 
     def close_input(self) -> None:
         if self.master is not None:
-            self.write(_EOF_CHAR)
+            self.write(EOF_CHAR)
         elif self.proc.stdin is not None:
             self.proc.stdin.close()
 
@@ -116,7 +115,7 @@ def spawn(
         )
         for pipe in (proc.stdin, proc.stdout):  # fewer, larger chunks for a bulk stream (scp through SSH)
             try:
-                fcntl.fcntl(pipe.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)  # type: ignore[union-attr]
+                fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[union-attr]
             except OSError:  # over /proc/sys/fs/pipe-max-size for this uid: the default then
                 pass
         return ExecProcess(proc, None)

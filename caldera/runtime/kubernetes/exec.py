@@ -22,9 +22,8 @@ from typing import Any
 
 from caldera.runtime.base import ExecError
 from caldera.runtime.exec_process import (
-    _EOF_CHAR,
-    _F_SETPIPE_SZ,
-    _PIPE_BYTES,
+    EOF_CHAR,
+    PIPE_BYTES,
     STDERR,
     STDOUT,
     ExecProcess,
@@ -99,7 +98,7 @@ class PodExec(ExecProcess):
 
     def close_input(self) -> None:
         if self._tty:
-            self.write(_EOF_CHAR)
+            self.write(EOF_CHAR)
         elif self._in_w >= 0:
             os.close(self._in_w)  # the pump then closes the stream's stdin (the v5 protocol's close signal)
             self._in_w = -1
@@ -215,7 +214,7 @@ def exit_status(status: bytes) -> tuple[int, str]:
 def _pipe() -> tuple[int, int]:
     r, w = os.pipe()
     try:  # fewer, larger chunks for a bulk stream (scp through SSH)
-        fcntl.fcntl(w, _F_SETPIPE_SZ, _PIPE_BYTES)
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     except OSError:
         pass
     return r, w
