@@ -61,6 +61,7 @@ def test_every_page_is_accessible_and_fits_in_both_languages_and_themes(server, 
                     where = f"{name} {lang} {scheme} {size}"
                     theme = page.evaluate("document.documentElement.dataset.bsTheme")
                     assert theme == scheme, where  # follows the browser's preference
+                    page.evaluate("document.fonts.ready.then(() => true)")  # widths with the fonts they will have
                     wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
                     if wide > 0:
                         problems.append(f"{where}: scrolls sideways by {wide}px")

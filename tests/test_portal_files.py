@@ -14,7 +14,7 @@ import pytest
 
 from caldera.server.web.render import STATIC
 from tests.conftest import ServerProcess, free_port, server_env, traversable
-from tests.portal import browser_for
+from tests.portal import browser_for, post_form
 from tests.test_browser import browser  # noqa: F401 - the chromium fixture
 from tests.test_portal_browser import _login
 from tests.test_server_process import token
@@ -127,3 +127,38 @@ def test_a_text_file_previews_as_text_an_image_as_an_image_and_others_only_downl
     bob = browser_for(api.client, "bob", "password-123")
     for route in ("preview", "image"):
         assert bob.get(f"/files/personal:ana/{route}", params={"path": "plot.png"}).status_code == 404, route
+
+
+def test_move_and_rename_through_the_folder_page_keep_the_apis_rules(api, admin):
+    """The folder page's move form renames in place and moves into another folder (the file's bytes with it); a
+    name that is taken is refused on the page (never replaced), a path out of the space is refused, and another
+    user's space is a page that does not exist."""
+    ana = api.user(admin, "ana")
+    api.user(admin, "bob")
+    _put(api, ana, "draft.txt", b"v1")
+    _put(api, ana, "taken.txt", b"keep me")
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "done"}, headers=ana)
+    page = browser_for(api.client, "ana", "password-123")
+    listing = page.get("/files/personal:ana").text
+    assert 'action="/files/personal:ana/move"' in listing and "Move or rename draft.txt" in listing
+    assert "移动或重命名 draft.txt" in page.get("/files/personal:ana", headers={"Accept-Language": "zh"}).text
+
+    r = post_form(page, "/files/personal:ana/move", {"path": "draft.txt", "to": "final.txt"})
+    assert r.status_code == 303 and r.headers["location"] == "/files/personal:ana", r.text
+    r = post_form(page, "/files/personal:ana/move", {"path": "final.txt", "to": "done/final.txt"})
+    assert r.status_code == 303, r.text
+    names = lambda path: [e["name"] for e in api.client.get(  # noqa: E731
+        "/api/v1/spaces/personal/list", params={"path": path}, headers=ana).json()["entries"]]  # fmt: skip
+    assert names("done") == ["final.txt"] and "draft.txt" not in names("") and "final.txt" not in names("")
+    got = api.client.get("/api/v1/spaces/personal/files", params={"path": "done/final.txt"}, headers=ana)
+    assert got.content == b"v1"
+
+    r = post_form(page, "/files/personal:ana/move", {"path": "done/final.txt", "to": "taken.txt"})
+    assert r.status_code == 400 and '<ul class="err" role="alert">' in r.text, r.text
+    got = api.client.get("/api/v1/spaces/personal/files", params={"path": "taken.txt"}, headers=ana)
+    assert got.content == b"keep me"  # not replaced
+    r = post_form(page, "/files/personal:ana/move", {"path": "taken.txt", "to": "../bob/taken.txt"})
+    assert r.status_code == 400 and '<ul class="err" role="alert">' in r.text and "taken.txt" in names("")
+    bob = browser_for(api.client, "bob", "password-123")
+    assert post_form(bob, "/files/personal:ana/move", {"path": "taken.txt", "to": "x.txt"}).status_code == 404
+    assert "taken.txt" in names("")

@@ -1,5 +1,5 @@
 """The file browser: my storage spaces with their usage, and a space's folders a page at a time, with new folder,
-delete, download and (static/file_upload.js) resumable uploads through the API. Every rule is the API's
+move or rename, delete, download and (static/file_upload.js) resumable uploads through the API. Every rule is the API's
 (caldera/server/api_files.py); a space the user may not read is a page that does not exist."""
 
 from __future__ import annotations
@@ -168,6 +168,21 @@ def delete(
     db: Session = Depends(db_session),
 ):
     return _write(request, p, page_caller(request, user, db), space[:80], _parent(path), api_files.delete, path)
+
+
+@router.post("/files/{space}/move")
+def move(
+    request: Request,
+    space: str,
+    path: str = Form(..., max_length=MAX_PATH_CHARS),
+    to: str = Form(..., max_length=MAX_PATH_CHARS),
+    user: User = Depends(page_user),
+    p: Platform = Depends(platform),
+    db: Session = Depends(db_session),
+):
+    """Rename or move ``path`` to ``to`` (a path in the same space, as the API's move); back to its folder."""
+    body = api_files.MoveIn(src=path, dst=to)
+    return _write(request, p, page_caller(request, user, db), space[:80], _parent(path), api_files.move, body)
 
 
 def _start_of(at: FileAt, limit: int) -> tuple[int, bytes]:
