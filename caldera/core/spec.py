@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from caldera.core import catalogue_names
 from caldera.core.kinds import JobKind, is_interactive
 from caldera.core.notify_events import NotifyEvent
 from caldera.core.resources import Resources
@@ -57,7 +58,18 @@ def nests(a: str, b: str) -> bool:
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
-_CATALOGUE_REF = r"^[a-z0-9][a-z0-9._-]{0,63}(@[A-Za-z0-9][A-Za-z0-9._-]{0,31})?$"  # caldera.storage.catalogue
+_CATALOGUE_REF = catalogue_names.anchored(catalogue_names.REF)
+
+
+def inside_workspace(v: str) -> str:
+    """A path relative to the owner's workspace that never leaves it through ``..`` (the server confines it too)."""
+    if "\0" in v:
+        raise ValueError("cannot contain NUL bytes")
+    if v.startswith(("/", "~")):
+        raise ValueError("must be relative to your workspace, not an absolute path")
+    if ".." in v.split("/") or posixpath.normpath(v).startswith(".."):
+        raise ValueError("cannot contain '..': it must stay inside your workspace")
+    return v
 
 
 class Mount(BaseModel):
@@ -114,6 +126,32 @@ class Dependency(BaseModel):
 
     job: str = Field(..., min_length=1, max_length=32, pattern=r"^[A-Za-z0-9]+$", description="the job's whole id")
     when: DependencyWhen = DependencyWhen.OK
+
+
+class Publish(BaseModel):
+    """A folder of the job's working directory that becomes a version of a model of the catalogue once the job has
+    succeeded, recording the job (docs/storage.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        ..., pattern=catalogue_names.anchored(catalogue_names.NAME), description="a model name of yours, or a new one"
+    )
+    version: str | None = Field(
+        None, pattern=catalogue_names.anchored(catalogue_names.VERSION), description="the job's id when empty"
+    )
+    path: str = Field("out", max_length=MAX_PATH_CHARS, description="the folder, relative to the working directory")
+    description: str = Field("", max_length=catalogue_names.MAX_DESCRIPTION_CHARS)
+    visibility: str = Field("private", pattern=catalogue_names.anchored(catalogue_names.VISIBILITY))
+    shared_with: list[Annotated[str, Field(pattern=catalogue_names.anchored(catalogue_names.SHARE))]] = Field(
+        default_factory=list, max_length=catalogue_names.MAX_SHARES, description="user:<name> or account:<name>"
+    )
+    framework: str = Field("", max_length=64, pattern=catalogue_names.anchored(catalogue_names.FRAMEWORK))
+
+    @field_validator("path")
+    @classmethod
+    def _inside(cls, v: str) -> str:
+        return inside_workspace(v)
 
 
 class JobSpec(BaseModel):
@@ -174,6 +212,9 @@ class JobSpec(BaseModel):
         None,
         description="false: tell me about this job only in the portal; a list: only these events by e-mail/webhook",
     )
+    publish: Publish | None = Field(
+        None, description="a folder of the working directory published as a model version once the job succeeds"
+    )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -219,15 +260,7 @@ class JobSpec(BaseModel):
     @classmethod
     def _relative(cls, v: str | None) -> str | None:
         """A path inside the owner's workspace: relative, never through ``..`` (the loop confines it too)."""
-        if v is None:
-            return v
-        if "\0" in v:
-            raise ValueError("cannot contain NUL bytes")
-        if v.startswith(("/", "~")):
-            raise ValueError("must be relative to your workspace, not an absolute path")
-        if ".." in v.split("/") or posixpath.normpath(v).startswith(".."):
-            raise ValueError("cannot contain '..': it must stay inside your workspace")
-        return v
+        return v if v is None else inside_workspace(v)
 
     @field_validator("resources", mode="before")
     @classmethod
@@ -250,6 +283,11 @@ class JobSpec(BaseModel):
         ats = [m.at for m in self.mounts]
         if any(nests(a, b) for i, a in enumerate(ats) for b in ats[:i]):
             raise ValueError("two mounts at the same path, or one inside another")
+        if self.publish is not None and self.kind.interactive:
+            raise ValueError(
+                f"publish applies to batch and distributed jobs: a {self.kind.value} session has no end that says "
+                "its output is ready (publish its folder from the portal's Files page)"
+            )
         if self.shareable and (self.resources.gpu != 1 or self.resources.gpu_memory_mib is None or self.replicas != 1):
             raise ValueError("a shareable job asks for one GPU (resources.gpu: 1) and its resources.gpu_memory_mib")
         return self

@@ -116,6 +116,10 @@ class Job(Base):
         ForeignKey("job_arrays.id", ondelete="CASCADE"), nullable=True, index=True
     )
     array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the spec's publish once the job has succeeded (caldera/server/job_publish.py): pending, published or failed,
+    # and its outcome: {"ref", "left_out"} or {"model", "error"}
+    publish_state: Mapped[str | None] = mapped_column(String(16), nullable=True, index=True)
+    publish_result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class JobArray(Base):

@@ -11,12 +11,13 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from caldera import outbound
+from caldera.core import catalogue_names as names
 from caldera.core.states import JobState
 from caldera.db.models import CatalogueEntry, Job, StorageImport, StorageSpace, User
 from caldera.server import files, imports
 from caldera.server.api_files import Caller, _fs_errors, caller
 from caldera.server.errors import Conflict, Invalid, NotFound
-from caldera.storage.catalogue import NAME, VERSION, Reader, may_change, owner_or_admin
+from caldera.storage.catalogue import Reader, may_change, owner_or_admin
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
 from caldera.storage.fetch import allowed_networks, refused
 from caldera.storage.paths import MAX_PATH_CHARS, file_parts
@@ -25,7 +26,7 @@ from caldera.storage.spaces import Access, Kind, SpaceRef
 router = APIRouter(prefix="/api/v1", tags=["catalogue"])
 KindParam = Annotated[str, Path(pattern="^(dataset|model)$")]
 # anchored: a pattern alone is searched for anywhere in the value ("Bad Name!" holds "ad")
-NAME_PATTERN, VERSION_PATTERN = f"^{NAME.pattern}$", f"^{VERSION.pattern}$"
+NAME_PATTERN, VERSION_PATTERN = names.anchored(names.NAME), names.anchored(names.VERSION)
 NameParam = Annotated[str, Path(pattern=NAME_PATTERN)]
 VersionParam = Annotated[str, Path(pattern=VERSION_PATTERN)]
 _TAG = r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,31}$"
@@ -63,13 +64,17 @@ class PublishIn(BaseModel):
     version: str = Field(..., pattern=VERSION_PATTERN)
     space: str = Field("", max_length=80, description="the space to copy from (with from_job: left out)")
     path: str = Field("", max_length=MAX_PATH_CHARS, description="the folder of the space; its root when empty")
-    description: str = Field("", max_length=4000)
+    description: str = Field("", max_length=names.MAX_DESCRIPTION_CHARS)
     tags: list[Annotated[str, Field(pattern=_TAG)]] = Field(default_factory=list, max_length=32)
-    visibility: str = Field("private", pattern="^(private|shared|public)$")
-    shared_with: list[Annotated[str, Field(pattern=r"^(user|account):[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]] = Field(
-        default_factory=list, max_length=256, description="user:<name> or account:<name>, for visibility shared"
+    visibility: str = Field("private", pattern=names.anchored(names.VISIBILITY))
+    shared_with: list[Annotated[str, Field(pattern=names.anchored(names.SHARE))]] = Field(
+        default_factory=list,
+        max_length=names.MAX_SHARES,
+        description="user:<name> or account:<name>, for visibility shared",
     )
-    framework: str = Field("", max_length=64, pattern=r"^[A-Za-z0-9._ +-]*$", description="models: pytorch, jax...")
+    framework: str = Field(
+        "", max_length=64, pattern=names.anchored(names.FRAMEWORK), description="models: pytorch, jax..."
+    )
     from_job: str = Field("", max_length=32, pattern="^[A-Za-z0-9]*$",
                           description="models: a job of yours that succeeded; path is in its workspace")  # fmt: skip
 

@@ -21,6 +21,7 @@ from caldera.server import identity, imports
 from caldera.server.platform import Platform
 from caldera.storage.backends.registry import create_backend
 from caldera.storage.catalogue import Catalogue, Reader
+from caldera.storage.errors import NameClash
 from caldera.storage.service import Spaces
 from caldera.storage.spaces import Access, Kind, SpaceRef, parse_ref, require
 from caldera.storage.tree import Owner
@@ -122,6 +123,19 @@ def check_mounts(p: Platform, db: Session, user: User, spec: JobSpec) -> None:
             errors.append(field_error(f"mounts.{i}.{_source_field(mount)}", exc.message))
     if errors:
         raise InvalidFields(errors)
+
+
+def check_publish(p: Platform, db: Session, user: User, spec: JobSpec) -> None:
+    """At submission: a job publishes its output only under a model name the user may add versions to, and at a
+    version not taken yet (checked again when it publishes)."""
+    if spec.publish is None:
+        return
+    target = spec.publish
+    try:
+        catalogue_for(p.settings).check_new(db, user, "model", target.model, target.version)
+    except CalderaError as exc:
+        field = "publish.version" if isinstance(exc, NameClash) else "publish.model"
+        raise InvalidFields([field_error(field, exc.message)]) from None
 
 
 def host_mounts(p: Platform, db: Session, user: User, spec: JobSpec) -> tuple[tuple[str, str, bool], ...]:

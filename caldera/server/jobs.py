@@ -89,6 +89,7 @@ def admissible(p: Platform, db: Session, user: User, spec: JobSpec) -> tuple[Job
     if user.role != Role.ADMIN.value and not tenancy.is_member(db, user, account):
         raise Invalid("account", f"you are not a member of account {account!r}", "NotAMember", {"account": account})
     files.check_mounts(p, db, user, spec)
+    files.check_publish(p, db, user, spec)
     _check_dependencies(db, user, spec)
     if spec.image:  # the runtime gets the catalogue's reference, never the user's string
         spec = spec.model_copy(update={"image": catalogue.resolve_job_image(db, p.settings, user, spec.image)})
@@ -388,6 +389,8 @@ def view(job: Job, username: str | None = None) -> dict[str, Any]:
         "array_index": job.array_index,
         "spec": job.spec,
         "gpus": total_gpus(job),
+        # the spec's publish once the job has succeeded: pending, then published (its ref) or failed (why)
+        "publish": None if job.publish_state is None else {"state": job.publish_state, **(job.publish_result or {})},
     }
 
 

@@ -31,7 +31,7 @@ from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
 from caldera.scheduler.snapshot import Decisions, Policy, Snapshot, Start
 from caldera.scheduler.validation import valid_decisions
-from caldera.server import cordons, files, holds, identity, notifications, tenancy, user_keys
+from caldera.server import cordons, files, holds, identity, job_publish, notifications, tenancy, user_keys
 from caldera.server.governor import STOP, Governor
 from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
@@ -105,6 +105,8 @@ class SchedulerLoop:
         self.governor = Governor(platform)  # idle GPUs and runtime limits, after each cycle
         self.jobs = SnapshotJobs()  # the queued jobs as the policy sees them, kept between cycles
         self._cycle: QueuedCycle | None = None  # this cycle's queued jobs, from the snapshot to the decisions
+        self.publisher = job_publish.Publisher(platform)  # succeeded jobs' output into the catalogue, off the loop
+        self._to_publish = False  # a job of this cycle succeeded with a folder to publish
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -117,6 +119,7 @@ class SchedulerLoop:
         if self._thread:
             self._thread.join(timeout=10)
         self.launcher.shutdown()
+        self.publisher.stop()
         if self.profiles is not None:
             self.profiles.close()
 
@@ -146,6 +149,8 @@ class SchedulerLoop:
                 else:
                     self._finish(db, job, obs.phase, obs.exit_code, obs.reason, obs.message, now)
             db.commit()
+        self._to_publish = False
+        self.publisher.kick()  # jobs a stopped server left pending too
 
     def _runtime_of(self, job: Job) -> Runtime:
         return self.p.runtime_of(job.runtime, job.handle)
@@ -214,6 +219,9 @@ class SchedulerLoop:
                 decisions = self._checked(snap, self.policy(snap))
             self._apply(db, decisions, now)
             db.commit()
+        if self._to_publish:  # once committed: the publisher reads the pending jobs in a session of its own
+            self._to_publish = False
+            self.publisher.kick()
         self.governor.cycle(now)
         self.last_decisions = decisions
         self.cycle_ms = (time.perf_counter() - t0) * 1000
@@ -311,6 +319,7 @@ class SchedulerLoop:
             job.allocations, job.handle = [], None
         elif phase is Phase.SUCCEEDED:
             record(db, job, JobState.SUCCEEDED, "Completed", message or "exit code 0", now, {"exit_code": 0})
+            self._to_publish |= job_publish.mark_pending(job)
         elif phase is Phase.FAILED:
             exited = {"exit_code": exit_code, "detail": message} if exit_code is not None else {"detail": message}
             record(db, job, JobState.FAILED, reason or "ExitCode", message or f"exit code {exit_code}", now, exited)

@@ -24,6 +24,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from caldera.core import catalogue_names as names
 from caldera.db.membership import user_accounts
 from caldera.db.models import CatalogueEntry, CatalogueName, User
 from caldera.storage.errors import (
@@ -39,10 +40,7 @@ from caldera.storage.paths import parts
 from caldera.storage.service import Opened
 
 KINDS = ("dataset", "model")
-VISIBILITIES = ("private", "shared", "public")
-NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
-VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
-SHARE = re.compile(r"(user|account):[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+NAME, VERSION = re.compile(names.NAME), re.compile(names.VERSION)
 
 
 @dataclass(frozen=True)
@@ -112,15 +110,7 @@ class Catalogue:
         """Copy the folder ``path`` of the opened space into the store as ``entry`` (its fields set by the caller);
         what the copy left out, with why. A name and version taken already is a clash; a failed copy leaves
         nothing."""
-        self._may_add_to(db, owner, entry)
-        clash = NameClash(f"{entry.kind} {entry.name}@{entry.version} exists already")
-        taken = select(CatalogueEntry.id).where(
-            CatalogueEntry.kind == entry.kind,
-            CatalogueEntry.name == entry.name,
-            CatalogueEntry.version == entry.version,
-        )
-        if db.scalar(taken) is not None:
-            raise clash
+        clash = self.check_new(db, owner, entry.kind, entry.name, entry.version)
         used = self._within_limits(db, owner)
         entry.owner_id, entry.source, entry.created_at = owner.id, f"{opened.ref}/{path}".rstrip("/"), time.time()
         entry.folder = secrets.token_hex(16)
@@ -148,12 +138,24 @@ class Catalogue:
             raise
         return copied.left_out
 
-    def _may_add_to(self, db: Session, owner: User, entry: CatalogueEntry) -> CatalogueName | None:
+    def check_new(self, db: Session, owner: User, kind: str, name: str, version: str | None) -> NameClash:
+        """Refuse a version ``owner`` may not add: under another user's name, or (``version`` given) one that
+        exists already. The clash to raise should the version be taken meanwhile."""
+        self._may_add_to(db, owner, kind, name)
+        clash = NameClash(f"{kind} {name}@{version} exists already")
+        taken = select(CatalogueEntry.id).where(
+            CatalogueEntry.kind == kind, CatalogueEntry.name == name, CatalogueEntry.version == version
+        )
+        if version is not None and db.scalar(taken) is not None:
+            raise clash
+        return clash
+
+    def _may_add_to(self, db: Session, owner: User, kind: str, name: str) -> CatalogueName | None:
         """A name is its first publisher's: else another user's new version would be what jobs mounting the name
         alone get. The name's claim, None while it has none."""
-        claim = db.get(CatalogueName, (entry.kind, entry.name))
+        claim = db.get(CatalogueName, (kind, name))
         if claim is not None and claim.owner_id != owner.id and owner.role != "admin":
-            raise NoAccess(f"{entry.kind} {entry.name} is another user's: publish under a name of your own")
+            raise NoAccess(f"{kind} {name} is another user's: publish under a name of your own")
         return claim
 
     def _insert(self, db: Session, owner: User, entry: CatalogueEntry, clash: NameClash) -> None:
@@ -161,14 +163,14 @@ class Catalogue:
         the claim's primary key lets one through and the other is refused as the name's owner's."""
         # one read decides both: a claim committed between a check and a second read would let this version in
         # under another user's name without claiming it
-        if self._may_add_to(db, owner, entry) is None:  # claimed since the first check?
+        if self._may_add_to(db, owner, entry.kind, entry.name) is None:  # claimed since the first check?
             db.add(CatalogueName(kind=entry.kind, name=entry.name, owner_id=owner.id))
         db.add(entry)
         try:
             db.flush()
         except IntegrityError:
             db.rollback()
-            self._may_add_to(db, owner, entry)
+            self._may_add_to(db, owner, entry.kind, entry.name)
             raise clash from None
 
     def _within_limits(self, db: Session, owner: User, added: CatalogueEntry | None = None) -> int:

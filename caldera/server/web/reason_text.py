@@ -232,6 +232,9 @@ EVENTS: dict[str, Message] = {
     "ReattachFailed": Message(
         _("could not re-attach: %(error)s; every process of attempt %(attempt)s was found and ended")
     ),
+    # its spec's publish (caldera/server/job_publish.py)
+    "Published": Message(_("its folder %(path)s was published as model %(ref)s")),
+    "PublishFailed": Message(_("its folder %(path)s was not published as model %(model)s: %(error)s")),
 }
 
 # our own field errors (InvalidFields rows with a code), from their params
@@ -411,6 +414,14 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             _("at most %(n)s items, not %(got)s"),
         ),
         (r"Value error, a (?P<kind>\w+) job needs a command", _("a %(kind)s job needs a command")),
+        (
+            r"Value error, publish applies to batch and distributed jobs: a (?P<kind>\w+) session has no end that "
+            r"says its output is ready \(publish its folder from the portal's Files page\)",
+            _(
+                "publish applies to batch and distributed jobs: a %(kind)s session has no end that says its output is "
+                "ready (publish its folder from the portal's Files page)"
+            ),
+        ),
         (
             r"Value error, replicas and procs_per_replica apply to distributed jobs only",
             _("replicas and processes per replica apply to distributed jobs only"),
