@@ -11,8 +11,8 @@ import pytest
 from caldera.server import job_publish
 from tests.conftest import api_on, make_settings, wait_for
 from tests.fake_runtime import FakeRuntime
-from tests.portal import browser_for
-from tests.test_catalogue import _upload
+from tests.portal import browser_for, post_form
+from tests.test_catalogue import _publish, _upload
 from tests.test_files_space_jobs import lab
 from tests.test_runs import _until
 
@@ -143,3 +143,34 @@ def test_a_publish_a_stopped_server_left_pending_is_done_at_the_next_start(tmp_p
         api.client.app.state.loop.recover()  # what the loop's start does
         assert _outcome(api, bob, jid) == {"state": "published", "ref": "late-net@v1", "left_out": 0}
         assert api.client.get("/api/v1/catalogue/model/late-net@v1", headers=bob).json()["produced_by"] == jid
+
+
+def test_a_succeeded_jobs_page_publishes_its_output_by_hand_under_the_apis_rules(env):
+    """A job without ``publish``: its page (its owner's, once it succeeded) offers the form, prefilled with where it
+    worked; the model records the job; a name of another user's is refused on the page; nobody else sees the form
+    or may post it."""
+    api, u = env
+    carol = u["carol"]
+    _output(api, carol, "hand")
+    r = api.client.post("/api/v1/jobs", json={"name": "by-hand", "command": ["true"], "workdir": "hand"}, headers=carol)
+    jid = r.json()["id"]
+    _until(api, carol, jid, {"Succeeded"})
+    page = browser_for(api.client, "carol", "password-123")
+    html = page.get(f"/jobs/{jid}").text
+    assert 'action="/jobs/%s/publish"' % jid in html and 'name="path" value="hand"' in html
+    assert "将其输出发布为模型" in page.get(f"/jobs/{jid}", headers=ZH).text
+    bob = browser_for(api.client, "bob", "password-123")
+    assert bob.get(f"/jobs/{jid}").status_code == 404
+    form = {"path": "hand/out", "name": "carols-net", "version": "v1", "visibility": "private"}
+    assert post_form(bob, f"/jobs/{jid}/publish", form).status_code == 404  # not bob's job
+
+    r = post_form(page, f"/jobs/{jid}/publish", form)
+    assert r.status_code == 303 and r.headers["location"].startswith("/data?kind=model"), r.text
+    entry = api.client.get("/api/v1/catalogue/model/carols-net@v1", headers=carol).json()
+    assert entry["produced_by"] == jid and entry["files"] == 1
+    api.client.post("/api/v1/spaces/personal/folders", json={"path": "mine"}, headers=u["bob"])
+    _upload(api, u["bob"], "personal", "mine/w.pt", b"bob's")
+    r = _publish(api, u["bob"], kind="model", name="bobs-net", version="v1", space="personal", path="mine")
+    assert r.status_code == 201, r.text
+    r = post_form(page, f"/jobs/{jid}/publish", {**form, "name": "bobs-net", "version": "v2"})
+    assert r.status_code == 400 and '<ul class="err" role="alert">' in r.text and "another user" in r.text, r.text

@@ -109,7 +109,7 @@ class Publisher:
 
 def _publish(p: Platform, db: Session, owner: User, job: Job, target: Publish) -> dict[str, Any]:
     """The API's publish of the folder, as the job's owner."""
-    path = _in_workspace(p, owner, job, target.path)
+    path = in_workspace(p, owner, job, target.path)
     body = api_catalogue.PublishIn(
         kind="model",
         name=target.model,
@@ -127,7 +127,7 @@ def _publish(p: Platform, db: Session, owner: User, job: Job, target: Publish) -
         raise NoSuchPath(f"no folder {path or '.'} in {owner.username}'s workspace") from None
 
 
-def _in_workspace(p: Platform, owner: User, job: Job, path: str) -> str:
+def in_workspace(p: Platform, owner: User, job: Job, path: str) -> str:
     """``path`` of the job's working directory as a path of its owner's workspace (its personal space)."""
     home = p.settings.workspaces / owner.username
     workdir = Path(os.path.normpath(job.workdir or home))

@@ -161,7 +161,7 @@ def resubmit_advised(
     """A finished job of mine again, with its right-sizing advice applied; refused like a plain resubmit."""
     from caldera.server.web import jobs_pages  # the job page imports this module
 
-    job = jobs_pages._visible(db, user, job_id)
+    job = jobs_pages.visible_job(db, user, job_id)
     gov = db.get(JobGovernance, job.id)
     if job.user_id != user.id or not JobState(job.state).terminal or gov is None or not gov.advice:
         raise PageNotFound()
@@ -180,7 +180,7 @@ def resume_from_snapshot(
     resubmit (the image is resolved and checked as any job's)."""
     from caldera.server.web import jobs_pages  # the job page imports this module
 
-    job = jobs_pages._visible(db, user, job_id)
+    job = jobs_pages.visible_job(db, user, job_id)
     img = snapshot_to_resume(db, job)
     if job.user_id != user.id or img is None:
         raise PageNotFound()

@@ -15,7 +15,7 @@ from caldera.core.spec import SpecError, parse_spec
 from caldera.core.states import JobState
 from caldera.db.models import Job, User
 from caldera.images import catalogue, environments
-from caldera.server import api_images, api_jobs, api_templates, arrays, jobs, tenancy
+from caldera.server import api_images, api_jobs, api_templates, arrays, job_publish, jobs, tenancy
 from caldera.server.deps import db_session, platform
 from caldera.server.errors import NotFound
 from caldera.server.params import RowId
@@ -157,7 +157,7 @@ def new_job(
     one that runs in that image (the images page's "start a session")."""
     form = job_forms.JobForm(queue=_default_queue(db, user), image=image)
     if clone:
-        form = job_forms.form_of(_visible(db, user, clone).spec)
+        form = job_forms.form_of(visible_job(db, user, clone).spec)
     elif template is not None:
         try:
             t = api_templates.visible(db, user, template)
@@ -259,7 +259,7 @@ def import_yaml(
     return form_page(request, p, db, user, spec.kind.value, form, {})
 
 
-def _visible(db: Session, user: User, job_id: str):
+def visible_job(db: Session, user: User, job_id: str):
     try:
         return jobs.visible(db, user, job_id[:64])
     except NotFound:
@@ -276,6 +276,17 @@ def _status(db: Session, user: User, job) -> dict:
     }
 
 
+def _output_folder(p: Platform, user: User, job) -> str | None:
+    """Where a succeeded job of mine worked, as a path of my workspace: what its page offers to publish; None
+    for any other job."""
+    if job.user_id != user.id or job.state != JobState.SUCCEEDED.value:
+        return None
+    try:
+        return job_publish.in_workspace(p, user, job, "")
+    except ValueError:  # a working directory outside the workspace: nothing the workspace can name
+        return None
+
+
 def _job_page(request: Request, p: Platform, db: Session, user: User, job, errors=(), status: int = 200):
     ranks = job.spec.get("replicas", 1) * job.spec.get("procs_per_replica", 1)
     # the terminal's xterm.js styles itself with <style> elements, marked with this response's nonce
@@ -283,18 +294,19 @@ def _job_page(request: Request, p: Platform, db: Session, user: User, job, error
     return page(
         request, "job.html", status=status, user=user, ranks=ranks, errors=list(errors),
         snapshots=p.settings.runtime == "container", style_nonce=secrets.token_urlsafe(16) if terminal else "",
+        output_folder=_output_folder(p, user, job),
         **_status(db, user, job),
         **governance_pages.job_context(db, user, job),
     )  # fmt: skip
 
 
 def job_page_with_errors(request: Request, p: Platform, db: Session, user: User, job_id: str, errors):
-    return _job_page(request, p, db, user, _visible(db, user, job_id), errors, status=400)
+    return _job_page(request, p, db, user, visible_job(db, user, job_id), errors, status=400)
 
 
 @router.get("/jobs/{job_id}")
 def job_page(request: Request, job_id: str, user=Depends(page_user), p=Depends(platform), db=Depends(db_session)):
-    return _job_page(request, p, db, user, _visible(db, user, job_id))
+    return _job_page(request, p, db, user, visible_job(db, user, job_id))
 
 
 @router.post("/jobs/{job_id}/snapshot")
@@ -309,7 +321,7 @@ def save_as_image(
 ):
     """A running Jupyter session of mine saved as an image, by the API's snapshot route and its rules; the images
     page then follows its log. A refusal comes back on the job's page."""
-    job = _visible(db, user, job_id)
+    job = visible_job(db, user, job_id)
 
     def save() -> dict:
         body = api_images.SnapshotForm(job_id=job.id, name=name, tag=tag.strip() or None)
@@ -318,24 +330,24 @@ def save_as_image(
     saved, errors = api_call.call(db, save)
     if saved:
         return RedirectResponse(f"/images#build-{saved['id']}", 303)
-    return _job_page(request, p, db, user, _visible(db, user, job_id), errors, status=400)
+    return _job_page(request, p, db, user, visible_job(db, user, job_id), errors, status=400)
 
 
 @router.get("/jobs/{job_id}/partials/status")
 def job_status(request: Request, job_id: str, user: User = Depends(page_user), db: Session = Depends(db_session)):
     """State, why pending and the events, refreshed in place by HTMX."""
-    return page(request, "_job_status.html", **_status(db, user, _visible(db, user, job_id)))
+    return page(request, "_job_status.html", **_status(db, user, visible_job(db, user, job_id)))
 
 
 @router.get("/jobs/{job_id}/job.yaml")
 def job_as_yaml(job_id: str, user: User = Depends(page_user), db: Session = Depends(db_session)):
-    job = _visible(db, user, job_id)
+    job = visible_job(db, user, job_id)
     return _yaml_file(job_yaml.dump(job_yaml.body_of_job(job)), job.name)
 
 
 @router.post("/jobs/{job_id}/cancel")
 def cancel_job(job_id: str, user: User = Depends(page_user), p=Depends(platform), db: Session = Depends(db_session)):
-    _visible(db, user, job_id)
+    visible_job(db, user, job_id)
     api_jobs.cancel(job_id=job_id, user=user, p=p, db=db)
     return RedirectResponse(f"/jobs/{job_id}", 303)
 
@@ -347,7 +359,7 @@ def resubmit_job(
     """A finished job of one's own again, as a new job with the same spec, account and queue. Only the owner's:
     an admin resubmitting someone's job would run their command as the admin. If the API refuses it now (a queue
     gone, a cap lowered), the form opens with the job and the API's errors."""
-    job = _visible(db, user, job_id)
+    job = visible_job(db, user, job_id)
     if job.user_id != user.id or not JobState(job.state).terminal:
         raise PageNotFound()
     new_id, errors = _submit(p, db, user, job_yaml.body_of_job(job))
