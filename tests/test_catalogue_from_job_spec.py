@@ -157,7 +157,7 @@ def test_a_succeeded_jobs_page_publishes_its_output_by_hand_under_the_apis_rules
     _until(api, carol, jid, {"Succeeded"})
     page = browser_for(api.client, "carol", "password-123")
     html = page.get(f"/jobs/{jid}").text
-    assert 'action="/jobs/%s/publish"' % jid in html and 'name="path" value="hand"' in html
+    assert f'action="/jobs/{jid}/publish"' in html and 'name="path" value="hand"' in html
     assert "将其输出发布为模型" in page.get(f"/jobs/{jid}", headers=ZH).text
     bob = browser_for(api.client, "bob", "password-123")
     assert bob.get(f"/jobs/{jid}").status_code == 404
