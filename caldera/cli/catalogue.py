@@ -75,6 +75,26 @@ def rm(ref: str = typer.Argument(..., help="name@version"), kind: str = typer.Op
     console.print(f"deleted {kind} {ref}")
 
 
+@data_app.command("writers")
+def writers(
+    name: str = typer.Argument(..., help="a name of yours"),
+    grant: list[str] = typer.Argument(None, help="user:<name> or account:<name>; the list replaces the one before"),
+    kind: str = typer.Option("dataset", "--kind", "-k"),
+    clear: bool = typer.Option(False, "--clear", help="nobody else publishes under the name"),
+    output: Format = OUTPUT,
+) -> None:
+    """Who besides you publishes new versions under a name of yours: shown, or set with WRITERS or --clear."""
+    c = client()
+    if grant or clear:
+        if grant and clear:
+            raise typer.BadParameter("give writers or --clear, not both")
+        got = call(c.put, f"/catalogue/{kind}/{name}/writers", {"writers": grant or []})
+    else:
+        got = call(c.get, f"/catalogue/{kind}/{name}/writers")
+    emit(got, output, lambda r: console.print(f"{r['kind']} {r['name']}: {r['owner']}, and "
+                                              f"{', '.join(r['writers']) or 'nobody else'}"))  # fmt: skip
+
+
 @data_app.command("import")
 def import_url(
     url: str = typer.Argument(..., help="an http(s) URL"),

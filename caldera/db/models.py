@@ -403,12 +403,15 @@ class CatalogueEntry(Base):
 
 class CatalogueName(Base):
     """Whose a catalogue name is: its first publisher's (one row per name, so two first publishes at once cannot
-    both win); only they and admins add versions. Freed when its last version is deleted."""
+    both win); only they, the ``writers`` they granted it to, and admins add versions. Freed when its last version
+    is deleted."""
 
     __tablename__ = "catalogue_names"
     kind: Mapped[str] = mapped_column(String(16), primary_key=True)
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    # "user:<name>", "account:<name>": who else may publish versions under the name (the owner grants it)
+    writers: Mapped[list[Any]] = mapped_column(JSON, default=list)
 
 
 class StorageImport(Base):

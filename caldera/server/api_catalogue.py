@@ -14,7 +14,7 @@ from caldera import outbound
 from caldera.core import catalogue_names as names
 from caldera.core.states import JobState
 from caldera.db.models import CatalogueEntry, Job, StorageImport, StorageSpace, User
-from caldera.server import files, imports
+from caldera.server import files, imports, tenancy
 from caldera.server.api_files import Caller, _fs_errors, caller
 from caldera.server.errors import Conflict, Invalid, NotFound
 from caldera.storage.catalogue import Reader, may_change, owner_or_admin
@@ -148,6 +148,36 @@ def remove(kind: KindParam, name: NameParam, version: VersionParam, c: Caller = 
                        {"space": ref, "jobs": ids})  # fmt: skip
     catalogue.remove(c.db, entry)
     return {"kind": kind, "name": name, "version": version, "deleted": True}
+
+
+class WritersIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    writers: list[Annotated[str, Field(pattern=names.anchored(names.SHARE))]] = Field(
+        ..., max_length=names.MAX_SHARES, description="user:<name> or account:<name>: who else publishes versions"
+    )
+
+
+def _writers_view(c: Caller, claim) -> dict:
+    return {"kind": claim.kind, "name": claim.name, "owner": tenancy.username(c.db, claim.owner_id),
+            "writers": list(claim.writers or [])}  # fmt: skip
+
+
+@router.get("/catalogue/{kind}/{name}/writers")
+def writers(kind: KindParam, name: NameParam, c: Caller = Depends(caller)):
+    """Who besides its owner publishes versions under the name: its owner's or an admin's to see and say."""
+    catalogue = files.catalogue_for(c.spaces.settings)
+    return _writers_view(c, catalogue.claim(c.db, Reader.of(c.db, c.user), kind, name))
+
+
+@router.put("/catalogue/{kind}/{name}/writers")
+def grant(kind: KindParam, name: NameParam, body: WritersIn, c: Caller = Depends(caller)):
+    """Its owner (or an admin) lets users and accounts' members publish new versions under the name; each
+    version stays its publisher's, read-only and unchanging; the list replaces the one before ([] takes it back)."""
+    catalogue = files.catalogue_for(c.spaces.settings)
+    claim = catalogue.grant(c.db, Reader.of(c.db, c.user), kind, name, body.writers)
+    c.db.commit()
+    return _writers_view(c, claim)
 
 
 # -- imports from URL -------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from caldera.storage.paths import parts
 from caldera.storage.service import Opened
 
 KINDS = ("dataset", "model")
-NAME, VERSION = re.compile(names.NAME), re.compile(names.VERSION)
+NAME, VERSION, SHARE = re.compile(names.NAME), re.compile(names.VERSION), re.compile(names.SHARE)
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,14 @@ def may_read(entry: CatalogueEntry, who: Reader) -> bool:
     if entry.visibility != "shared":
         return False
     return f"user:{who.username}" in entry.shared_with or any(f"account:{a}" in entry.shared_with for a in who.accounts)
+
+
+def may_add(claim: CatalogueName, who: Reader) -> bool:
+    """Whether ``who`` publishes versions under a claimed name: its owner, an admin, or one it was granted to."""
+    if who.admin or claim.owner_id == who.user_id:
+        return True
+    granted = claim.writers or []
+    return f"user:{who.username}" in granted or any(f"account:{a}" in granted for a in who.accounts)
 
 
 def parse_ref(text: str) -> tuple[str, str | None]:
@@ -152,10 +160,28 @@ class Catalogue:
 
     def _may_add_to(self, db: Session, owner: User, kind: str, name: str) -> CatalogueName | None:
         """A name is its first publisher's: else another user's new version would be what jobs mounting the name
-        alone get. The name's claim, None while it has none."""
+        alone get, unless its owner granted them (``writers``). The name's claim, None while it has none."""
         claim = db.get(CatalogueName, (kind, name))
-        if claim is not None and claim.owner_id != owner.id and owner.role != "admin":
+        if claim is not None and not may_add(claim, Reader.of(db, owner)):
             raise NoAccess(f"{kind} {name} is another user's: publish under a name of your own")
+        return claim
+
+    def claim(self, db: Session, who: Reader, kind: str, name: str) -> CatalogueName:
+        """The name's claim, for its owner or an admin: who else may publish under it is theirs to say."""
+        claim = db.get(CatalogueName, (kind, name))
+        if claim is None:
+            raise NoSuchPath(f"no {kind} {name} in the catalogue")
+        if not (who.admin or claim.owner_id == who.user_id):
+            raise NoAccess(f"only the owner of {kind} {name} or an admin says who publishes under it")
+        return claim
+
+    def grant(self, db: Session, who: Reader, kind: str, name: str, writers: list[str]) -> CatalogueName:
+        """Who besides its owner publishes versions under the name (the list replaces the one before)."""
+        bad = [w for w in writers if not SHARE.fullmatch(w)]
+        if bad:
+            raise PathRefused(f"{bad[0][:80]!r} is neither user:<name> nor account:<name>")
+        claim = self.claim(db, who, kind, name)
+        claim.writers = sorted(set(writers))
         return claim
 
     def _insert(self, db: Session, owner: User, entry: CatalogueEntry, clash: NameClash) -> None:
