@@ -2,7 +2,9 @@
 the bytes so far, the total when the server said it, and why one failed. The bytes so far count against the
 space's quota until the import ends. An import whose connection broke (or that a server restart interrupted) keeps
 its part file and is restarted where it ends, unless a day passes first (``Spaces.reconcile_due``); any other
-failure drops the part. Part files that nothing holds are removed at startup (``recover``)."""
+failure drops the part. Part files that nothing holds are removed at startup (``recover``). A repository's import
+(``hf://``, caldera/storage/hub.py) is a group of such imports, one per file, run in turn by its head's thread
+(caldera/server/repo_imports.py)."""
 
 from __future__ import annotations
 
