@@ -247,3 +247,11 @@ def test_the_portal_imports_a_repository_and_shows_each_file(env):
     evil = r.headers["location"].rpartition("imported=")[2]
     _settled(api, u["carol"], evil)
     assert "镜像列出了一个被拒绝的文件名" in carol.get(f"/partials/imports/{evil}", headers=zh).text
+
+
+def test_the_cli_names_a_repositorys_folder_after_it():
+    from caldera.cli.catalogue import _default_name
+
+    assert _default_name("hf://lab/tiny-net") == "tiny-net"
+    assert _default_name("hf://datasets/lab/squad-mini@refs/pr/1") == "squad-mini"
+    assert _default_name("https://example.org/w/model.bin?x=1") == "model.bin"
