@@ -161,6 +161,12 @@ class Settings(BaseSettings):
     storage_import_allowed_networks: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="non-public networks an import from URL may reach (all public ones may)"
     )
+    huggingface_mirror_url: str = Field(
+        "",
+        max_length=2048,
+        description="base URL of a Hugging Face-style mirror (its /api and /resolve paths) that hf:// imports list and "
+        "download from; hf:// imports are refused when empty",
+    )
     catalogue_max_entries: int = Field(
         200, ge=0, description="dataset and model versions one user may have in the catalogue"
     )
@@ -223,6 +229,20 @@ class Settings(BaseSettings):
         """Each an address or a network; a wildcard is refused: trusting everyone is trusting no limit."""
         items = value.replace(",", " ").split() if isinstance(value, str) else value
         return [str(ipaddress.ip_network(item, strict=False)) for item in items]  # type: ignore[union-attr]
+
+    @field_validator("huggingface_mirror_url")
+    @classmethod
+    def _mirror_url(cls, value: str) -> str:
+        """An http(s) URL of a host (a path prefix allowed), no credentials, query or fragment; kept without a
+        trailing slash, as the paths below it are appended."""
+        if not value:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ValueError("CALDERA_HUGGINGFACE_MIRROR_URL must be an http(s) URL of a host, without ?query or #")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("CALDERA_HUGGINGFACE_MIRROR_URL must not hold credentials")
+        return value.rstrip("/")
 
     @model_validator(mode="after")
     def _lab_url_names_the_job(self) -> Settings:

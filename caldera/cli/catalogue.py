@@ -97,18 +97,21 @@ def writers(
 
 @data_app.command("import")
 def import_url(
-    url: str = typer.Argument(..., help="an http(s) URL"),
-    remote: str = typer.Argument("", help="the new file's path in the space; the URL's file name when empty"),
+    url: str = typer.Argument(..., help="an http(s) URL, or hf://[datasets/]OWNER/REPO[@REV] (the server's mirror)"),
+    remote: str = typer.Argument(
+        "", help="the new file's (a repository's: folder's) path in the space; the URL's last name when empty"
+    ),
     space: str = SPACE,
     restart: str = typer.Option("", "--restart", help="an import's id: go on where it stopped"),
     wait: bool = typer.Option(True, help="follow its progress until it ends"),
 ) -> None:
-    """Download a URL into a space, in the server; run with --restart ID after a failure to resume."""
+    """Download a URL, or a Hugging Face-style repository from the server's mirror, into a space, in the server; run
+    with --restart ID after a failure to resume."""
     c = client()
     if restart:
         imp = call(c.post, f"/imports/{restart}/restart")
     else:
-        target = remote or url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        target = remote or _default_name(url)
         imp = call(c.post, "/imports", {"url": url, "space": space, "path": target})
     console.print(f"import {imp['id']} into {imp['space']}:{imp['path']}")
     if not wait:
@@ -119,6 +122,16 @@ def import_url(
             time.sleep(0.5)
             imp = call(c.get, f"/imports/{imp['id']}")
     if imp["state"] != "done":
-        console.print(f"[red]failed:[/] {imp['error']} (caldera data import --restart {imp['id']} resumes)")
+        failed = [f["path"] for f in imp.get("files", []) if f["state"] == "failed"]
+        at = f" ({failed[0]})" if failed else ""
+        console.print(f"[red]failed{at}:[/] {imp['error']} (caldera data import --restart {imp['id']} resumes)")
         raise typer.Exit(1)
-    console.print(f"imported {_size(imp['done_bytes'])} to {imp['space']}:{imp['path']}")
+    files = f"{imp['files_done']} files, " if "files" in imp else ""
+    console.print(f"imported {files}{_size(imp['done_bytes'])} to {imp['space']}:{imp['path']}")
+
+
+def _default_name(url: str) -> str:
+    """The URL's file name; a repository's (hf://OWNER/REPO@REV) name."""
+    if url.startswith("hf://"):
+        return url.split("@", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    return url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]

@@ -14,9 +14,10 @@ from caldera import outbound
 from caldera.core import catalogue_names as names
 from caldera.core.states import JobState
 from caldera.db.models import CatalogueEntry, Job, StorageImport, StorageSpace, User
-from caldera.server import files, imports, tenancy
+from caldera.server import files, imports, repo_imports, tenancy
 from caldera.server.api_files import Caller, _fs_errors, caller
 from caldera.server.errors import Conflict, Invalid, NotFound
+from caldera.storage import hub
 from caldera.storage.catalogue import Reader, may_change, owner_or_admin
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
 from caldera.storage.fetch import allowed_networks, refused
@@ -184,13 +185,15 @@ def grant(kind: KindParam, name: NameParam, body: WritersIn, c: Caller = Depends
 
 
 class ImportIn(BaseModel):
-    url: str = Field(..., max_length=outbound.MAX_URL_CHARS)
+    url: str = Field(
+        ..., max_length=outbound.MAX_URL_CHARS, description="http(s) URL, hf://[datasets/]OWNER/REPO[@REV]"
+    )
     space: str = Field(..., max_length=80)
-    path: str = Field(..., max_length=MAX_PATH_CHARS, description="the new file's path in the space")
+    path: str = Field(..., max_length=MAX_PATH_CHARS, description="the new file's (a repository's: folder's) path")
 
 
-def _import_view(imp: StorageImport, space: str) -> dict:
-    return {
+def _import_view(c: Caller, imp: StorageImport, space: str) -> dict:
+    view = {
         "id": imp.id,
         "url": imp.url,
         "space": space,
@@ -202,18 +205,34 @@ def _import_view(imp: StorageImport, space: str) -> dict:
         "created_at": imp.created_at,
         "finished_at": imp.finished_at,
     }
+    return {**view, **repo_imports.view(c.db, imp)} if hub.is_repo(imp.url) else view
+
+
+def _checked_source(url: str, settings) -> tuple[str, str]:
+    """The import's source as stored (a repository's with its revision) and the URL its connections start at, refused
+    now with the reason where it can be (checked again at each connection)."""
+    if hub.is_repo(url):
+        source = str(hub.parse(url))
+        if not settings.huggingface_mirror_url:
+            raise hub.no_mirror()
+        url = settings.huggingface_mirror_url
+    else:
+        source = url
+    try:
+        outbound.check_url(url)
+    except outbound.OutboundRefused as exc:
+        raise PathRefused(str(exc)) from None
+    return source, url
 
 
 @router.post("/imports", status_code=201)
 def start_import(body: ImportIn, request: Request, c: Caller = Depends(caller)):
-    """Download ``url`` into a space you may write, in the server; ``GET /imports/{id}`` shows its progress."""
-    try:  # refused now, with the reason, where it can be; checked again at each connection
-        outbound.check_url(body.url)
-    except outbound.OutboundRefused as exc:
-        raise PathRefused(str(exc)) from None
+    """Download ``url`` into a space you may write, in the server; ``GET /imports/{id}`` shows its progress. An
+    ``hf://`` repository (from the configured mirror) becomes the new folder ``path``, its files imported in turn."""
+    source, url = _checked_source(body.url, c.spaces.settings)
     opened = c.open(body.space, Access.WRITE)
     try:
-        outbound.checked_url(body.url, allowed_networks(c.spaces.settings))
+        outbound.checked_url(url, allowed_networks(c.spaces.settings))
     except outbound.OutboundRefused as exc:
         raise PathRefused(refused(exc)) from None
     names = file_parts(body.path)
@@ -224,12 +243,13 @@ def start_import(body: ImportIn, request: Request, c: Caller = Depends(caller)):
         except NoSuchPath:
             pass
         opened.tree.stat(names[:-1])  # the folder must exist
-    imp = StorageImport(id=secrets.token_hex(16), user_id=c.user.id, space_id=opened.row.id, path="/".join(names),
-                        url=body.url, state="running", done_bytes=0, error="", created_at=time.time())  # fmt: skip
+    import_id = repo_imports.head_id() if hub.is_repo(source) else secrets.token_hex(16)
+    imp = StorageImport(id=import_id, user_id=c.user.id, space_id=opened.row.id, path="/".join(names),
+                        url=source, state="running", done_bytes=0, error="", created_at=time.time())  # fmt: skip
     c.db.add(imp)
     c.db.flush()
     imports.start(request.app.state.platform, c.spaces, imp.id, c.user.id, commit=c.db.commit)
-    return _import_view(imp, str(opened.ref))
+    return _import_view(c, imp, str(opened.ref))
 
 
 def _import_of(c: Caller, import_id: str) -> tuple[StorageImport, str]:
@@ -246,16 +266,20 @@ ImportId = Annotated[str, Path(pattern="^[0-9a-f]{32}$")]
 @router.get("/imports/{import_id}")
 def import_status(import_id: ImportId, c: Caller = Depends(caller)):
     imp, space = _import_of(c, import_id)
-    return _import_view(imp, space)
+    return _import_view(c, imp, space)
 
 
 @router.post("/imports/{import_id}/restart")
 def restart_import(import_id: ImportId, request: Request, c: Caller = Depends(caller)):
-    """Go on with an import that failed or was interrupted (a server restart), from where its bytes end."""
+    """Go on with an import that failed or was interrupted (a server restart), from where its bytes end; a file of
+    a repository's import restarts the repository's (its files not done, in turn)."""
     imp, space = _import_of(c, import_id)
+    imp = repo_imports.head_of(c.db, imp) or imp
     c.open(space, Access.WRITE)  # still allowed to write there
     if imp.state == "done" or imports.running_here(imp.id):
         raise Conflict(f"import {imp.id} is {'done' if imp.state == 'done' else 'running'}")
+    if hub.is_repo(imp.url) and not c.spaces.settings.huggingface_mirror_url:
+        raise hub.no_mirror()
     imp.state, imp.error, imp.finished_at = "running", "", None
     imports.start(request.app.state.platform, c.spaces, imp.id, c.user.id, commit=c.db.commit)
-    return _import_view(imp, space)
+    return _import_view(c, imp, space)

@@ -2,7 +2,9 @@
 the bytes so far, the total when the server said it, and why one failed. The bytes so far count against the
 space's quota until the import ends. An import whose connection broke (or that a server restart interrupted) keeps
 its part file and is restarted where it ends, unless a day passes first (``Spaces.reconcile_due``); any other
-failure drops the part. Part files that nothing holds are removed at startup (``recover``)."""
+failure drops the part. Part files that nothing holds are removed at startup (``recover``). A repository's import
+(``hf://``, caldera/storage/hub.py) is a group of such imports, one per file, run in turn by its head's thread
+(caldera/server/repo_imports.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from sqlalchemy import update
 
 from caldera.db.models import StorageImport, StorageSpace
 from caldera.errors import CalderaError, Conflict
+from caldera.server import repo_imports
 from caldera.server.platform import Platform
-from caldera.storage import fetch
+from caldera.storage import fetch, hub
 from caldera.storage.errors import NoSuchPath
 from caldera.storage.paths import file_parts
 from caldera.storage.service import Opened, Spaces
@@ -56,26 +59,69 @@ def _run(platform: Platform, spaces: Spaces, import_id: str) -> None:
     try:
         with platform.session() as db:
             imp = db.get(StorageImport, import_id)
-            row = db.get(StorageSpace, imp.space_id) if imp else None
-            if imp is None or row is None:
-                return
-            ref = SpaceRef(Kind(row.kind), row.name)
-            opened = Opened(ref, row, spaces.tree(db, ref), Access.WRITE)
-            try:
-                _download(platform, spaces, db, imp, opened)
-                imp.error = ""
-            except (fetch.FetchFailed, CalderaError, OSError) as exc:
-                imp.state, imp.error = "failed", getattr(exc, "message", None) or str(exc)
-                if not getattr(exc, "resumable", False):
-                    opened.tree.drop_part(imp.id)
-                imp.done_bytes = _part_size(opened, imp.id)
-            imp.finished_at = time.time()
-            db.commit()
+            repo = imp is not None and hub.is_repo(imp.url)
+        (_run_repo if repo else _run_file)(platform, spaces, import_id)
     except Exception:  # noqa: BLE001 - a thread of its own: logged, the import stays restartable
         log.exception("import %s failed", import_id)
     finally:
         with _lock:
             _running.pop(import_id, None)
+
+
+def _opened(spaces: Spaces, db, imp: StorageImport | None) -> Opened | None:
+    row = db.get(StorageSpace, imp.space_id) if imp else None
+    if imp is None or row is None:
+        return None
+    ref = SpaceRef(Kind(row.kind), row.name)
+    return Opened(ref, row, spaces.tree(db, ref), Access.WRITE)
+
+
+def _run_file(platform: Platform, spaces: Spaces, import_id: str) -> None:
+    with platform.session() as db:
+        imp = db.get(StorageImport, import_id)
+        opened = _opened(spaces, db, imp)
+        if opened is None:
+            return
+        try:
+            _download(platform, spaces, db, imp, opened)
+            imp.error = ""
+        except (fetch.FetchFailed, CalderaError, OSError) as exc:
+            imp.state, imp.error = "failed", getattr(exc, "message", None) or str(exc)
+            if not getattr(exc, "resumable", False):
+                opened.tree.drop_part(imp.id)
+            imp.done_bytes = _part_size(opened, imp.id)
+        imp.finished_at = time.time()
+        db.commit()
+
+
+def _run_repo(platform: Platform, spaces: Spaces, head_id: str) -> None:
+    """A repository's files one after another, each an import of its own (``repo_imports``), listed from the mirror
+    on the first run; a restart goes on with those not done. The first that fails stops it (the rest stay queued)."""
+    with platform.session() as db:
+        head = db.get(StorageImport, head_id)
+        opened = _opened(spaces, db, head)
+        if opened is None:
+            return
+        try:
+            if not platform.settings.huggingface_mirror_url:
+                raise fetch.FetchFailed(hub.NO_MIRROR)
+            files = repo_imports.files_of(db, head) or repo_imports.list_files(platform.settings, spaces, db, head,
+                                                                               opened)  # fmt: skip
+            for file in files:
+                if file.state == "done":
+                    continue
+                repo_imports.make_folders(spaces, db, opened, file.path)
+                file.state, file.error, file.finished_at = "running", "", None
+                db.commit()
+                _run_file(platform, spaces, file.id)
+                db.refresh(file)
+                if file.state != "done":
+                    raise fetch.FetchFailed(file.error or "stopped")
+            head.state, head.error = "done", ""
+        except (fetch.FetchFailed, CalderaError, OSError) as exc:
+            head.state, head.error = "failed", getattr(exc, "message", None) or str(exc)
+        head.finished_at = time.time()
+        db.commit()
 
 
 def _download(platform: Platform, spaces: Spaces, db, imp: StorageImport, opened: Opened) -> None:

@@ -103,6 +103,7 @@ def folder_page(request: Request, p: Platform, c: api_files.Caller, space: str, 
         entries=listed["entries"], next_after=listed["next"], after=after, folder_url=folder_url,
         chunk_bytes=p.settings.storage_chunk_bytes, writable=opened.access >= Access.WRITE,
         imp=import_view(c, imported) if imported else None, values=values or {},
+        hf_mirror=bool(p.settings.huggingface_mirror_url),
     )  # fmt: skip
 
 

@@ -290,6 +290,14 @@ ERRORS: dict[str, Message] = {
     "CatalogueBytesFull": Message(
         _("your catalogue versions may take %(limit)s bytes together and take %(used)s: this folder does not fit")
     ),
+    # imports of a Hugging Face-style repository (caldera/storage/hub.py)
+    "HubBadSource": Message(
+        _(
+            "not a repository: hf://OWNER/REPO[@REVISION] for a model, hf://datasets/OWNER/REPO[@REVISION] for a "
+            "dataset (letters, digits and ._-)"
+        )
+    ),
+    "HubNoMirror": Message(_("no Hugging Face mirror is configured: an admin sets huggingface_mirror_url")),
     "NotAccountAdmin": Message(_("the low-utilisation list is for admins and account admins")),
     "PriorityNeedsGrant": Message(
         _(
@@ -437,6 +445,37 @@ SHAPES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         ),
         (r"(?P<path>'.*'|\".*\") already exists", _("%(path)s already exists")),
         (r"you may read (?P<space>\S+) but not change it", _("you may read %(space)s but not change it")),
+        # an import's failure, as its thread stored it (caldera/storage/fetch.py, caldera/storage/hub.py)
+        (r"larger than the (?P<n>\d+) bytes it may bring", _("larger than the %(n)s bytes it may bring")),
+        (r"the server answered (?P<status>.*)", _("the server answered %(status)s")),
+        (
+            r"no Hugging Face mirror is configured: an admin sets huggingface_mirror_url",
+            _("no Hugging Face mirror is configured: an admin sets huggingface_mirror_url"),
+        ),
+        (
+            r"the mirror listed a file name that is refused: (?P<name>.*)",
+            _("the mirror listed a file name that is refused: %(name)s"),
+        ),
+        (
+            r"the mirror listed (?P<name>.*) twice, or as a file and a folder",
+            _("the mirror listed %(name)s twice, or as a file and a folder"),
+        ),
+        (r"the mirror listed a file without a name", _("the mirror listed a file without a name")),
+        (r"the repository has more than (?P<n>\d+) files", _("the repository has more than %(n)s files")),
+        (r"the repository has no files", _("the repository has no files")),
+        (r"the mirror's listing is not JSON", _("the mirror's listing is not JSON")),
+        (
+            r"the mirror's listing has no list of files \(siblings\)",
+            _("the mirror's listing has no list of files (siblings)"),
+        ),
+        (
+            r"the mirror's listing is larger than (?P<n>\d+) bytes",
+            _("the mirror's listing is larger than %(n)s bytes"),
+        ),
+        (
+            r"the repository's files take (?P<stated>\d+) bytes and the space has room for (?P<room>\d+)",
+            _("the repository's files take %(stated)s bytes and the space has room for %(room)s"),
+        ),
         (r"you have no access to (?P<space>\S+)", _("you have no access to %(space)s")),
         (r"the cluster has no GPUs", _("the cluster has no GPUs")),
         (
