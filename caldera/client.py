@@ -196,7 +196,7 @@ class Client:
         return self.get("/jobs", all=all or None, state=state or None, limit=limit)
 
     def arrays(self, *, all: bool = False, limit: int | None = None) -> list[dict]:
-        """Job arrays, newest first, each with its tasks' ids and states and their counts per state."""
+        """Job arrays, newest first, each with its tasks counted per state (``array`` gives one with its tasks)."""
         return self.get("/arrays", all=all or None, limit=limit)
 
     def array(self, array_id: str) -> dict:
