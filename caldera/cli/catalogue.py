@@ -131,7 +131,5 @@ def import_url(
 
 
 def _default_name(url: str) -> str:
-    """The URL's file name; a repository's (hf://OWNER/REPO@REV) name."""
-    if url.startswith("hf://"):
-        return url.split("@", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-    return url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    """The URL's file name (before its ?query); a repository's (hf://OWNER/REPO@REV) name (before its @revision)."""
+    return url.split("@" if url.startswith("hf://") else "?", 1)[0].rstrip("/").rsplit("/", 1)[-1]

@@ -3,6 +3,7 @@ whole. A single task is a job: the job routes act on it."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from fastapi import APIRouter, Depends, Query
@@ -43,9 +44,7 @@ def _views(db: Session, listed: list[JobArray]) -> list[dict]:
 def _whole(db: Session, array: JobArray) -> dict:
     """One array with each of its tasks."""
     listed = arrays.tasks(db, array)
-    counts: dict[str, int] = {}
-    for job in listed:
-        counts[job.state] = counts.get(job.state, 0) + 1
+    counts = dict(Counter(job.state for job in listed))
     first = listed[0] if listed else None
     return arrays.view(array, counts, tenancy.username(db, array.user_id), first, listed)
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from caldera import outbound
 from caldera.core import catalogue_names as names
 from caldera.core.states import JobState
-from caldera.db.models import CatalogueEntry, Job, StorageImport, StorageSpace, User
+from caldera.db.models import CatalogueEntry, CatalogueName, Job, StorageImport, StorageSpace, User
 from caldera.server import files, imports, repo_imports, tenancy
 from caldera.server.api_files import Caller, _fs_errors, caller
 from caldera.server.errors import Conflict, Invalid, NotFound
@@ -159,7 +159,7 @@ class WritersIn(BaseModel):
     )
 
 
-def _writers_view(c: Caller, claim) -> dict:
+def _writers_view(c: Caller, claim: CatalogueName) -> dict:
     return {"kind": claim.kind, "name": claim.name, "owner": tenancy.username(c.db, claim.owner_id),
             "writers": list(claim.writers or [])}  # fmt: skip
 

@@ -57,20 +57,20 @@ class Reader:
         return cls(user.id, user.username, user.role == "admin", frozenset(user_accounts(db, user)))
 
 
+def named(who: Reader, shares: list[str]) -> bool:
+    """Whether ``who`` is among ``shares`` (``user:<name>``, ``account:<name>``): by name or by an account of theirs."""
+    return f"user:{who.username}" in shares or any(f"account:{a}" in shares for a in who.accounts)
+
+
 def may_read(entry: CatalogueEntry, who: Reader) -> bool:
-    if who.admin or entry.owner_id == who.user_id or entry.visibility == "public":
+    if may_change(entry, who) or entry.visibility == "public":
         return True
-    if entry.visibility != "shared":
-        return False
-    return f"user:{who.username}" in entry.shared_with or any(f"account:{a}" in entry.shared_with for a in who.accounts)
+    return entry.visibility == "shared" and named(who, entry.shared_with)
 
 
 def may_add(claim: CatalogueName, who: Reader) -> bool:
     """Whether ``who`` publishes versions under a claimed name: its owner, an admin, or one it was granted to."""
-    if who.admin or claim.owner_id == who.user_id:
-        return True
-    granted = claim.writers or []
-    return f"user:{who.username}" in granted or any(f"account:{a}" in granted for a in who.accounts)
+    return may_change(claim, who) or named(who, claim.writers or [])
 
 
 def parse_ref(text: str) -> tuple[str, str | None]:
@@ -171,7 +171,7 @@ class Catalogue:
         claim = db.get(CatalogueName, (kind, name))
         if claim is None:
             raise NoSuchPath(f"no {kind} {name} in the catalogue")
-        if not (who.admin or claim.owner_id == who.user_id):
+        if not may_change(claim, who):
             raise NoAccess(f"only the owner of {kind} {name} or an admin says who publishes under it")
         return claim
 
@@ -242,9 +242,10 @@ class Catalogue:
         return removed
 
 
-def may_change(entry: CatalogueEntry, who: Reader) -> bool:
-    """Its owner and admins: who changes an entry, and who sees where it was copied from and whom it is shared with."""
-    return who.admin or entry.owner_id == who.user_id
+def may_change(owned: CatalogueEntry | CatalogueName, who: Reader) -> bool:
+    """Its owner and admins: who changes an entry (and sees where it was copied from and whom it is shared with),
+    and who says who else publishes under a name."""
+    return who.admin or owned.owner_id == who.user_id
 
 
 def owner_or_admin(entry: CatalogueEntry, who: Reader) -> None:
