@@ -435,6 +435,47 @@ class Client:
         os.replace(tmp, local)
         return local
 
+    # ---- the datasets and models catalogue ------------------------------------------------------------------------
+    def publish(
+        self,
+        name: str,
+        version: str,
+        *,
+        kind: str = "dataset",
+        wait: bool = True,
+        timeout: float | None = None,
+        progress: Callable[[dict], None] | None = None,
+        **fields: Any,
+    ) -> dict:
+        """Publish a folder (``space``, ``path``; or ``from_job``) as a version; the server copies it in its
+        background: with ``wait``, the version once ready (``Conflict`` with why if its copy failed), else at once,
+        copying."""
+        entry = self.post("/catalogue", {"kind": kind, "name": name, "version": version, **fields})
+        return self.wait_published(kind, entry["ref"], timeout, progress=progress) if wait else entry
+
+    def wait_published(
+        self,
+        kind: str,
+        ref: str,
+        timeout: float | None = None,
+        poll_s: float = 0.5,
+        progress: Callable[[dict], None] | None = None,
+    ) -> dict:
+        """The version ``name@version`` once its copy ended: ready, or ``Conflict`` with why it failed;
+        ``progress`` hears of it (its ``size_bytes`` and ``files`` so far) while it is copied; ``TimeoutError``
+        after ``timeout`` s."""
+        t0 = time.monotonic()
+        while (entry := self.get(f"/catalogue/{kind}/{ref}"))["state"] == "copying":
+            if progress:
+                progress(entry)
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"{kind} {ref} still copying after {timeout:g}s")
+            time.sleep(poll_s)
+        if entry["state"] == "failed":
+            why = entry.get("error") or {}
+            raise Conflict(409, f"{kind} {ref} was not published: {why.get('reason', '')}", [why])
+        return entry
+
 
 def _uploads_path() -> Path:
     return config_path().with_name("uploads.json")

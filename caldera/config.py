@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     catalogue_quota_bytes: int = Field(
         100 * 2**30, ge=0, description="bytes of the catalogue's copies one user's versions may take, together"
     )
+    catalogue_copy_bytes_per_s: int = Field(
+        0, ge=0, description="the most bytes per second one publish copies, leaving the disks to jobs; no limit when 0"
+    )
     # notifications (docs/governance.md): channels are entry points of caldera.notifiers
     smtp_host: str | None = Field(None, max_length=256, description="SMTP server for e-mail; no e-mail when empty")
     smtp_port: int = Field(25, ge=1, le=65535, description="port of the SMTP server")

@@ -18,8 +18,8 @@ from caldera.db.models import CatalogueEntry, StorageImport
 from caldera.server import files, imports
 from caldera.storage import fetch
 from caldera.storage.backends.local import UPLOADS_DIR
-from caldera.storage.tree import Tree
-from tests.conftest import api_on, make_settings
+from caldera.storage.catalogue import Catalogue
+from tests.conftest import api_on, make_settings, wait_for
 from tests.fake_runtime import FakeRuntime
 from tests.portal import browser_for, post_form
 from tests.test_files_space_jobs import lab
@@ -49,6 +49,25 @@ def _publish(api, h, **body):
     return api.client.post("/api/v1/catalogue", json=body, headers=h)
 
 
+def _ended(api, h, published):
+    """The version of a publish's answer (202, copying) once its copy ended: ready or failed."""
+    assert published.status_code == 202, published.text
+    url = f"/api/v1/catalogue/{published.json()['kind']}/{published.json()['ref']}"
+
+    def ended():
+        got = api.client.get(url, headers=h).json()
+        return got if got["state"] != "copying" else None
+
+    return wait_for(ended, 30, interval=0.05, what=f"the copy of {url}")
+
+
+def _published(api, h, **body):
+    """Published, and ready."""
+    got = _ended(api, h, _publish(api, h, **body))
+    assert got["state"] == "ready", got
+    return got
+
+
 def _names(api, h, q=""):
     return [e["ref"] for e in api.client.get("/api/v1/catalogue", params={"q": q}, headers=h).json()]
 
@@ -65,17 +84,16 @@ def test_published_versions_are_found_mounted_and_kept_by_who_may_read_them(env)
     planted = settings.spaces_dir / "account" / "vision" / "data" / "imagenet" / "secrets"
     os.symlink("/etc", planted)  # as a job with the space mounted writable could
 
-    r = _publish(api, u["alice"], version="v1", description="a small ImageNet", tags=["vision"])
-    assert r.status_code == 201, r.text
-    assert (r.json()["size_bytes"], r.json()["files"], r.json()["source"]) == (8, 1, "account:vision/imagenet")
+    got = _published(api, u["alice"], version="v1", description="a small ImageNet", tags=["vision"])
+    assert (got["size_bytes"], got["files"], got["source"]) == (8, 1, "account:vision/imagenet")
+    assert got["left_out"] == ["secrets: a symbolic link"]
     assert _publish(api, u["alice"], version="v1").status_code == 409  # a version is never replaced
     assert _publish(api, u["dave"], version="v9").status_code == 403  # dave only reads the space
     _upload(api, u["bob"], "personal", "mine.bin", b"bob's")  # a name is its first publisher's
     r = _publish(api, u["bob"], version="v9", space="personal", path="", visibility="public")
     assert r.status_code == 403 and "another user's" in r.text
     _upload(api, u["alice"], "account:vision", "imagenet/val.bin", b"v2")
-    r = _publish(api, u["alice"], version="v2", visibility="shared", shared_with=["account:other"])
-    assert r.status_code == 201, r.text
+    _published(api, u["alice"], version="v2", visibility="shared", shared_with=["account:other"])
 
     # private v1: alice and admins; shared v2: also bob (account other); carol: nothing
     assert _names(api, u["alice"], "imagenet VISION") == ["imagenet-mini@v1"]  # every word must match
@@ -283,9 +301,9 @@ def test_where_an_entry_came_from_and_whom_it_is_shared_with_are_its_owners_to_s
     api.client.post("/api/v1/spaces/account:vision/folders", json={"path": "private-project"}, headers=u["alice"])
     _upload(api, u["alice"], "account:vision", "private-project/w.bin", b"w")
     for name, visibility in (("leaky-shared", "shared"), ("leaky-public", "public")):
-        r = _publish(api, u["alice"], name=name, version="v1", path="private-project", visibility=visibility,
-                     shared_with=["user:bob", "account:third"])  # fmt: skip
-        assert r.status_code == 201 and r.json()["source"] == "account:vision/private-project", r.text
+        got = _published(api, u["alice"], name=name, version="v1", path="private-project", visibility=visibility,
+                         shared_with=["user:bob", "account:third"])  # fmt: skip
+        assert got["source"] == "account:vision/private-project", got
     for who, sees in (("bob", False), ("carol", False), ("alice", True), ("admin", True)):
         listed = [e for e in api.client.get("/api/v1/catalogue", params={"q": "leaky"}, headers=u[who]).json()]
         shown = api.client.get("/api/v1/catalogue/dataset/leaky-public", headers=u[who]).json()
@@ -302,31 +320,47 @@ def test_a_publisher_has_a_number_of_versions_and_bytes_in_the_catalogue(env, mo
     _upload(api, dave, "personal", "big/b.bin", b"123456")
     monkeypatch.setattr(settings, "catalogue_max_entries", 1)
     monkeypatch.setattr(settings, "catalogue_quota_bytes", 10)
-    assert _publish(api, dave, name="daves", version="v1", space="personal", path="small").status_code == 201
+    _published(api, dave, name="daves", version="v1", space="personal", path="small")
     r = _publish(api, dave, name="daves", version="v2", space="personal", path="small")
     assert r.status_code == 409 and "1 versions in the catalogue" in r.text, r.text
     monkeypatch.setattr(settings, "catalogue_max_entries", 5)
-    r = _publish(api, dave, name="daves", version="v2", space="personal", path="big")
-    assert r.status_code == 409 and "may take 10 bytes together and take 5" in r.text, r.text
-    assert _publish(api, dave, name="daves", version="v2", space="personal", path="small").status_code == 201
     store = settings.spaces_dir / "catalogue"
-    assert not [p for p in store.iterdir() if p.name.startswith(".publishing-")]  # a refused copy left nothing
+    copies = sorted(store.iterdir())
+    # the folder's size is known as it is copied: the copy stops at the bytes left, and says why, in Chinese too
+    got = _ended(api, dave, _publish(api, dave, name="daves", version="v2", space="personal", path="big"))
+    assert (got["state"], got["size_bytes"], got["error"]["code"]) == ("failed", 0, "CatalogueBytesFull"), got
+    assert "may take 10 bytes together and take 5" in got["error"]["reason"]
+    assert sorted(store.iterdir()) == copies  # nothing of it is left
+    assert _names(api, dave, "daves") == ["daves@v1", "daves@v2"]  # its publisher sees why
+    html = (
+        browser_for(api.client, "dave", "password-123")
+        .get("/data", params={"q": "daves"}, headers={"Accept-Language": "zh-CN"})
+        .text
+    )
+    assert 'data-entry="daves@v2" data-state="failed"' in html and "你在目录中的各版本合计最多占用 10 字节" in html, (
+        html
+    )
+    r = _job(api, dave, [{"dataset": "daves@v2", "at": "/data/d"}], "vision")
+    assert r.status_code == 400 and "daves@v2 was not published: your catalogue versions" in r.text, r.text
+    # and its version is free again
+    assert _published(api, dave, name="daves", version="v2", space="personal", path="small")["size_bytes"] == 5
 
 
 def test_two_first_publishes_of_a_name_at_once_make_one_owner(env, monkeypatch):
-    """alice and bob publish the same new name at the same moment: both pass the first check while their copies
-    run; the claim on the name lets exactly one through."""
+    """alice and bob publish the same new name at the same moment: both pass the first check; the claim on the
+    name lets exactly one through."""
     api, u, _, _ = env
     for who in ("alice", "bob"):
         _upload(api, u[who], "personal", "race.bin", who.encode())
-    both_copying = threading.Barrier(2, timeout=10)
-    copy_folder = Tree.copy_folder
+    both_checked = threading.Barrier(2, timeout=10)
+    check_new = Catalogue.check_new
 
-    def copy_together(self, *args):
-        both_copying.wait()
-        return copy_folder(self, *args)
+    def checked_together(self, *args):
+        clash = check_new(self, *args)
+        both_checked.wait()
+        return clash
 
-    monkeypatch.setattr(Tree, "copy_folder", copy_together)
+    monkeypatch.setattr(Catalogue, "check_new", checked_together)
     statuses = {}
 
     def publish(who):
@@ -338,7 +372,7 @@ def test_two_first_publishes_of_a_name_at_once_make_one_owner(env, monkeypatch):
         t.start()
     for t in threads:
         t.join(30)
-    assert sorted(statuses.values()) == [201, 403], statuses
+    assert sorted(statuses.values()) == [202, 403], statuses
     owners = {e["owner"] for e in api.client.get("/api/v1/catalogue", params={"q": "raced"}, headers=u["admin"]).json()}
     assert len(owners) == 1
 
@@ -350,15 +384,14 @@ def test_a_removed_entrys_folder_never_blocks_a_publish_and_is_swept(env):
     alice = u["alice"]
     api.client.post("/api/v1/spaces/personal/folders", json={"path": "gone"}, headers=alice)
     _upload(api, alice, "personal", "gone/g.bin", b"g")
-    assert _publish(api, alice, name="gone", version="v1", space="personal", path="gone").status_code == 201
+    _published(api, alice, name="gone", version="v1", space="personal", path="gone")
     platform = api.client.app.state.platform
     with platform.session() as db:
         entry = db.scalar(select(CatalogueEntry).where(CatalogueEntry.name == "gone"))
         left = files.catalogue_for(settings).host_path(entry).parent
         db.execute(delete(CatalogueEntry).where(CatalogueEntry.id == entry.id))  # as a deleted owner's cascade
         db.commit()
-    r = _publish(api, alice, name="next", version="v1", space="personal", path="gone")
-    assert r.status_code == 201, r.text
+    _published(api, alice, name="next", version="v1", space="personal", path="gone")
     with platform.session() as db:
         assert files.catalogue_for(settings).sweep(db, time.time()) == 0  # not yet: an hour at least
         assert files.catalogue_for(settings).sweep(db, time.time() + 7200) == 1
@@ -366,7 +399,7 @@ def test_a_removed_entrys_folder_never_blocks_a_publish_and_is_swept(env):
     assert api.client.get("/api/v1/catalogue/dataset/next", headers=alice).json()["files"] == 1
     assert api.client.delete("/api/v1/catalogue/dataset/next/v1", headers=alice).status_code == 200
     # the name is free again once its last version is gone
-    assert _publish(api, u["bob"], name="next", version="v1", space="personal", path="").status_code == 201
+    _published(api, u["bob"], name="next", version="v1", space="personal", path="")
 
 
 def test_the_portals_folder_page_publishes_and_imports_through_the_api(env, files_server):
@@ -384,7 +417,8 @@ def test_the_portals_folder_page_publishes_and_imports_through_the_api(env, file
     r = post_form(alice, "/files/personal:alice/publish", form)
     assert r.status_code == 303 and r.headers["location"] == "/data?q=portal-net", r.text
     assert 'data-entry="portal-net@v1"' in alice.get(r.headers["location"]).text
-    entry = api.client.get("/api/v1/catalogue/model/portal-net@v1", headers=u["alice"]).json()
+    entry = wait_for(lambda: (e := api.client.get("/api/v1/catalogue/model/portal-net@v1", headers=u["alice"]).json())
+                     ["state"] == "ready" and e, 30, what="portal-net@v1 ready")  # fmt: skip
     assert (entry["source"], entry["files"], entry["framework"]) == ("personal:alice/portal", 1, "pytorch")
     zh = {"Accept-Language": "zh-CN"}
     for body, en, chinese in (
@@ -437,7 +471,7 @@ def test_a_succeeded_jobs_output_folder_becomes_a_model_version_that_records_the
     _upload(api, bob, "personal", "out/model.pt", b"trained")
     body = {"kind": "model", "name": "bobs-net", "version": "v1", "path": "out", "framework": "pytorch"}
     r = api.client.post("/api/v1/catalogue", json={**body, "from_job": done}, headers=bob)
-    assert r.status_code == 201, r.text
+    assert r.status_code == 202, r.text
     got = r.json()
     assert (got["produced_by"], got["framework"], got["source"]) == (done, "pytorch", "personal:bob/out"), got
     for who, extra, status, why in (

@@ -12,7 +12,7 @@ from caldera.server import job_publish
 from tests.conftest import api_on, make_settings, wait_for
 from tests.fake_runtime import FakeRuntime
 from tests.portal import browser_for, post_form
-from tests.test_catalogue import _publish, _upload
+from tests.test_catalogue import _ended, _publish, _upload
 from tests.test_files_space_jobs import lab
 from tests.test_runs import _until
 
@@ -166,11 +166,12 @@ def test_a_succeeded_jobs_page_publishes_its_output_by_hand_under_the_apis_rules
 
     r = post_form(page, f"/jobs/{jid}/publish", form)
     assert r.status_code == 303 and r.headers["location"].startswith("/data?kind=model"), r.text
-    entry = api.client.get("/api/v1/catalogue/model/carols-net@v1", headers=carol).json()
+    entry = wait_for(lambda: (e := api.client.get("/api/v1/catalogue/model/carols-net@v1", headers=carol).json())
+                     ["state"] == "ready" and e, 30, what="carols-net@v1 ready")  # fmt: skip
     assert entry["produced_by"] == jid and entry["files"] == 1
     api.client.post("/api/v1/spaces/personal/folders", json={"path": "mine"}, headers=u["bob"])
     _upload(api, u["bob"], "personal", "mine/w.pt", b"bob's")
     r = _publish(api, u["bob"], kind="model", name="bobs-net", version="v1", space="personal", path="mine")
-    assert r.status_code == 201, r.text
+    assert _ended(api, u["bob"], r)["state"] == "ready"
     r = post_form(page, f"/jobs/{jid}/publish", {**form, "name": "bobs-net", "version": "v2"})
     assert r.status_code == 400 and '<ul class="err" role="alert">' in r.text and "another user" in r.text, r.text

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import api_on, make_settings
 from tests.fake_runtime import FakeRuntime
-from tests.test_catalogue import _publish, _upload
+from tests.test_catalogue import _ended, _publish, _upload
 from tests.test_catalogue_cli import server  # noqa: F401 - fixture
 from tests.test_files_space_jobs import lab
 from tests.test_server_process import cli
@@ -27,7 +27,11 @@ def env(tmp_path_factory):
 
 
 def _version(api, h, version: str):
-    return _publish(api, h, name="lab-set", version=version, space="personal", path="", visibility="public")
+    """The publish's answer, once its copy ended when it was taken."""
+    r = _publish(api, h, name="lab-set", version=version, space="personal", path="", visibility="public")
+    if r.status_code == 202:
+        assert _ended(api, h, r)["state"] == "ready"
+    return r
 
 
 def _writers(api, h, writers=None):
@@ -39,7 +43,7 @@ def _writers(api, h, writers=None):
 
 def test_the_owner_grants_and_takes_back_who_publishes_under_a_name(env):
     api, u = env
-    assert _version(api, u["alice"], "v1").status_code == 201
+    assert _version(api, u["alice"], "v1").status_code == 202
     r = _version(api, u["bob"], "v2")
     assert r.status_code == 403 and "another user's" in r.text, r.text
     for who in ("bob", "dave"):  # neither sees nor sets the list, a member of the owner's account included
@@ -52,8 +56,8 @@ def test_the_owner_grants_and_takes_back_who_publishes_under_a_name(env):
         "user:bob",
     ]
     r = _version(api, u["bob"], "v2")
-    assert r.status_code == 201 and r.json()["owner"] == "bob", r.text
-    assert _version(api, u["carol"], "v3").status_code == 201  # a member of account third
+    assert r.status_code == 202 and r.json()["owner"] == "bob", r.text
+    assert _version(api, u["carol"], "v3").status_code == 202  # a member of account third
     assert _version(api, u["dave"], "v4").status_code == 403  # not granted: alice's account is not enough
     newest = api.client.get("/api/v1/catalogue/dataset/lab-set", headers=u["dave"]).json()
     assert newest["version"] == "v3" and newest["owner"] == "carol"

@@ -24,10 +24,10 @@ def ls(words: list[str] = typer.Argument(None, help="words each entry shown hold
 
 
 def _table(rows: list[dict]) -> None:
-    t = Table("KIND", "NAME", "OWNER", "VISIBILITY", "SIZE", "PUBLISHED", "DESCRIPTION")
+    t = Table("KIND", "NAME", "STATE", "OWNER", "VISIBILITY", "SIZE", "PUBLISHED", "DESCRIPTION")
     for r in rows:
-        t.add_row(r["kind"], r["ref"], r["owner"], r["visibility"], _size(r["size_bytes"]), ts(r["created_at"]),
-                  r["description"][:60])  # fmt: skip
+        t.add_row(r["kind"], r["ref"], r["state"], r["owner"], r["visibility"], _size(r["size_bytes"]),
+                  ts(r["created_at"]), r["description"][:60])  # fmt: skip
     console.print(t)
 
 
@@ -56,13 +56,20 @@ def publish(
     job: str = typer.Option(
         "", "--from-job", "--job", help="models: a job of yours that succeeded; --path: a folder of its workspace"
     ),
+    wait: bool = typer.Option(True, help="follow the copy until the version is ready (--no-wait: return at once)"),
     output: Format = OUTPUT,
 ) -> None:
-    """Publish a folder of a space you may write; the platform copies it."""
-    body = {"kind": kind, "name": name, "version": version, "space": space, "path": path,
-            "description": description, "tags": tags, "visibility": visibility, "shared_with": share,
-            "framework": framework, "from_job": job}  # fmt: skip
-    emit(call(client().post, "/catalogue", body), output, lambda r: _table([r]))
+    """Publish a folder of a space you may write; the platform copies it, in its background."""
+    body = {"space": space, "path": path, "description": description, "tags": tags, "visibility": visibility,
+            "shared_with": share, "framework": framework, "from_job": job}  # fmt: skip
+    c = client()
+    entry = call(c.publish, name, version, kind=kind, wait=False, **body)
+    if wait:
+        with _bar(f"copy {kind} {entry['ref']}") as update:
+            entry = call(c.wait_published, kind, entry["ref"], progress=lambda e: update(e["size_bytes"], 0))
+    emit(entry, output, lambda r: _table([r]))
+    if entry.get("left_out") and output == Format.table:
+        console.print(f"left out: {'; '.join(entry['left_out'][:5])}")
 
 
 @data_app.command("rm")

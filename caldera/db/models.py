@@ -378,7 +378,8 @@ class GovernanceRequest(Base):
 
 class CatalogueEntry(Base):
     """A dataset or model version (caldera/storage/catalogue.py): a copy of a space's folder in the platform's own
-    store, named, described and visible to whom its owner said. A version never changes once published."""
+        store, named, described and visible to whom its owner said. A version never changes once published (ready);
+    until then it is its publisher's to see, as it is copied."""
 
     __tablename__ = "catalogue_entries"
     __table_args__ = (UniqueConstraint("kind", "name", "version"),)
@@ -399,6 +400,10 @@ class CatalogueEntry(Base):
     created_at: Mapped[float] = mapped_column(Float)
     # its copy's folder in the store: random, never reused (a row's id may be, and meet a folder left behind)
     folder: Mapped[str] = mapped_column(String(32), unique=True)
+    # copying (size_bytes and files: copied so far) | ready (mountable) | failed (``error``: message, code, params)
+    state: Mapped[str] = mapped_column(String(16), default="ready", server_default="ready", index=True)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    left_out: Mapped[list[Any]] = mapped_column(JSON, default=list)  # what the copy left out, with why
 
 
 class CatalogueName(Base):

@@ -14,9 +14,11 @@ from caldera import outbound
 from caldera.core import catalogue_names as names
 from caldera.core.states import JobState
 from caldera.db.models import CatalogueEntry, CatalogueName, Job, StorageImport, StorageSpace, User
-from caldera.server import files, imports, repo_imports, tenancy
+from caldera.server import catalogue_copies, files, imports, repo_imports, tenancy
 from caldera.server.api_files import Caller, _fs_errors, caller
+from caldera.server.deps import platform
 from caldera.server.errors import Conflict, Invalid, NotFound
+from caldera.server.platform import Platform
 from caldera.storage import hub
 from caldera.storage.catalogue import Reader, may_change, owner_or_admin
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused
@@ -51,9 +53,11 @@ def _view(c: Caller, entry: CatalogueEntry, who: Reader) -> dict:
         "size_bytes": entry.size_bytes,
         "files": entry.files,
         "created_at": entry.created_at,
+        "state": entry.state,  # copying (size_bytes and files: so far), ready, failed
     }
     if may_change(entry, who):
-        view |= {"source": entry.source, "shared_with": entry.shared_with}
+        view |= {"source": entry.source, "shared_with": entry.shared_with, "left_out": entry.left_out or [],
+                 "error": entry.error}  # fmt: skip
     return view
 
 
@@ -101,18 +105,25 @@ def _space_of(body: PublishIn, c: Caller) -> str:
     return workspace
 
 
-@router.post("/catalogue", status_code=201)
-def publish(body: PublishIn, c: Caller = Depends(caller)):
+@router.post("/catalogue", status_code=202)
+def publish(body: PublishIn, c: Caller = Depends(caller), p: Platform = Depends(platform)):
     """Publish a folder of a space you may write as a dataset or model version: the platform copies its regular
     files and folders (links, FIFOs, sockets and devices are left out: ``left_out`` says which), so the version
-    never changes. With ``from_job``, a folder of a succeeded job's workspace as a model that records the job."""
+    never changes. With ``from_job``, a folder of a succeeded job's workspace as a model that records the job.
+
+    Everything is checked now; the copy runs in the server's background: the version is ``copying`` (its size and
+    files so far) until it is ``ready``, the only state a job mounts, or ``failed`` (``error``: why, and its name and
+    version are free again). ``GET /catalogue/{kind}/{name}@{version}`` follows it."""
     opened = c.open(_space_of(body, c), Access.WRITE)
+    if catalogue_copies.copying_count(c.db, c.user) >= catalogue_copies.MAX_PER_USER:
+        raise Conflict(f"you have {catalogue_copies.MAX_PER_USER} versions being copied; publish this one when one "
+                       "is ready")  # fmt: skip
     entry = CatalogueEntry(**body.model_dump(exclude={"space", "path", "from_job"}), produced_by=body.from_job)
-    catalogue = files.catalogue_for(c.spaces.settings)
     with _fs_errors():
-        left_out = catalogue.publish(c.db, c.user, opened, body.path, entry, c.spaces.settings.storage_max_upload_bytes)
+        files.catalogue_for(c.spaces.settings).reserve(c.db, c.user, opened, body.path, entry)
     c.db.commit()
-    return {**_view(c, entry, Reader.of(c.db, c.user)), "left_out": left_out}
+    catalogue_copies.start(p, entry.id)
+    return _view(c, entry, Reader.of(c.db, c.user))
 
 
 @router.get("/catalogue")

@@ -30,6 +30,7 @@ from caldera.server import (
     api_templates,
     audit,
     authenticators,
+    catalogue_copies,
     files,
     lab_entry,
     node_admin,
@@ -60,9 +61,11 @@ def create_app(platform: Platform, run_loop: bool = True) -> FastAPI:
             loop.start()
             dispatcher.start()
             reconciler.start()
+            catalogue_copies.recover(platform)  # versions a stopped server left copying
         try:
             yield
         finally:
+            catalogue_copies.stop(platform)  # first: a job's publish waits for its copy
             loop.stop()
             dispatcher.stop()
             reconciler.stop()

@@ -20,7 +20,7 @@ from caldera.errors import CalderaError, Invalid, InvalidFields, field_error
 from caldera.server import identity, imports
 from caldera.server.platform import Platform
 from caldera.storage.backends.registry import create_backend
-from caldera.storage.catalogue import Catalogue, Reader
+from caldera.storage.catalogue import Catalogue, Reader, require_ready
 from caldera.storage.errors import NameClash
 from caldera.storage.service import Spaces
 from caldera.storage.spaces import Access, Kind, SpaceRef, parse_ref, require
@@ -94,7 +94,9 @@ def _mount_source(p: Platform, spaces: Spaces, db: Session, user: User, mount: M
     if mount.space is None:
         kind = "dataset" if mount.dataset is not None else "model"
         catalogue = catalogue_for(p.settings)
-        return catalogue.host_path(catalogue.find(db, Reader.of(db, user), kind, mount.dataset or mount.model or ""))
+        entry = catalogue.find(db, Reader.of(db, user), kind, mount.dataset or mount.model or "")
+        require_ready(entry)  # being copied, or its copy failed: refused with why
+        return catalogue.host_path(entry)
     ref = _mount_target(spaces, db, user, mount)
     spaces.tree(db, ref)  # its root exists, with its owner
     host = spaces.backend.host_path(ref)

@@ -3,9 +3,10 @@ a model version that records the job, through the API's own publish (``from_job`
 the same as when its owner publishes it by hand.
 
 The loop marks the job pending as it records the success, in the same commit, and wakes this thread: a copy may
-take minutes and must not stall a scheduling cycle. Publishes run one at a time; the loop's start (a restart)
-wakes the thread too, so a job left pending by a stopped server is published then. Its outcome is the job's
-(``publish_state``, ``publish_result``) and one of its events.
+take minutes and must not stall a scheduling cycle. Publishes run one at a time, each waiting for its copy (the
+API's, caldera/server/catalogue_copies.py); the loop's start (a restart) wakes the thread too, so a job left pending
+by a stopped server is published then (its version, if the server stopped while it was copied, copied again).
+Its outcome is the job's (``publish_state``, ``publish_result``) and one of its events.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from sqlalchemy.orm import Session
 from caldera.core.spec import Publish
 from caldera.db.models import CatalogueEntry, Job, User
 from caldera.errors import CalderaError
-from caldera.server import api_catalogue, files
+from caldera.server import api_catalogue, catalogue_copies, files
 from caldera.server.api_files import Caller
 from caldera.server.jobs import note
 from caldera.server.platform import Platform
+from caldera.storage.catalogue import COPYING, READY
+from caldera.storage.catalogue import FAILED as COPY_FAILED
 from caldera.storage.errors import NoSuchPath
 
 log = logging.getLogger("caldera.publish")
@@ -97,18 +100,33 @@ class Publisher:
                 db.commit()
                 return
             try:
-                done = _already(db, job, target) or _publish(self.p, db, owner, job, target)
-                state, result = PUBLISHED, {"ref": done["ref"], "left_out": len(done.get("left_out", ()))}
+                entry = _already(db, job, target) or _publish(self.p, db, owner, job, target)
             except (CalderaError, ValueError) as exc:  # a name taken meanwhile, a quota, a missing folder
                 db.rollback()
                 job = db.get(Job, job_id)
-                state, result = FAILED, {"model": target.model, "error": getattr(exc, "message", None) or str(exc)}
-            _record(db, job, target, state, result)
-            db.commit()
+                entry = None
+                outcome = FAILED, {"model": target.model, "error": getattr(exc, "message", None) or str(exc)}
+            if entry is not None:
+                outcome = self._copied(db, entry, target)
+            if outcome is not None:  # else the server stopped the copy: the job stays pending for the next start
+                _record(db, job, target, *outcome)
+                db.commit()
+
+    def _copied(self, db: Session, entry: CatalogueEntry, target: Publish) -> tuple[str, dict[str, Any]] | None:
+        """How the version's copy ended, once it has; None when the server stopped it."""
+        if entry.state == COPYING:
+            catalogue_copies.start(self.p, entry.id)  # one a stopped server left: copied again
+            catalogue_copies.wait(self.p, entry.id)
+            db.refresh(entry)
+        if entry.state == READY:
+            return PUBLISHED, {"ref": f"{entry.name}@{entry.version}", "left_out": len(entry.left_out or [])}
+        if entry.state == COPY_FAILED:  # a quota reached, the folder gone while it was copied
+            return FAILED, {"model": target.model, "error": (entry.error or {}).get("reason", "")}
+        return None
 
 
-def _publish(p: Platform, db: Session, owner: User, job: Job, target: Publish) -> dict[str, Any]:
-    """The API's publish of the folder, as the job's owner."""
+def _publish(p: Platform, db: Session, owner: User, job: Job, target: Publish) -> CatalogueEntry:
+    """The API's publish of the folder, as the job's owner: the version, its copy started."""
     path = in_workspace(p, owner, job, target.path)
     body = api_catalogue.PublishIn(
         kind="model",
@@ -122,9 +140,10 @@ def _publish(p: Platform, db: Session, owner: User, job: Job, target: Publish) -
         from_job=job.id,
     )
     try:
-        return api_catalogue.publish(body, Caller(owner, db, files.spaces_for(p)))
+        api_catalogue.publish(body, Caller(owner, db, files.spaces_for(p)), p)
     except NoSuchPath:  # the tree names the first part missing; the owner wants the folder they asked for
         raise NoSuchPath(f"no folder {path or '.'} in {owner.username}'s workspace") from None
+    return _already(db, job, target)
 
 
 def in_workspace(p: Platform, owner: User, job: Job, path: str) -> str:
@@ -137,14 +156,16 @@ def in_workspace(p: Platform, owner: User, job: Job, path: str) -> str:
     return "" if joined == "." else joined
 
 
-def _already(db: Session, job: Job, target: Publish) -> dict[str, Any] | None:
-    """The version published for this job already (the server stopped before it said so)."""
-    entry = db.scalar(
-        select(CatalogueEntry).where(
+def _already(db: Session, job: Job, target: Publish) -> CatalogueEntry | None:
+    """The version published for this job already (the server stopped before it said how its copy ended)."""
+    return db.scalar(
+        select(CatalogueEntry)
+        .where(
             CatalogueEntry.kind == "model", CatalogueEntry.name == target.model, CatalogueEntry.produced_by == job.id
         )
+        .order_by(CatalogueEntry.created_at.desc())
+        .limit(1)
     )
-    return None if entry is None else {"ref": f"{entry.name}@{entry.version}"}
 
 
 def _record(db: Session, job: Job, target: Publish | None, state: str, result: dict[str, Any]) -> None:

@@ -3,7 +3,10 @@ choose, and that jobs mount by name (``mounts: [{dataset: imagenet-mini@v1, at: 
 
 Publishing copies the folder into the platform's own store (``<storage_dir>/catalogue/<folder>/data``, a random
 name never reused, every folder on the way root's): a version never changes under the jobs that use it, and what a
-job mounts is reached through no folder a user could swap for a link between the check and the mount. A name is
+job mounts is reached through no folder a user could swap for a link between the check and the mount. A publish is
+checked and its version added at once, ``copying`` (``reserve``); the copy follows, in the server's background
+(caldera/server/catalogue_copies.py), and makes it ``ready`` (``copy``, ``finish``) or ``failed`` with the reason
+(``fail``); only a ready version is mounted, and only its owner and admins see the others. A name is
 its first publisher's: only they (or an admin) add versions, so a job mounting a name alone never gets another
 user's files. Readers: the owner and admins always; ``shared``: the users and the members of the accounts named in
 ``shared_with``; ``public``: everyone. A catalogue mount is read-only.
@@ -15,8 +18,8 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +34,7 @@ from caldera.storage.errors import (
     NameClash,
     NoAccess,
     NoSuchPath,
+    NotReady,
     PathRefused,
     QuotaExceeded,
     catalogue_bytes_full,
@@ -38,8 +42,10 @@ from caldera.storage.errors import (
 )
 from caldera.storage.paths import parts
 from caldera.storage.service import Opened
+from caldera.storage.tree import Copied
 
 KINDS = ("dataset", "model")
+COPYING, READY, FAILED = "copying", "ready", "failed"
 NAME, VERSION, SHARE = re.compile(names.NAME), re.compile(names.VERSION), re.compile(names.SHARE)
 
 
@@ -63,7 +69,12 @@ def named(who: Reader, shares: list[str]) -> bool:
 
 
 def may_read(entry: CatalogueEntry, who: Reader) -> bool:
-    if may_change(entry, who) or entry.visibility == "public":
+    """Its owner and admins see a version from its publish on; readers once it is ready."""
+    if may_change(entry, who):
+        return True
+    if entry.state != READY:
+        return False
+    if entry.visibility == "public":
         return True
     return entry.visibility == "shared" and named(who, entry.shared_with)
 
@@ -90,7 +101,7 @@ class Catalogue:
         return self.store / entry.folder / "data"
 
     def find(self, db: Session, who: Reader, kind: str, ref: str) -> CatalogueEntry:
-        """The entry ``ref`` names (its newest version when none is given) that ``who`` may read."""
+        """The entry ``ref`` names (its newest ready version when none is given) that ``who`` may read."""
         name, version = parse_ref(ref)
         q = select(CatalogueEntry).where(CatalogueEntry.kind == kind, CatalogueEntry.name == name)
         if version is not None:
@@ -98,7 +109,7 @@ class Catalogue:
         readable = [e for e in db.scalars(q.order_by(CatalogueEntry.created_at.desc())) if may_read(e, who)]
         if not readable:
             raise NoSuchPath(f"no {kind} {ref} that you may read")
-        return readable[0]
+        return next((e for e in readable if e.state == READY), readable[0])
 
     def search(self, db: Session, who: Reader, kind: str | None, text: str) -> list[CatalogueEntry]:
         q = select(CatalogueEntry).order_by(CatalogueEntry.kind, CatalogueEntry.name, CatalogueEntry.created_at)
@@ -112,39 +123,68 @@ class Catalogue:
                 out.append(e)
         return out
 
-    def publish(
-        self, db: Session, owner: User, opened: Opened, path: str, entry: CatalogueEntry, max_bytes: int
-    ) -> list[str]:
-        """Copy the folder ``path`` of the opened space into the store as ``entry`` (its fields set by the caller);
-        what the copy left out, with why. A name and version taken already is a clash; a failed copy leaves
-        nothing."""
+    def reserve(self, db: Session, owner: User, opened: Opened, path: str, entry: CatalogueEntry) -> None:
+        """Add ``entry`` (its fields set by the caller) as ``owner``'s new version of the folder ``path`` of the
+        opened space, copying: its name and version are taken, and it counts against ``owner``'s limits, from now;
+        nobody mounts it before ``copy`` and ``finish`` made it ready. A version taken already is a clash (one whose
+        copy failed is not: it gives way)."""
         clash = self.check_new(db, owner, entry.kind, entry.name, entry.version)
-        used = self._within_limits(db, owner)
+        self._within_limits(db, owner)
+        if opened.tree.stat(parts(path)).kind != "dir":
+            raise PathRefused(f"{path!r} is not a folder")
         entry.owner_id, entry.source, entry.created_at = owner.id, f"{opened.ref}/{path}".rstrip("/"), time.time()
-        entry.folder = secrets.token_hex(16)
-        # the copy first, into a folder of root's, and only then the row: a flushed row would hold the database's
-        # write lock (SQLite: every writer of the platform) for as long as the copy takes
+        entry.folder, entry.state, entry.size_bytes, entry.files = secrets.token_hex(16), COPYING, 0, 0
+        failed = (CatalogueEntry.kind == entry.kind, CatalogueEntry.name == entry.name, CatalogueEntry.state == FAILED)
+        db.execute(delete(CatalogueEntry).where(*failed, CatalogueEntry.version == entry.version))
+        self._insert(db, owner, entry, clash)
+
+    def copy(
+        self, db: Session, owner: User, opened: Opened, path: str, entry: CatalogueEntry, max_bytes: int,
+        progress: Callable[[Copied], None],
+    ) -> None:  # fmt: skip
+        """Copy the folder ``path`` into ``entry``'s folder of the store, from the start (what a stopped server
+        left of it is dropped first), and set its size, files and what was left out (with why). Its copy is named
+        ``data`` (what jobs mount) only once complete."""
+        folder = self.host_path(entry).parent
+        shutil.rmtree(folder, ignore_errors=True)
         self.store.mkdir(mode=0o700, parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".publishing-", dir=self.store))
+        folder.mkdir(mode=0o700)
+        partial = folder / ".copying"
+        used = self._used_besides(db, owner, entry)
         try:
-            try:
-                copied = opened.tree.copy_folder(
-                    parts(path), str(staging / "data"), min(max_bytes, self.quota_bytes - used)
-                )
-            except QuotaExceeded:
-                if self.quota_bytes - used < max_bytes:
-                    raise catalogue_bytes_full(self.quota_bytes, used) from None
-                raise
-            entry.size_bytes, entry.files = copied.size, copied.files
-            (staging / "data").chmod(0o755)  # what jobs mount, read-only, whatever the umask
-            self._insert(db, owner, entry, clash)
-            self._within_limits(db, owner, entry)  # with the new row: publishes at once pass no limit together
-            os.rename(staging, self.host_path(entry).parent)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            db.rollback()
+            copied = opened.tree.copy_folder(parts(path), str(partial), min(max_bytes, self.quota_bytes - used),
+                                             progress)  # fmt: skip
+        except QuotaExceeded:
+            if self.quota_bytes - used < max_bytes:
+                raise catalogue_bytes_full(self.quota_bytes, used) from None
             raise
-        return copied.left_out
+        partial.chmod(0o755)  # what jobs mount, read-only, whatever the umask
+        os.rename(partial, folder / "data")
+        entry.size_bytes, entry.files, entry.left_out = copied.size, copied.files, copied.left_out
+
+    def finish(self, db: Session, owner: User, entry: CatalogueEntry) -> None:
+        """The copied version ready, within ``owner``'s limits with it (copies at once pass no limit together)."""
+        self._within_limits(db, owner, entry)
+        entry.state = READY
+
+    def fail(self, db: Session, entry: CatalogueEntry, reason: dict) -> None:
+        """The version's copy failed: it keeps the reason (``reason``, code, params) for its publisher to see, and
+        no longer holds its version (a new publish of it replaces it), its name (when it was the name's only
+        version), or its bytes; its folder is removed once the caller committed (``drop_copy``)."""
+        entry.state, entry.error, entry.size_bytes, entry.files = FAILED, reason, 0, 0
+        db.flush()
+        self._free_name_if_unused(db, entry)
+
+    def drop_copy(self, entry: CatalogueEntry) -> None:
+        shutil.rmtree(self.host_path(entry).parent, ignore_errors=True)
+
+    def _used_besides(self, db: Session, owner: User, entry: CatalogueEntry) -> int:
+        """The bytes ``owner``'s other versions take (those being copied: so far)."""
+        return db.scalar(
+            select(func.coalesce(func.sum(CatalogueEntry.size_bytes), 0)).where(
+                CatalogueEntry.owner_id == owner.id, CatalogueEntry.id != entry.id, CatalogueEntry.state != FAILED
+            )
+        )
 
     def check_new(self, db: Session, owner: User, kind: str, name: str, version: str | None) -> NameClash:
         """Refuse a version ``owner`` may not add: under another user's name, or (``version`` given) one that
@@ -152,7 +192,10 @@ class Catalogue:
         self._may_add_to(db, owner, kind, name)
         clash = NameClash(f"{kind} {name}@{version} exists already")
         taken = select(CatalogueEntry.id).where(
-            CatalogueEntry.kind == kind, CatalogueEntry.name == name, CatalogueEntry.version == version
+            CatalogueEntry.kind == kind,
+            CatalogueEntry.name == name,
+            CatalogueEntry.version == version,
+            CatalogueEntry.state != FAILED,
         )
         if version is not None and db.scalar(taken) is not None:
             raise clash
@@ -204,7 +247,7 @@ class Catalogue:
         ``added``, a row just flushed: when it passes either); the bytes used without it."""
         count, size = db.execute(
             select(func.count(), func.coalesce(func.sum(CatalogueEntry.size_bytes), 0)).where(
-                CatalogueEntry.owner_id == owner.id
+                CatalogueEntry.owner_id == owner.id, CatalogueEntry.state != FAILED
             )
         ).one()
         adding = 0 if added is None else added.size_bytes
@@ -218,28 +261,41 @@ class Catalogue:
     def remove(self, db: Session, entry: CatalogueEntry) -> None:
         """The entry (and its name's claim with its last version), then its copy; the caller checked that no
         running job mounts it."""
-        folder = self.host_path(entry).parent
+        if entry.state == COPYING:
+            raise NotReady(f"{entry.kind} {entry.name}@{entry.version} is being copied: delete it once it is ready")
         db.delete(entry)
         db.flush()
-        same_name = (CatalogueEntry.kind == entry.kind, CatalogueEntry.name == entry.name)
-        if db.scalar(select(CatalogueEntry.id).where(*same_name).limit(1)) is None:
-            db.execute(delete(CatalogueName).where(CatalogueName.kind == entry.kind, CatalogueName.name == entry.name))
+        self._free_name_if_unused(db, entry)
         db.commit()
-        shutil.rmtree(folder, ignore_errors=True)
+        self.drop_copy(entry)
+
+    def _free_name_if_unused(self, db: Session, entry: CatalogueEntry) -> None:
+        """The name's claim goes with its last version (one whose copy failed holds no name)."""
+        same_name = (CatalogueEntry.kind == entry.kind, CatalogueEntry.name == entry.name)
+        if db.scalar(select(CatalogueEntry.id).where(*same_name, CatalogueEntry.state != FAILED).limit(1)) is None:
+            db.execute(delete(CatalogueName).where(CatalogueName.kind == entry.kind, CatalogueName.name == entry.name))
 
     def sweep(self, db: Session, now: float) -> int:
         """Remove the store's folders that no entry names (an entry's owner was deleted, with their entries; a
-        publish that stopped with the server), left an hour at least: a publish renames its folder into place
-        just before its commit. How many were removed."""
+        failed copy the server stopped before removing), left an hour at least. How many were removed."""
         if not self.store.is_dir():
             return 0
-        named = set(db.scalars(select(CatalogueEntry.folder)))
+        named = set(db.scalars(select(CatalogueEntry.folder).where(CatalogueEntry.state != FAILED)))
         removed = 0
         for path in self.store.iterdir():
             if path.name not in named and os.lstat(path).st_ctime < now - 3600:
                 shutil.rmtree(path, ignore_errors=True)
                 removed += 1
         return removed
+
+
+def require_ready(entry: CatalogueEntry) -> None:
+    """Refuse a version that is not ready to be mounted, with why."""
+    ref = f"{entry.kind} {entry.name}@{entry.version}"
+    if entry.state == COPYING:
+        raise NotReady(f"{ref} is still being copied ({entry.size_bytes} bytes so far): mount it once it is ready")
+    if entry.state == FAILED:
+        raise NotReady(f"{ref} was not published: {(entry.error or {}).get('reason', 'its copy failed')}")
 
 
 def may_change(owned: CatalogueEntry | CatalogueName, who: Reader) -> bool:

@@ -47,3 +47,7 @@ def catalogue_bytes_full(limit: int, used: int) -> CatalogueFull:
         "CatalogueBytesFull",
         {"limit": limit, "used": used},
     )
+
+
+class NotReady(Conflict):
+    """A catalogue version that is still being copied, or whose copy failed: nothing mounts it."""

@@ -18,7 +18,7 @@ import heapq
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -231,24 +231,35 @@ class Tree:
         with self.folder(()) as fd:
             return _usage(fd)
 
-    def copy_folder(self, names: tuple[str, ...], dest: str, max_bytes: int) -> Copied:
+    def copy_folder(
+        self, names: tuple[str, ...], dest: str, max_bytes: int, progress: Callable[[Copied], None] | None = None
+    ) -> Copied:
         """Copy the folder ``names`` into the new folder ``dest`` (the platform's, root's), descriptor by
         descriptor, at most ``max_bytes``: regular files and folders only. Each entry's type is read first
         (lstat), so a link is left out, never followed nor copied as a link (what it points to would be read in
         the job that mounts the copy, not here), and a FIFO, socket or device is left out without being opened;
-        in a personal space, what its owner does not own is left out too. What was copied, and what was left
-        out with why."""
+        in a personal space, what its owner does not own is left out too. ``progress`` hears of each file copied
+        (it may stop the copy by raising). What was copied, and what was left out with why."""
         os.mkdir(dest, 0o755)
         out = os.open(dest, _DIR_FLAGS)
         copied = Copied()
         try:
             with self.folder(names) as src:
-                self._copy_into(src, out, "", copied, max_bytes, _MAX_COPY_DEPTH)
+                self._copy_into(src, out, "", copied, max_bytes, _MAX_COPY_DEPTH, progress or (lambda _: None))
         finally:
             os.close(out)
         return copied
 
-    def _copy_into(self, src: int, dst: int, at: str, copied: Copied, max_bytes: int, depth: int) -> None:
+    def _copy_into(
+        self,
+        src: int,
+        dst: int,
+        at: str,
+        copied: Copied,
+        max_bytes: int,
+        depth: int,
+        progress: Callable[[Copied], None],
+    ) -> None:
         if depth == 0:
             raise PathRefused(f"folders nested more than {_MAX_COPY_DEPTH} deep are not copied")
         with os.scandir(src) as it:
@@ -271,7 +282,7 @@ class Tree:
                     os.mkdir(name, 0o755, dir_fd=dst)
                     sub = os.open(name, _DIR_FLAGS, dir_fd=dst)
                     try:
-                        self._copy_into(fd, sub, f"{path}/", copied, max_bytes, depth - 1)
+                        self._copy_into(fd, sub, f"{path}/", copied, max_bytes, depth - 1, progress)
                     finally:
                         os.close(sub)
                 finally:
@@ -290,6 +301,7 @@ class Tree:
                 finally:
                     os.close(fd)
                 copied.files += 1
+                progress(copied)
             else:
                 copied.leave_out(path, "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a FIFO, socket or device")
 

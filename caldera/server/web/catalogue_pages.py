@@ -60,7 +60,7 @@ def publish(
             kind=kind, name=name.strip(), version=version.strip(), space=space, path=path, description=description,
             visibility=visibility, shared_with=shared_with.split(), framework=framework.strip(),
         )  # fmt: skip
-        return api_catalogue.publish(body, c)
+        return api_catalogue.publish(body, c, p)
 
     published, errors = api_call.call(db, call)
     if errors:

@@ -40,7 +40,7 @@ def publish_output(
     def publish() -> dict:
         body = api_catalogue.PublishIn(kind="model", name=name.strip(), version=version.strip(), path=path,
                                        visibility=visibility, description=description, from_job=job.id)  # fmt: skip
-        return api_catalogue.publish(body, page_caller(request, user, db))
+        return api_catalogue.publish(body, page_caller(request, user, db), p)
 
     published, errors = api_call.call(db, publish)
     if published:

@@ -290,6 +290,9 @@ ERRORS: dict[str, Message] = {
     "CatalogueBytesFull": Message(
         _("your catalogue versions may take %(limit)s bytes together and take %(used)s: this folder does not fit")
     ),
+    # a publish's copy in the background (caldera/server/catalogue_copies.py)
+    "PublishSourceGone": Message(_("the folder %(source)s is gone")),
+    "PublishCopyFailed": Message(_("the copy failed: %(error)s")),
     # imports of a Hugging Face-style repository (caldera/storage/hub.py)
     "HubBadSource": Message(
         _(
