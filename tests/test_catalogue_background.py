@@ -53,6 +53,12 @@ def test_a_publish_answers_at_once_and_its_version_is_mounted_once_ready(tmp_pat
         assert 'data-entry="big-set@v1" data-state="copying"' in html and 'hx-trigger="every 2s"' in html, html
         assert "files so far" in html and "{dataset: big-set@v1" not in html  # no mount line yet
 
+        # a user has at most 4 versions copying at once: each is a thread of the server
+        more = [_publish(api, alice, name="big-set", version=f"v{i}", space="personal", path="big") for i in (2, 3, 4)]
+        fifth = _publish(api, alice, name="big-set", version="v5", space="personal", path="big")
+        assert fifth.status_code == 409 and "you have 4 versions being copied" in fifth.text, fifth.text
+        assert [_ended(api, alice, m)["state"] for m in more] == ["ready"] * 3
+
         ready = _ended(api, alice, r)
         assert (ready["state"], ready["size_bytes"], ready["files"]) == ("ready", 8 * len(BLOCK), 8), ready
         assert _entry(api, u["bob"], "big-set").json()["state"] == "ready"

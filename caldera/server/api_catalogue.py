@@ -114,10 +114,16 @@ def publish(body: PublishIn, c: Caller = Depends(caller), p: Platform = Depends(
     Everything is checked now; the copy runs in the server's background: the version is ``copying`` (its size and
     files so far) until it is ``ready``, the only state a job mounts, or ``failed`` (``error``: why, and its name and
     version are free again). ``GET /catalogue/{kind}/{name}@{version}`` follows it."""
-    opened = c.open(_space_of(body, c), Access.WRITE)
     if catalogue_copies.copying_count(c.db, c.user) >= catalogue_copies.MAX_PER_USER:
         raise Conflict(f"you have {catalogue_copies.MAX_PER_USER} versions being copied; publish this one when one "
                        "is ready")  # fmt: skip
+    return begin_publish(body, c, p)
+
+
+def begin_publish(body: PublishIn, c: Caller, p: Platform) -> dict:
+    """A publish checked and its copy started, the version copying; the platform's own publish of a job's output
+    (caldera/server/job_publish.py, one at a time) comes here past the limit on a user's copies at once."""
+    opened = c.open(_space_of(body, c), Access.WRITE)
     entry = CatalogueEntry(**body.model_dump(exclude={"space", "path", "from_job"}), produced_by=body.from_job)
     with _fs_errors():
         files.catalogue_for(c.spaces.settings).reserve(c.db, c.user, opened, body.path, entry)

@@ -140,7 +140,7 @@ def _publish(p: Platform, db: Session, owner: User, job: Job, target: Publish) -
         from_job=job.id,
     )
     try:
-        api_catalogue.publish(body, Caller(owner, db, files.spaces_for(p)), p)
+        api_catalogue.begin_publish(body, Caller(owner, db, files.spaces_for(p)), p)
     except NoSuchPath:  # the tree names the first part missing; the owner wants the folder they asked for
         raise NoSuchPath(f"no folder {path or '.'} in {owner.username}'s workspace") from None
     return _already(db, job, target)
