@@ -151,6 +151,7 @@ class Catalogue:
         folder.mkdir(mode=0o700)
         partial = folder / ".copying"
         used = self._used_besides(db, owner, entry)
+        db.commit()  # no transaction held while the copy runs (SQLite's write-ahead log cannot be folded behind one)
         try:
             copied = opened.tree.copy_folder(parts(path), str(partial), min(max_bytes, self.quota_bytes - used),
                                              progress)  # fmt: skip
