@@ -150,7 +150,7 @@ def _record(platform: Platform, entry_id: int, copied: Copied) -> None:
         db.commit()
 
 
-def _reason(exc: Exception, source: str) -> dict:
+def _reason(exc: CalderaError | OSError, source: str) -> dict:
     """Why a copy failed, as a field error's row: the English, and the code and values the portal says it in
     its reader's language by (caldera/server/web/reason_text.py)."""
     if isinstance(exc, NoSuchPath):
@@ -158,6 +158,6 @@ def _reason(exc: Exception, source: str) -> dict:
     elif isinstance(exc, CalderaError):
         code, params, message = exc.code, exc.params or {}, exc.message
     else:
-        error = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
+        error = exc.strerror or str(exc)
         code, params, message = "PublishCopyFailed", {"error": error}, f"the copy failed: {error}"
     return {"reason": message, "code": code, "params": params}
