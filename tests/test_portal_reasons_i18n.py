@@ -85,7 +85,7 @@ def _state_shown(html: str) -> str:
     return shown.group(1)
 
 
-def _check_job_page(zh_html: str, en_html: str, job: Job, events: list[JobEventRow]) -> None:
+def _check_job_page(zh_html: str, en_html: str, job: Job, events: list[JobEventRow], reasons: list[dict]) -> None:
     where = f"job {job.name} ({job.state})"
     _zh_page_is_chinese(zh_html, where)
     _en_page_is_english(en_html, where)
@@ -100,8 +100,8 @@ def _check_job_page(zh_html: str, en_html: str, job: Job, events: list[JobEventR
         assert str(escape(ZH.event(e))) in zh_html, (where, e.reason)
         assert str(escape(EN.event(e))) in en_html, (where, e.reason)
     if job.state == "Queued":
-        assert job.pending_reasons, where
-        for r in job.pending_reasons:
+        assert reasons, where
+        for r in reasons:
             assert r["code"] in PENDING, r
             assert str(escape(ZH.pending(r))) in zh_html and str(escape(r["message"])) not in zh_html, r
             assert str(escape(EN.pending(r))) in en_html, r
@@ -132,17 +132,19 @@ def test_job_home_and_queue_pages_in_chinese_and_in_english(api, admin, platform
     zh.cookies.set(i18n.LANG_COOKIE, "zh")
     en.cookies.set(i18n.LANG_COOKIE, "en")
 
+    shown = platform.queue_positions.shown  # the stored reasons with the place in the queue
+
     def check_all() -> None:
         jobs, events = _said(platform, ids)
         for j in ids:
-            _check_job_page(zh.get(f"/jobs/{j}").text, en.get(f"/jobs/{j}").text, jobs[j], events[j])
+            _check_job_page(zh.get(f"/jobs/{j}").text, en.get(f"/jobs/{j}").text, jobs[j], events[j], shown(jobs[j]))
         for path in ("/", "/partials/my-jobs", "/queue"):
             _zh_page_is_chinese(zh.get(path).text, path)
             _en_page_is_english(en.get(path).text, path)
         home_zh, home_en = zh.get("/").text, en.get("/").text
         for j in jobs.values():  # the Why column: pending reasons of a waiting job, else its last message
             if j.state == "Queued":
-                for r in j.pending_reasons:
+                for r in shown(j):
                     assert str(escape(ZH.pending(r))) in home_zh and str(escape(EN.pending(r))) in home_en
             else:
                 last = next(e for e in reversed(events[j.id]) if (e.reason, e.message) == (j.reason, j.message))
@@ -236,7 +238,8 @@ def test_restart_events_in_chinese(tmp_path, monkeypatch):
         zh, en = browser_for(api.client, "admin", "admin-password"), browser_for(api.client, "admin", "admin-password")
         zh.cookies.set(i18n.LANG_COOKIE, "zh")
         html = zh.get(f"/jobs/{job_id}").text
-        _check_job_page(html, en.get(f"/jobs/{job_id}").text, jobs[job_id], events[job_id])
+        shown = platform.queue_positions.shown(jobs[job_id])
+        _check_job_page(html, en.get(f"/jobs/{job_id}").text, jobs[job_id], events[job_id], shown)
         assert "服务器已重启；进程仍在运行（local 运行时）" in html and "第 1 次尝试的所有进程均已找到并结束" in html
 
 
@@ -253,7 +256,8 @@ def test_a_preemption_by_the_scheduler_in_chinese(api, admin, platform):
     zh.cookies.set(i18n.LANG_COOKIE, "zh")
     jobs, events = _said(platform, [be, urgent])
     for j in (be, urgent):
-        _check_job_page(zh.get(f"/jobs/{j}").text, en.get(f"/jobs/{j}").text, jobs[j], events[j])
+        shown = platform.queue_positions.shown(jobs[j])
+        _check_job_page(zh.get(f"/jobs/{j}").text, en.get(f"/jobs/{j}").text, jobs[j], events[j], shown)
     html = zh.get(f"/jobs/{be}").text
     assert f"为作业 {urgent} 被抢占：尽力而为作业为其他所有作业让路；现在发送 SIGTERM" in html
     assert "抢占后重新排队；工作目录不变" in html and "尽力而为" in html

@@ -23,14 +23,15 @@ Every queued job that does not start gets at least one reason, and always a ``Qu
 100,000 queued jobs building that many Reason objects eagerly costs more than the whole scheduling cycle, so the
 ``QueuePosition`` reasons are :class:`QueuePositionReason` objects: real :class:`Reason` instances (same ``code``,
 ``message``, ``details``, equality, ``repr``, pickling and ``dataclasses.asdict``) whose message and details are
-rendered on first access from a context shared by the whole cycle.
+rendered on first access from a context shared by the whole cycle. A caller that keeps only what a job's reasons
+say of the job itself reads :func:`specific_reasons`, which makes no ``QueuePosition`` reason at all.
 """
 
 from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from caldera.scheduler.snapshot import Reason, SchedJob
@@ -199,6 +200,11 @@ class QueuePositionReason(Reason):
     code = QUEUE_POSITION  # shadows the dataclass slot: the same for every instance
 
     @property
+    def position(self) -> int:
+        """The job's place in the queue, without rendering the rest (its estimated start needs the jobs ahead)."""
+        return self._pos
+
+    @property
     def message(self) -> str:  # type: ignore[override]
         return self._ctx.message(self._pos)
 
@@ -225,7 +231,30 @@ _set_pos = QueuePositionReason.__dict__["_pos"].__set__
 _set_ctx = QueuePositionReason.__dict__["_ctx"].__set__
 
 
-class PendingReasons(Mapping[str, list[Reason]]):
+class LazyPending(Mapping[str, list[Reason]]):
+    """A ``Decisions.pending`` that makes each job's reasons when read, and can give the reasons that do not follow
+    from the queue's order without making the ``QueuePosition`` ones."""
+
+    __slots__ = ()
+
+    def specific(self) -> Iterator[tuple[str, Sequence[Reason]]]:
+        return _without_positions(self)
+
+
+def specific_reasons(pending: Mapping[str, list[Reason]]) -> Iterator[tuple[str, Sequence[Reason]]]:
+    """(job id, its reasons but the ``QueuePosition`` one) for every job of ``Decisions.pending``: what the cycle
+    says of the job itself, which changes rarely, without its place and estimated start, which one start or arrival
+    moves for every job behind it."""
+    if isinstance(pending, LazyPending):
+        return pending.specific()
+    return _without_positions(pending)
+
+
+def _without_positions(pending: Mapping[str, list[Reason]]) -> Iterator[tuple[str, Sequence[Reason]]]:
+    return ((job_id, [r for r in reasons if r.code != QUEUE_POSITION]) for job_id, reasons in pending.items())
+
+
+class PendingReasons(LazyPending):
     """``Decisions.pending``: job id -> reasons, for every queued job that did not start, in the snapshot's order.
 
     A job's list (its specific reasons, then its ``QueuePosition``) is made the first time it is read and kept, so
@@ -282,6 +311,10 @@ class PendingReasons(Mapping[str, list[Reason]]):
         started = self._started
         make = self._reasons
         return ((j.id, make(k)) for k, j in enumerate(self._jobs) if k not in started)
+
+    def specific(self) -> Iterator[tuple[str, Sequence[Reason]]]:
+        started, first = self._started, self._first
+        return ((j.id, first.get(k, ())) for k, j in enumerate(self._jobs) if k not in started)
 
     def __repr__(self) -> str:
         return f"PendingReasons({len(self)} jobs)"

@@ -30,12 +30,12 @@ off there are no reasons, and every waiting shareable job is a candidate).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from caldera.core.cluster import Allocation
 from caldera.core.tenancy import QueueConfig
-from caldera.scheduler.reasons import GANG_NO_FIT, QUEUE_POSITION, SHARING_DECLINED
+from caldera.scheduler.reasons import GANG_NO_FIT, QUEUE_POSITION, SHARING_DECLINED, LazyPending, specific_reasons
 from caldera.scheduler.sharing_info import Mix, SharingInfo
 from caldera.scheduler.snapshot import Decisions, Policy, Reason, SchedJob, Snapshot, Start
 
@@ -429,7 +429,7 @@ def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -
     return out
 
 
-class _Pending(Mapping[str, list[Reason]]):
+class _Pending(LazyPending):
     """The inner policy's pending reasons without the jobs sharing started, with the sharing reasons added (lazy,
     like :class:`~caldera.scheduler.reasons.PendingReasons`: nothing is built for the jobs nobody reads)."""
 
@@ -448,6 +448,13 @@ class _Pending(Mapping[str, list[Reason]]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+    def specific(self) -> Iterator[tuple[str, Sequence[Reason]]]:
+        started, added = self._started, self._added
+        for job_id, reasons in specific_reasons(self._inner):
+            if job_id not in started:
+                extra = added.get(job_id)
+                yield job_id, reasons if extra is None else [extra, *reasons]
 
 
 class SharingPolicy:

@@ -40,7 +40,7 @@ def submit(
     with p.state_lock:
         job = jobs.submit(p, db, user, spec)
         db.commit()
-    return jobs.view(job, user.username)
+    return jobs.view(job, user.username, positions=p.queue_positions)
 
 
 @router.get("")
@@ -49,6 +49,7 @@ def list_jobs(
     state: list[str] | None = Query(None, max_length=len(JobState)),
     limit: int = Query(200, ge=1, le=5000),
     user: User = Depends(current_user),
+    p: Platform = Depends(platform),
     db: Session = Depends(db_session),
 ) -> list[dict]:
     if state:
@@ -57,13 +58,16 @@ def list_jobs(
         if bad:
             raise Invalid("state", f"unknown state {bad[0][:64]!r}; valid states: {', '.join(known)}")
     names = tenancy.usernames(db)
-    return [jobs.view(j, names.get(j.user_id)) for j in jobs.list_jobs(db, user, all, state, limit)]
+    shown = jobs.list_jobs(db, user, all, state, limit)
+    return [jobs.view(j, names.get(j.user_id), positions=p.queue_positions) for j in shown]
 
 
 @router.get("/{job_id}")
-def describe(job_id: str, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
+def describe(
+    job_id: str, user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
+) -> dict:
     job = jobs.visible(db, user, job_id)
-    out = jobs.view(job, tenancy.username(db, job.user_id))
+    out = jobs.view(job, tenancy.username(db, job.user_id), positions=p.queue_positions)
     out["events"] = [jobs.event_view(e) for e in jobs.events(db, job)]
     return out
 
@@ -74,11 +78,13 @@ def job_events(job_id: str, user: User = Depends(current_user), db: Session = De
 
 
 @router.get("/{job_id}/why")
-def why(job_id: str, user: User = Depends(current_user), db: Session = Depends(db_session)) -> dict:
+def why(
+    job_id: str, user: User = Depends(current_user), p: Platform = Depends(platform), db: Session = Depends(db_session)
+) -> dict:
     job = jobs.visible(db, user, job_id)
     # STARTING too: a job handed to a runtime that admits jobs itself (Kubernetes) waits there, with its reasons
     waiting = (JobState.QUEUED.value, JobState.STARTING.value)
-    reasons = job.pending_reasons if job.state in waiting else []
+    reasons = p.queue_positions.shown(job) if job.state in waiting else []
     return {"id": job.id, "state": job.state, "reason": job.reason, "message": job.message, "pending": reasons}
 
 
@@ -90,7 +96,7 @@ def cancel(
         job = jobs.visible(db, user, job_id)
         jobs.cancel(p, db, job, user)
         db.commit()
-    return jobs.view(job, user.username)
+    return jobs.view(job, user.username, positions=p.queue_positions)
 
 
 class HoldIn(BaseModel):
@@ -140,7 +146,7 @@ def _changed(p: Platform, db: Session, user: User, job_id: str, act: Callable[[J
     with p.state_lock:
         job = act(jobs.visible(db, user, job_id))
         db.commit()
-    return jobs.view(job, tenancy.username(db, job.user_id))
+    return jobs.view(job, tenancy.username(db, job.user_id), positions=p.queue_positions)
 
 
 @router.get("/{job_id}/logs")

@@ -20,6 +20,7 @@ from caldera.scheduler.quota import never_fits
 from caldera.server import files, notifications, tenancy
 from caldera.server.errors import Forbidden, Invalid, NotFound
 from caldera.server.platform import Platform
+from caldera.server.queue_positions import QueuePositions
 
 
 def record(
@@ -364,7 +365,8 @@ def preemption_notice(job: Job) -> str:
     return f"preempted: {detail.get('message', '')}\ndeadline: {detail.get('deadline', '')}\n"
 
 
-def view(job: Job, username: str | None = None) -> dict[str, Any]:
+def view(job: Job, username: str | None = None, *, positions: QueuePositions) -> dict[str, Any]:
+    """A job as the API shows it; its pending reasons with its place in the queue (``positions``)."""
     return {
         "id": job.id,
         "name": job.name,
@@ -383,7 +385,7 @@ def view(job: Job, username: str | None = None) -> dict[str, Any]:
         "exit_code": job.exit_code,
         "allocations": job.allocations,
         "runtime": job.runtime,
-        "pending_reasons": job.pending_reasons,
+        "pending_reasons": positions.shown(job),
         "hold": job.hold,
         "array_id": job.array_id,
         "array_index": job.array_index,

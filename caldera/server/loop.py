@@ -27,6 +27,7 @@ from caldera.interference.snapshot import LivePredictions
 from caldera.runtime import gpu_share
 from caldera.runtime.base import Handle, LaunchRequest, Phase, Runtime
 from caldera.scheduler import fairshare
+from caldera.scheduler.reasons import specific_reasons
 from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
 from caldera.scheduler.snapshot import Decisions, Policy, Snapshot, Start
@@ -37,6 +38,7 @@ from caldera.server.jobs import note, record, request_preemption
 from caldera.server.launcher import Launcher
 from caldera.server.learned_runtimes import expected_runtimes
 from caldera.server.platform import Platform
+from caldera.server.queue_positions import as_stored
 from caldera.server.snapshot_jobs import QUEUED, QueuedCycle, SnapshotJobs, sched_job
 from caldera.server.solo_profiles import SoloProfiler
 
@@ -219,6 +221,7 @@ class SchedulerLoop:
                 decisions = self._checked(snap, self.policy(snap))
             self._apply(db, decisions, now)
             db.commit()
+            self.p.queue_positions.after_cycle(decisions.pending)
         if self._to_publish:  # once committed: the publisher reads the pending jobs in a session of its own
             self._to_publish = False
             self.publisher.kick()
@@ -419,14 +422,17 @@ class SchedulerLoop:
         self._write_reasons(db, decisions)
 
     def _write_reasons(self, db: Session, decisions: Decisions) -> None:
-        """The queued jobs' reasons, where what a person reads changed. Compared with the reasons this cycle's
-        snapshot read, and written in one statement: a long queue's jobs are not read one by one."""
+        """The queued jobs' reasons but their places (kept in memory: queue_positions.py), where what a person
+        reads changed. Compared with the reasons this cycle's snapshot read, and written in one statement: a long
+        queue's jobs are not read one by one."""
         cycle, self._cycle = self._cycle, None
         stored = cycle.stored_reasons if cycle is not None else {}
         changed = []
-        for job_id, reasons in decisions.pending.items():
-            payload = [{"code": r.code, "message": r.message, "details": r.details} for r in reasons]
+        for job_id, reasons in specific_reasons(decisions.pending):
             had = stored.get(job_id)
+            if not reasons and had == []:  # most of a long queue: nothing but its place to say
+                continue
+            payload = [as_stored(r) for r in reasons]
             if had is None:  # not offered by this cycle's snapshot: read it
                 job = db.get(Job, job_id)
                 if job is not None and job.state == QUEUED and reasons_changed(job.pending_reasons, payload):

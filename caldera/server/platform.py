@@ -18,6 +18,7 @@ from caldera.runtime.default import resolved
 from caldera.runtime.local.owner import platform_dir
 from caldera.runtime.registry import create_runtime, launched_by
 from caldera.server.errors import Unavailable
+from caldera.server.queue_positions import QueuePositions
 from caldera.server.security import Keys
 
 
@@ -31,6 +32,8 @@ class Platform:
     # One process owns job state: the API and the scheduler loop take this lock around every state change, so a
     # cancel never races a launch.
     state_lock: threading.RLock = field(default_factory=threading.RLock)
+    # the queued jobs' places in the scheduler's order at its last cycle, which the API and the portal show
+    queue_positions: QueuePositions = field(default_factory=QueuePositions)
     _nodes: list[Node] | None = None
     _other_runtimes: dict[str, Runtime] = field(default_factory=dict)
     _runtimes_lock: threading.Lock = field(default_factory=threading.Lock)

@@ -8,7 +8,8 @@ from working. So the loop keeps, in one ``SnapshotJobs``:
 * what each job's spec tells the scheduler (``SpecFacts``), read once: a spec is fixed at submission;
 * each queued job's ``SchedJob`` with the row values it was built from: a row whose values changed (re-queued,
   more attained service, its user's learned run time moved...) gets a new object, which the memo sees as new;
-* each queued job's stored pending reasons, parsed once per stored text.
+* the stored pending reasons, parsed once per text (shared: most queued jobs store ``[]``, their places being
+  kept in memory, queue_positions.py).
 
 A cycle reads the queued rows' plain columns (and the reasons' text), the specs of jobs not seen before, and ORM
 objects only for the jobs that holds, dependencies or array limits may withhold, and for the active jobs (few).
@@ -133,7 +134,8 @@ class SnapshotJobs:
     def __init__(self) -> None:
         self.specs: dict[str, SpecFacts] = {}
         self._queued: dict[str, tuple[tuple, SchedJob]] = {}
-        self._reasons: dict[str, tuple[str | None, list]] = {}
+        # stored pending reasons by their text, parsed once: most jobs of a long queue store the same few texts
+        self._parsed_reasons: dict[str | None, list] = {}
         self.memo = QueueMemo()
 
     def facts(self, job: Job) -> SpecFacts:
@@ -147,7 +149,7 @@ class SnapshotJobs:
         """The queued jobs' rows (``_QUEUED_ROW``: id, user id, account, queue, kind, ...), in the order of
         submission, every spec among them read."""
         query = select(*_QUEUED_ROW).where(Job.state == QUEUED).order_by(Job.submitted_at, Job.id)
-        rows = [tuple(row) for row in db.execute(query)]
+        rows = [tuple(row) for row in db.connection().execute(query).all()]  # Core: no ORM processing per row
         missing = [row[0] for row in rows if row[0] not in self.specs]
         for at in range(0, len(missing), _CHUNK):
             for jid, spec in db.execute(select(Job.id, Job.spec).where(Job.id.in_(missing[at : at + _CHUNK]))):
@@ -172,7 +174,9 @@ class SnapshotJobs:
         withheld = holds.withhold(db, loaded, now)
         kept, offered, stored = {}, [], {}
         had_built = self._queued
-        stored_reasons = self._stored_reasons
+        parsed = self._parsed_reasons
+        if len(parsed) > len(rows) + 1000:  # texts no row holds any more
+            parsed.clear()
         for row in rows:  # plain tuples: a row's attributes by name cost more than the rest of this loop
             jid = row[0]
             if jid in withheld:
@@ -188,18 +192,13 @@ class SnapshotJobs:
                 sj = sched_job(_QueuedRow._make(row), specs[jid], user, runtime, queued=True)
             kept[jid] = (built_from, sj)
             offered.append(sj)
-            stored[jid] = stored_reasons(jid, row[_REASONS])
+            text = row[_REASONS]
+            reasons = parsed.get(text)
+            if reasons is None:
+                reasons = parsed[text] = (json.loads(text) if text is not None else None) or []
+            stored[jid] = reasons
         self._queued = kept
-        self._reasons = {jid: self._reasons[jid] for jid in stored}
         live = {row[0] for row in rows}
         if len(specs) > 2 * len(live) + 1000:  # forget the specs of jobs long gone, now and then
             self.specs = {jid: f for jid, f in specs.items() if jid in live}
         return QueuedCycle(offered, stored, loaded)
-
-    def _stored_reasons(self, job_id: str, text: str | None) -> list:
-        had = self._reasons.get(job_id)
-        if had is not None and had[0] == text:
-            return had[1]
-        parsed = (json.loads(text) if text is not None else None) or []
-        self._reasons[job_id] = (text, parsed)
-        return parsed

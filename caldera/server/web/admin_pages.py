@@ -239,7 +239,7 @@ JOB_SORTS = {
 
 
 @router.get("/jobs")
-def all_jobs(request: Request, admin: User = Depends(page_admin), db: Session = Depends(db_session)):
+def all_jobs(request: Request, admin: User = Depends(page_admin), p=Depends(platform), db=Depends(db_session)):
     """Everyone's jobs, newest first or as sorted, a page at a time, narrowed by user, state and queue."""
     want = listing.parse(request, JOB_SORTS, "-submitted_at", ("user", "state", "queue"))
     owner, state, queue = (want.filters[k] for k in ("user", "state", "queue"))
@@ -259,6 +259,7 @@ def all_jobs(request: Request, admin: User = Depends(page_admin), db: Session = 
     names = tenancy.usernames(db)
     return page(
         request, "admin_jobs.html", status=400 if errors else 200, user=admin, errors=errors,
-        jobs=[jobs.view(j, names.get(j.user_id)) for j in found], listing=want, filters=want.filters,
+        jobs=[jobs.view(j, names.get(j.user_id), positions=p.queue_positions) for j in found],
+        listing=want, filters=want.filters,
         usernames=sorted(names.values()), states=states, queues=sorted(tenancy.all_queue_configs(db)),
     )  # fmt: skip

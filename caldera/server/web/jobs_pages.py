@@ -93,9 +93,11 @@ def my_jobs_rows(request: Request, user: User = Depends(page_user), db: Session 
 
 
 @router.get("/queue")
-def queue_page(request: Request, user: User = Depends(page_user), db: Session = Depends(db_session)):
+def queue_page(
+    request: Request, user: User = Depends(page_user), p: Platform = Depends(platform), db=Depends(db_session)
+):
     """What waits ahead of my jobs in my queues, and my fair-share standing."""
-    return page(request, "queue.html", user=user, **queue_view.queue_view(db, user))
+    return page(request, "queue.html", user=user, **queue_view.queue_view(db, user, p.queue_positions))
 
 
 def form_page(

@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session
 from caldera.core.states import JobState
 from caldera.db.models import Job, Usage, User
 from caldera.scheduler.fairshare import FairShare
-from caldera.scheduler.reasons import QUEUE_POSITION
 from caldera.server import api_admin, tenancy
 from caldera.server.loop import ACTIVE
+from caldera.server.queue_positions import QueuePositions
 
 MAX_ROWS = 200  # per queue: enough to see what is ahead, without sending a 100,000-job queue to a browser
 
@@ -32,19 +32,11 @@ class Waiting:
     name: str | None = None
 
 
-def position(job: Job) -> int | None:
-    """The job's place in the scheduler's order at its last cycle (its QueuePosition reason); None before one."""
-    for r in job.pending_reasons or ():
-        if r.get("code") == QUEUE_POSITION:
-            return (r.get("details") or {}).get("position")
-    return None
-
-
-def _waiting(job: Job, user: User, names: dict[int, str]) -> Waiting:
+def _waiting(job: Job, user: User, names: dict[int, str], positions: QueuePositions) -> Waiting:
     res = job.spec.get("resources", {})
     mine = job.user_id == user.id
     return Waiting(
-        position=position(job),
+        position=positions.position(job),  # None before the scheduler's first cycle
         user=names.get(job.user_id, "?"),
         gpus=res.get("gpu", 0) * job.spec.get("replicas", 1),
         gpu_model=res.get("gpu_model"),
@@ -62,7 +54,7 @@ def _ahead(rows: list[Waiting]) -> list[Waiting]:
     return rows[: last + 1][:MAX_ROWS]
 
 
-def queue_view(db: Session, user: User) -> dict:
+def queue_view(db: Session, user: User, positions: QueuePositions) -> dict:
     mine = api_admin.my_usage(user=user, db=db)
     names = tenancy.usernames(db)
     my_queues = {q["queue"] for q in mine["queues"]}
@@ -70,7 +62,7 @@ def queue_view(db: Session, user: User) -> dict:
     waiting: dict[str, list[Waiting]] = {q: [] for q in sorted(my_queues)}
     for job in live:
         if job.state == JobState.QUEUED.value and job.queue in my_queues:
-            waiting[job.queue].append(_waiting(job, user, names))
+            waiting[job.queue].append(_waiting(job, user, names, positions))
     usage = {u.key: u.value for u in db.scalars(select(Usage))}
     fs = FairShare(
         tenancy.all_queue_configs(db),

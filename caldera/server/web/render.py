@@ -83,6 +83,7 @@ def page(request: Request, template: str, status: int = 200, style_nonce: str = 
         lang=lang,
         languages=i18n.LANGUAGES,
         csrf_token=csrf.csrf_token(request),
+        why_waiting=request.app.state.platform.queue_positions.shown,  # a job's reasons with its place in the queue
         csrf_field=csrf.CSRF_FIELD,
         style_nonce=style_nonce,
         **ctx,
