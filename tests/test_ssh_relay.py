@@ -14,9 +14,8 @@ import httpx
 import pytest
 
 from tests import needs
-from tests.conftest import wait_for
+from tests.conftest import ServerProcess, free_port, kill_job_processes, server_env, traversable, wait_for
 from tests.needs import root_user  # noqa: F401 - fixture
-from tests.conftest import ServerProcess, free_port, kill_job_processes, server_env, traversable
 from tests.test_exec_api import _login, _os_uid, _sleeper, _user
 
 pytestmark = [pytest.mark.usefixtures("root_user"), pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)]
