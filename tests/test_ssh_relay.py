@@ -192,3 +192,61 @@ def test_the_jobs_ssh_server_listens_nowhere(server, tmp_path) -> None:
     assert servers
     out, errout = proc.communicate(timeout=60)
     assert out == "done\n", errout
+
+
+OPENSSH_IMAGE = "localhost/caldera-test/openssh:bookworm"
+
+
+@pytest.fixture(scope="session")
+def openssh_image() -> str:
+    """The default image with Debian's openssh-server and libnss-wrapper, as an image author would add them."""
+    from caldera.runtime.container.image import ImageInfo
+    from caldera.runtime.container.podman import Podman
+    from caldera.runtime.container.settings import ContainerSettings
+
+    needs.podman()
+    cs = ContainerSettings()
+    if ImageInfo.load(Podman(cs.global_args()), OPENSSH_IMAGE) is None:
+        buildah = [needs.program("buildah", "buildah"), *cs.global_args()[1:]]
+        run = lambda *a: subprocess.run([*buildah, *a], check=True, capture_output=True, text=True).stdout.strip()
+        ctr = run("from", cs.image)
+        try:
+            run("run", ctr, "--", "sh", "-c", "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && "
+                "apt-get install -y -qq --no-install-recommends openssh-server libnss-wrapper && "
+                "rm -f /etc/ssh/ssh_host_*")  # fmt: skip
+            run("commit", "--quiet", ctr, OPENSSH_IMAGE)
+        finally:
+            run("rm", ctr)
+    return OPENSSH_IMAGE
+
+
+@pytest.fixture
+def container_server(tmp_path, db_url, openssh_image):
+    env = {**server_env(tmp_path, db_url), "CALDERA_RUNTIME": "container", "CALDERA_CONTAINER_IMAGE": openssh_image,
+           "CALDERA_METRICS_PORT": str(free_port())}  # fmt: skip
+    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()
+    yield srv
+    srv.stop()
+    kill_job_processes(srv.data_dir)
+
+
+def test_ssh_and_scp_into_a_container_job_use_the_images_sshd(container_server, tmp_path) -> None:
+    server = container_server
+    alice = _user(server, "alice")
+    key = _key(tmp_path, "alice")
+    _register(server, alice, key)
+    jid = _sleeper(server, alice)
+    opts = _ssh_options(tmp_path, _login(server, tmp_path, "alice"), key)
+
+    r = _ssh(server, ["-v", *opts], jid, "id -u; test -e /run/.containerenv && echo in-a-container")
+    assert r.returncode == 0, r.stderr
+    assert "remote software version OpenSSH_" in r.stderr
+    assert r.stdout.split() == [str(_os_uid(server, "alice")), "in-a-container"]
+
+    payload = tmp_path / "payload.bin"
+    payload.write_bytes(os.urandom(2**20 + 5))
+    r = subprocess.run(["scp", *opts, str(payload), f"caldera@caldera-{jid}:up.bin"], capture_output=True, text=True,
+                       timeout=120, env=server.env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    landed = server.data_dir / "workspaces" / "alice" / "up.bin"
+    assert landed.read_bytes() == payload.read_bytes() and landed.stat().st_uid == _os_uid(server, "alice")
