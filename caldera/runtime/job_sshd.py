@@ -137,7 +137,10 @@ def _connection_dir() -> str:
         if not name.startswith(prefix) or not pid.isdigit():
             continue
         path = os.path.join(tmp, name)
-        st = os.lstat(path)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:  # a connection beside this one removed it
+            continue
         if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not _alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=tmp)
