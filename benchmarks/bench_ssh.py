@@ -87,10 +87,11 @@ def _loopback_sshd(tmp: Path, pub: str) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-def _throughput(name: str, opts: list[str], host: str, payload: Path, tmp: Path, env: dict[str, str]) -> None:
+def _throughput(name: str, opts: list[str], remote: str, payload: Path, tmp: Path, env: dict[str, str]) -> None:
+    """scp up to ``remote`` (host:path) and back."""
     mib = payload.stat().st_size / 2**20
-    up = _scp(opts, str(payload), f"{host}:bench-up.bin", env)
-    down = _scp(opts, f"{host}:bench-up.bin", str(tmp / "down.bin"), env)
+    up = _scp(opts, str(payload), remote, env)
+    down = _scp(opts, remote, str(tmp / "down.bin"), env)
     assert (tmp / "down.bin").stat().st_size == payload.stat().st_size
     print(f"  {name:<34} up {mib / up:7.1f} MiB/s   down {mib / down:7.1f} MiB/s")
 
@@ -167,16 +168,18 @@ def main() -> int:
                 f.write(os.urandom(2**20))
         print(f"scp of {args.mib} MiB (the machine is shared: figures vary run to run)")
         relay = _common(tmp, key, f"{sys.executable} -m caldera.cli.main ssh --stdio %n")
-        _throughput("through the relay", relay, f"caldera@caldera-{jid}", payload, tmp, env)
+        _throughput("through the relay", relay, f"caldera@caldera-{jid}:bench-up.bin", payload, tmp, env)
         direct = _common(
             tmp, key, _direct_proxy(tmp, pub, args.server, (server.data_dir / "workspaces" / "alice").stat().st_uid)
         )
-        _throughput("same SSH server over a pipe", direct, "caldera@direct", payload, tmp, env)
+        _throughput("same SSH server over a pipe", direct, "caldera@direct:bench-up.bin", payload, tmp, env)
         if os.path.exists("/usr/sbin/sshd"):
             sshd, port = _loopback_sshd(tmp, pub)
             try:
                 loopback = [*_common(tmp, key, "none"), "-P", str(port)]
-                _throughput("OpenSSH sshd on 127.0.0.1 (TCP)", loopback, f"root@127.0.0.1:{tmp}", payload, tmp, env)
+                _throughput(
+                    "OpenSSH sshd on 127.0.0.1 (TCP)", loopback, f"root@127.0.0.1:{tmp}/up.bin", payload, tmp, env
+                )
             finally:
                 sshd.terminate()
         print(f"keystroke round trip ({args.keys} keys)")
