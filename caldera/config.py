@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     job_uid_min: int = Field(200_000, ge=1000, description="uids created for platform users come from this range")
     job_uid_max: int = Field(299_999, ge=1000, description="the last uid of that range")
     os_user_prefix: str = Field("cal-", description="OS accounts created for platform users: <prefix><username>")
+    ssh_server: Literal["auto", "asyncssh"] = Field(
+        "auto", description="caldera ssh's server in a job: auto, OpenSSH's sshd -i where the job has it; asyncssh"
+    )
     workspaces_dir: Path | None = Field(None, description="users' own files; <data_dir>/workspaces when empty")
     # every lab lives on an origin of its own (README "Security model"), so a notebook's JavaScript runs neither
     # where the platform's cookie is valid nor where another lab's is: one host per job, under a wildcard name

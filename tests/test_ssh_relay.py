@@ -1,6 +1,7 @@
 """``caldera ssh`` with OpenSSH's own client (``ssh``, ``scp``, ``rsync`` with ``caldera ssh --stdio`` as the
-ProxyCommand), against a real `caldera up` as root: a command runs in the job as the job's uid; files go both ways;
-another user's key, another user's token, a key removed, no token are refused; nothing listens for it."""
+ProxyCommand), against a real `caldera up` as root, with each of the job's SSH servers (OpenSSH's ``sshd -i``,
+asyncssh's): a command runs in the job as the job's uid; files go both ways; another user's key, another user's
+token, a key removed, no token are refused; nothing listens for it."""
 
 from __future__ import annotations
 
@@ -13,11 +14,29 @@ import httpx
 import pytest
 
 from tests import needs
-from tests.conftest import wait_for
+from tests.conftest import ServerProcess, free_port, kill_job_processes, server_env, traversable, wait_for
 from tests.needs import root_user  # noqa: F401 - fixture
-from tests.test_exec_api import _login, _os_uid, _sleeper, _user, runtime_name, server  # noqa: F401 - fixtures
+from tests.test_exec_api import _login, _os_uid, _sleeper, _user
 
 pytestmark = [pytest.mark.usefixtures("root_user"), pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)]
+SERVER_SOFTWARE = {"auto": "OpenSSH_", "asyncssh": "AsyncSSH_"}  # what each says in its version line
+
+
+@pytest.fixture(params=sorted(SERVER_SOFTWARE))
+def server(request, tmp_path, db_url):
+    """`caldera up` (process runtime) whose jobs' SSH server is OpenSSH's (``auto`` on a host with sshd and
+    nss_wrapper) or asyncssh's."""
+    if request.param == "auto":
+        needs.program("sshd", "openssh-server")
+        needs.require(any(Path(d).glob("libnss_wrapper.so") for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64")),
+                      "nss_wrapper (apt install libnss-wrapper)")  # fmt: skip
+    env = {**server_env(tmp_path, db_url), "CALDERA_SSH_SERVER": request.param,
+           "CALDERA_METRICS_PORT": str(free_port())}  # fmt: skip
+    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()
+    srv.ssh_software = SERVER_SOFTWARE[request.param]
+    yield srv
+    srv.stop()
+    kill_job_processes(srv.data_dir)
 
 
 def _key(tmp_path: Path, name: str) -> Path:
@@ -52,15 +71,16 @@ def _ssh(srv, opts: list[str], jid: str, *command: str, timeout: float = 120) ->
     )  # fmt: skip
 
 
-def test_ssh_scp_and_rsync_through_the_relay(server, tmp_path) -> None:  # noqa: F811
+def test_ssh_scp_and_rsync_through_the_relay(server, tmp_path) -> None:
     alice = _user(server, "alice")
     alice_key = _key(tmp_path, "alice")
     _register(server, alice, alice_key)
     jid = _sleeper(server, alice)
     opts = _ssh_options(tmp_path, _login(server, tmp_path, "alice"), alice_key)
 
-    r = _ssh(server, opts, jid, "id -u; echo $HOME; ls /proc | grep -c '^[0-9]'; exit 4")
+    r = _ssh(server, ["-v", *opts], jid, "id -u; echo $HOME; ls /proc | grep -c '^[0-9]'; exit 4")
     assert r.returncode == 4, r.stderr
+    assert f"remote software version {server.ssh_software}" in r.stderr  # the server this test is for
     uid, home, nprocs = r.stdout.split()
     assert int(uid) == _os_uid(server, "alice") != 0
     assert home == str(server.data_dir / "workspaces" / "alice")
@@ -86,7 +106,7 @@ def test_ssh_scp_and_rsync_through_the_relay(server, tmp_path) -> None:  # noqa:
     assert (server.data_dir / "workspaces" / "alice" / "synced.bin").read_bytes() == payload.read_bytes()
 
 
-def test_other_keys_tokens_and_removed_keys_are_refused(server, tmp_path) -> None:  # noqa: F811
+def test_other_keys_tokens_and_removed_keys_are_refused(server, tmp_path) -> None:
     alice, bob = _user(server, "alice"), _user(server, "bob")
     alice_key, bob_key = _key(tmp_path, "alice"), _key(tmp_path, "bob")
     alice_key_id = _register(server, alice, alice_key)
@@ -144,7 +164,7 @@ def _processes_of(uid: int) -> dict[int, str]:
     return found
 
 
-def test_the_jobs_ssh_server_listens_nowhere(server, tmp_path) -> None:  # noqa: F811
+def test_the_jobs_ssh_server_listens_nowhere(server, tmp_path) -> None:
     """While a session is open, its server is a process of the job's user on a pipe: no socket of it listens,
     so another user's job has nothing to connect to."""
     alice = _user(server, "alice")
@@ -156,7 +176,10 @@ def test_the_jobs_ssh_server_listens_nowhere(server, tmp_path) -> None:  # noqa:
                             stderr=subprocess.PIPE, text=True, env=server.env)  # fmt: skip
     uid = _os_uid(server, "alice")
     servers = wait_for(
-        lambda: [pid for pid, cmd in _processes_of(uid).items() if "--authorized-keys" in cmd], what="the job's sshd"
+        lambda: [
+            pid for pid, cmd in _processes_of(uid).items() if cmd.startswith("sshd") or "--authorized-keys" in cmd
+        ],
+        what="the job's SSH server",
     )
     listening = _listening_inodes()
     for pid in _processes_of(uid):
@@ -169,3 +192,61 @@ def test_the_jobs_ssh_server_listens_nowhere(server, tmp_path) -> None:  # noqa:
     assert servers
     out, errout = proc.communicate(timeout=60)
     assert out == "done\n", errout
+
+
+OPENSSH_IMAGE = "localhost/caldera-test/openssh:bookworm"
+
+
+@pytest.fixture(scope="session")
+def openssh_image() -> str:
+    """The default image with Debian's openssh-server and libnss-wrapper, as an image author would add them."""
+    from caldera.runtime.container.image import ImageInfo
+    from caldera.runtime.container.podman import Podman
+    from caldera.runtime.container.settings import ContainerSettings
+
+    needs.podman()
+    cs = ContainerSettings()
+    if ImageInfo.load(Podman(cs.global_args()), OPENSSH_IMAGE) is None:
+        buildah = [needs.program("buildah", "buildah"), *cs.global_args()[1:]]
+        run = lambda *a: subprocess.run([*buildah, *a], check=True, capture_output=True, text=True).stdout.strip()
+        ctr = run("from", cs.image)
+        try:
+            run("run", ctr, "--", "sh", "-c", "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && "
+                "apt-get install -y -qq --no-install-recommends openssh-server libnss-wrapper && "
+                "rm -f /etc/ssh/ssh_host_*")  # fmt: skip
+            run("commit", "--quiet", ctr, OPENSSH_IMAGE)
+        finally:
+            run("rm", ctr)
+    return OPENSSH_IMAGE
+
+
+@pytest.fixture
+def container_server(tmp_path, db_url, openssh_image):
+    env = {**server_env(tmp_path, db_url), "CALDERA_RUNTIME": "container", "CALDERA_CONTAINER_IMAGE": openssh_image,
+           "CALDERA_METRICS_PORT": str(free_port())}  # fmt: skip
+    srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()
+    yield srv
+    srv.stop()
+    kill_job_processes(srv.data_dir)
+
+
+def test_ssh_and_scp_into_a_container_job_use_the_images_sshd(container_server, tmp_path) -> None:
+    server = container_server
+    alice = _user(server, "alice")
+    key = _key(tmp_path, "alice")
+    _register(server, alice, key)
+    jid = _sleeper(server, alice)
+    opts = _ssh_options(tmp_path, _login(server, tmp_path, "alice"), key)
+
+    r = _ssh(server, ["-v", *opts], jid, "id -u; test -e /run/.containerenv && echo in-a-container")
+    assert r.returncode == 0, r.stderr
+    assert "remote software version OpenSSH_" in r.stderr
+    assert r.stdout.split() == [str(_os_uid(server, "alice")), "in-a-container"]
+
+    payload = tmp_path / "payload.bin"
+    payload.write_bytes(os.urandom(2**20 + 5))
+    r = subprocess.run(["scp", *opts, str(payload), f"caldera@caldera-{jid}:up.bin"], capture_output=True, text=True,
+                       timeout=120, env=server.env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    landed = server.data_dir / "workspaces" / "alice" / "up.bin"
+    assert landed.read_bytes() == payload.read_bytes() and landed.stat().st_uid == _os_uid(server, "alice")

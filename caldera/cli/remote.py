@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -22,6 +23,9 @@ import typer
 from caldera.cli.common import client, err
 
 _STDOUT, _STDERR = 1, 2
+_CHUNK = 1 << 20  # caldera ssh --stdio's largest read and message: the platform reads the job's pipes as much
+_BULK = 16 << 10  # a read this large is part of a bulk transfer (an SSH packet of scp's is up to 32 KiB)
+_BATCH_WAIT_S = 0.002
 
 
 def _ws_url(http_url: str, path: str) -> str:
@@ -149,25 +153,59 @@ def ssh_command(
 
 
 def _relay_stdio(job_id: str, rank: int) -> None:
+    """ssh's stream (stdin, stdout) to the job's SSH server and back. Bulk transfers (scp, rsync) are bound by the
+    CPU each message costs here and on the platform, so each is as large as ssh's pipe holds: its buffer is enlarged
+    and read whole, and what comes back is written with no buffering of ours between."""
     ws = connect(f"/api/v1/jobs/{job_id}/ssh?rank={rank}")
+    for fd in (0, 1):
+        _enlarge_pipe(fd)
 
     def upstream() -> None:
         try:
-            while chunk := os.read(0, 65536):
+            while chunk := _read_batch(0):
                 ws.send(chunk)
         except Exception:  # noqa: BLE001 - the session is over
             pass
         ws.close()
 
     threading.Thread(target=upstream, daemon=True).start()
-    out = sys.stdout.buffer
     try:
         for msg in ws:
             if isinstance(msg, bytes):
-                out.write(msg)
-                out.flush()
+                _write_all(1, msg)
     except Exception:  # noqa: BLE001 - a connection that broke ends the stream, as a closed one does
         pass
+
+
+def _read_batch(fd: int) -> bytes:
+    """What ``fd`` has, waiting up to ``_BATCH_WAIT_S`` for more while it comes in bulk (full SSH packets):
+    fewer, larger messages, each costing CPU here and on the platform; a keystroke's packet goes at once."""
+    chunk = os.read(fd, _CHUNK)
+    if len(chunk) < _BULK:
+        return chunk
+    parts, size = [chunk], len(chunk)
+    while size < _CHUNK and select.select([fd], [], [], _BATCH_WAIT_S)[0]:
+        more = os.read(fd, _CHUNK - size)
+        if not more:
+            break
+        parts.append(more)
+        size += len(more)
+    return b"".join(parts)
+
+
+def _enlarge_pipe(fd: int) -> None:
+    import fcntl
+
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _CHUNK)
+    except OSError:  # not a pipe, or over /proc/sys/fs/pipe-max-size: as it is
+        pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def ssh_config() -> None:

@@ -1,236 +1,231 @@
-"""An SSH server for one connection, run inside a job as the job's user: the SSH stream is this process's stdin and
-stdout, the way ``sshd -i`` serves one connection from inetd.
+"""The SSH server of one ``caldera ssh`` connection, started inside a job as the job's user: the SSH stream is
+this process's stdin and stdout, the way ``sshd -i`` serves one connection from inetd.
 
-The platform's relay (``caldera.server.ssh_relay``) starts it through ``Runtime.exec`` for each ``caldera ssh``
-connection, so it has the job's uid, namespaces and files, and nothing more: it listens on no port, and no other
-job or user can reach it. The relay hands it, as its arguments, the owner's SSH public keys as the platform holds
-them at that moment (a key removed stops new sessions), and it accepts only those (no password, no
-keyboard-interactive). Its host key is made on first use, 0600, in the owner's own space (``~/.config/caldera/``),
-so ``known_hosts`` stays true across connections and jobs. Sessions: a shell or a command (with a terminal when the
-client asks), SFTP and scp, and TCP or Unix-socket forwarding inside the job (VSCode Remote-SSH reaches its server
-that way).
+The platform's relay (``caldera.server.ssh_relay``) starts it through ``Runtime.exec`` for each connection, so it
+has the job's uid, namespaces and files, and nothing more: it listens on no port, and no other job or user can
+reach it. The relay hands it, as its arguments, the owner's SSH public keys as the platform holds them at that
+moment (a key removed stops new sessions), and it accepts only those (no password, no keyboard-interactive). Its
+host key is made on first use, 0600, in the owner's own space (``~/.config/caldera/``), so ``known_hosts`` stays
+true across connections, jobs and the two servers below.
 
-Its source is handed to the job's Python with ``-c``, so it must need nothing but the standard library and
-asyncssh (which the job's Python must have: the process runtime uses the platform's own).
+Which server: **OpenSSH's** ``sshd -i`` where the job's root has ``/usr/sbin/sshd``, ``ssh-keygen`` and nss_wrapper
+(``libnss_wrapper.so``), else **asyncssh**'s (``caldera.runtime.job_asyncssh``, whose source the relay passes
+along). sshd runs as the job's uid, which can log in only as itself, and takes the login's passwd entry for its
+home and shell: the platform's job accounts have the home ``/nonexistent`` and the shell ``nologin``. nss_wrapper
+shows sshd alone (not the session it starts) a passwd file of this connection's: the login name ``caldera``
+(``caldera ssh-config``'s ``User``) and the account's own name, both the job's uid, with the job's HOME and bash
+(else sh). That file, the keys' file and sshd's config are written here, 0600 in a 0700 directory of this
+connection, and what goes into them is checked: a key is written only as ``type base64``, once its blob decoded to
+that type; a path or an environment variable goes into the config only when made of ``[A-Za-z0-9_./@+,=-]`` (else
+the variable is left out, and a path means asyncssh's server).
+
+Standard library only: its source is handed to the job's Python with ``-c``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import fcntl
+import base64
+import binascii
+import glob
 import os
 import pwd
+import re
 import shutil
-import socket
+import stat
 import struct
+import subprocess
 import sys
-import termios
-import threading
+import tempfile
 
-import asyncssh
+OPENSSH_SERVER = "/usr/sbin/sshd"
+SSH_USER = "caldera"  # the login name caldera ssh and caldera ssh-config send
+_NSS_WRAPPER = ("/usr/lib/*/libnss_wrapper.so", "/usr/lib64/libnss_wrapper.so", "/usr/lib/libnss_wrapper.so")
+_KEY_TYPES = frozenset(
+    {"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+     "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
+)  # fmt: skip
+_SAFE = re.compile(r"[A-Za-z0-9_./@+,=-]+")  # no space, quote, %, #, newline: nothing sshd's parser reads
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SESSION_OWN = frozenset({"HOME", "USER", "LOGNAME", "SHELL", "MAIL", "PWD", "OLDPWD", "SHLVL", "_", "TERM"})
+_NOT_PASSED = ("SSH_", "LD_", "NSS_WRAPPER_")  # sshd's, the loader's, the wrapper's: never from the job's env
+_CONFIG = """\
+HostKey {host_key}
+AuthorizedKeysFile {dir}/authorized_keys
+AuthorizedKeysCommand none
+AuthorizedPrincipalsFile none
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+HostbasedAuthentication no
+GSSAPIAuthentication no
+UsePAM no
+PermitRootLogin no
+PermitUserEnvironment no
+PermitTunnel no
+X11Forwarding no
+AllowAgentForwarding no
+AllowTcpForwarding yes
+AllowStreamLocalForwarding yes
+StrictModes no
+PidFile none
+PrintMotd no
+PrintLastLog no
+UseDNS no
+Subsystem sftp internal-sftp
+"""
+# StrictModes no: sshd would refuse keys under a world-writable /tmp; this directory is 0700 and made here.
+# AllowTcpForwarding, AllowStreamLocalForwarding: inside the job, as its user (VSCode Remote-SSH needs them).
 
-_CHUNK = 1 << 16
+
+def public_keys(text: str) -> list[str]:
+    """Each line of ``text`` that is an OpenSSH public key, as ``type base64`` (options and comment dropped)."""
+    keys = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 2 or fields[0] not in _KEY_TYPES:
+            continue
+        try:
+            blob = base64.b64decode(fields[1], validate=True)
+        except binascii.Error:
+            continue
+        if len(blob) < 4 or blob[4 : 4 + struct.unpack(">I", blob[:4])[0]] != fields[0].encode():
+            continue
+        keys.append(f"{fields[0]} {fields[1]}")
+    return keys
 
 
-def host_key(path: str) -> asyncssh.SSHKey:
-    try:
-        return asyncssh.read_private_key(path)
-    except (OSError, asyncssh.KeyImportError):
-        pass
-    key = asyncssh.generate_private_key("ssh-ed25519")
+def _nss_wrapper() -> str | None:
+    for pattern in _NSS_WRAPPER:
+        found = sorted(glob.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+def _safe(value: str) -> bool:
+    return _SAFE.fullmatch(value) is not None
+
+
+def _host_key(path: str, keygen: str) -> None:
+    """An ed25519 host key at ``path``, 0600, made with ssh-keygen unless one is there (asyncssh's reads the same)."""
+    if os.path.exists(path):
+        return
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fresh = f"{path}.{os.getpid()}"
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:  # a connection beside this one made it first
-        return asyncssh.read_private_key(path)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key.export_private_key())
-    return key
-
-
-def _bridge(sock: socket.socket) -> None:
-    """stdin into ``sock`` and ``sock`` out to stdout, each in a thread, until each side ends."""
-
-    def inbound() -> None:
-        try:
-            while data := os.read(0, _CHUNK):
-                sock.sendall(data)
-        except OSError:
-            pass
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
-    def outbound() -> None:
-        try:
-            while data := sock.recv(_CHUNK):
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(1, view) :]
-        except OSError:
-            pass
-
-    for fn in (inbound, outbound):
-        threading.Thread(target=fn, daemon=True).start()
-
-
-class _Server(asyncssh.SSHServer):
-    def begin_auth(self, username: str) -> bool:
-        return True  # the name is not checked: the key is (this server has one user, its own)
-
-    def password_auth_supported(self) -> bool:
-        return False
-
-    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
-        return True  # from inside the job, as its user: what the job could reach itself
-
-    def unix_connection_requested(self, dest_path: str) -> bool:
-        return True
-
-
-class _Sftp(asyncssh.SFTPServer):
-    """asyncssh's SFTP server (the job's files as its user), ending with an exit status as OpenSSH's does: scp
-    counts a session without one as failed."""
-
-    def exit(self) -> None:
-        super().exit()
-        self.channel.exit(0)
-
-
-def _set_size(fd: int, cols: int, rows: int) -> None:
-    if cols and rows:
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-
-
-async def _read_fd(fd: int) -> bytes:
-    try:
-        return await asyncio.get_running_loop().run_in_executor(None, os.read, fd, _CHUNK)
-    except OSError:  # EIO: the terminal's other end is gone
-        return b""
-
-
-def _shell() -> str:
-    """The user's login shell; job users the platform made have none (nologin): bash, else sh, then."""
-    try:
-        shell = pwd.getpwuid(os.getuid()).pw_shell
-    except KeyError:  # a uid without a passwd entry (a container's)
-        shell = ""
-    if shell and os.path.basename(shell) not in ("nologin", "false"):
-        return shell
-    return shutil.which("bash") or "/bin/sh"
-
-
-async def _session(process: asyncssh.SSHServerProcess) -> None:
-    shell = _shell()
-    argv = [shell, "-c", process.command] if process.command else [shell, "-l"]
-    env = dict(os.environ)
-    term = process.get_terminal_type()
-    try:
-        if term:
-            env["TERM"] = term
-            code = await _on_terminal(process, argv, env)
-        else:
-            code = await _on_pipes(process, argv, env)
-    except OSError as exc:
-        process.stderr.write(f"{argv[0]}: {exc.strerror}\n".encode())
-        code = 127
-    process.exit(code)
-
-
-async def _on_terminal(process: asyncssh.SSHServerProcess, argv: list[str], env: dict[str, str]) -> int:
-    master, slave = os.openpty()
-    cols, rows, _, _ = process.get_terminal_size()
-    _set_size(master, cols, rows)
-    setsid = shutil.which("setsid") or "setsid"
-    proc = await asyncio.create_subprocess_exec(
-        setsid, "--ctty", "--", *argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=env.get("HOME", "/")
-    )
-    os.close(slave)
-
-    async def keys() -> None:
-        while True:
+        subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", fresh], check=True,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        os.link(fresh, path)  # never over a key a connection beside this one made first
+    except FileExistsError:
+        pass
+    finally:
+        for leftover in (fresh, f"{fresh}.pub"):
             try:
-                data = await process.stdin.read(_CHUNK)
-            except asyncssh.TerminalSizeChanged as change:
-                _set_size(master, change.width, change.height)
-                continue
-            except asyncssh.BreakReceived:
-                continue
-            if not data:
-                return
-            os.write(master, data)
-
-    typing = asyncio.create_task(keys())
-    while data := await _read_fd(master):
-        process.stdout.write(data)
-        await process.stdout.drain()
-    typing.cancel()
-    os.close(master)
-    return await proc.wait()
+                os.unlink(leftover)
+            except FileNotFoundError:
+                pass
 
 
-async def _on_pipes(process: asyncssh.SSHServerProcess, argv: list[str], env: dict[str, str]) -> int:
-    PIPE = asyncio.subprocess.PIPE
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, env=env, cwd=env.get("HOME", "/")
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-
-    async def feed() -> None:
+def _connection_dir() -> str:
+    """A fresh 0700 directory named after this process (which becomes sshd), once those of connections gone
+    (their process gone from this PID namespace) are removed."""
+    tmp = tempfile.gettempdir()
+    prefix = "caldera-sshd-" + re.sub(r"\D", "", os.readlink("/proc/self/ns/pid")) + "-"
+    for name in os.listdir(tmp):
+        pid = name[len(prefix) :].split("-")[0]
+        if not name.startswith(prefix) or not pid.isdigit():
+            continue
+        path = os.path.join(tmp, name)
         try:
-            while data := await process.stdin.read(_CHUNK):
-                proc.stdin.write(data)
-                await proc.stdin.drain()
-        except (asyncssh.Error, ConnectionError, asyncssh.TerminalSizeChanged):
-            pass
-        proc.stdin.close()
-
-    async def drain(source: asyncio.StreamReader, sink: asyncssh.SSHWriter) -> None:
-        while data := await source.read(_CHUNK):
-            sink.write(data)
-            await sink.drain()
-
-    feeding = asyncio.create_task(feed())
-    await asyncio.gather(drain(proc.stdout, process.stdout), drain(proc.stderr, process.stderr))
-    feeding.cancel()
-    return await proc.wait()
+            st = os.lstat(path)
+        except FileNotFoundError:  # a connection beside this one removed it
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=tmp)
 
 
-async def serve(authorized_keys: str, key_path: str) -> None:
-    ours, theirs = socket.socketpair()
-    _bridge(theirs)
-    conn = await asyncssh.connect_reverse(
-        sock=ours,
-        server_factory=_Server,
-        server_host_keys=[host_key(key_path)],
-        authorized_client_keys=asyncssh.import_authorized_keys(authorized_keys),
-        process_factory=_session,
-        encoding=None,
-        sftp_factory=_Sftp,
-        allow_scp=True,
-        agent_forwarding=False,
-        x11_forwarding=False,
-    )
-    await conn.wait_closed()
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _passed_env() -> str:
+    """The job's environment for sshd's sessions (sshd starts them from a clean one): variables whose name and
+    value are safe in a config line, less those sshd sets itself."""
+    passed = [
+        f"{name}={value}"
+        for name, value in sorted(os.environ.items())
+        if _ENV_NAME.fullmatch(name) and _safe(value) and name not in _SESSION_OWN and not name.startswith(_NOT_PASSED)
+    ]
+    return f"SetEnv {' '.join(passed)}\n" if passed else ""  # sshd keeps only a config's first SetEnv line
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def _accounts(directory: str, home: str, shell: str) -> None:
+    """nss_wrapper's passwd and group files: ``caldera`` and the account's own name, the job's uid and gid."""
+    uid, gid = os.getuid(), os.getgid()
+    names = [SSH_USER]
+    try:
+        own = pwd.getpwuid(uid).pw_name
+        if own != SSH_USER and _safe(own) and ":" not in own:
+            names.append(own)
+    except KeyError:  # a container's uid without a passwd entry
+        pass
+    _write(f"{directory}/passwd", "".join(f"{n}:x:{uid}:{gid}:Caldera job:{home}:{shell}\n" for n in names))
+    _write(f"{directory}/group", f"{SSH_USER}:x:{gid}:\n")
+
+
+def openssh(keys: list[str], host_key: str) -> None:
+    """Exec OpenSSH's ``sshd -i`` for this connection, or return where the job has none (or a path is unsafe)."""
+    wrapper, keygen = _nss_wrapper(), shutil.which("ssh-keygen")
+    home = os.environ.get("HOME") or "/"
+    shell = shutil.which("bash") or "/bin/sh"
+    if not (os.access(OPENSSH_SERVER, os.X_OK) and wrapper and keygen):
+        return
+    if not all(_safe(p) and p.startswith("/") for p in (home, shell, host_key, tempfile.gettempdir())):
+        return
+    _host_key(host_key, keygen)
+    directory = _connection_dir()
+    _write(f"{directory}/authorized_keys", "".join(f"{key}\n" for key in keys))
+    _accounts(directory, home, shell)
+    _write(f"{directory}/sshd_config", _CONFIG.format(host_key=host_key, dir=directory) + _passed_env())
+    env = {**os.environ, "LD_PRELOAD": wrapper, "NSS_WRAPPER_PASSWD": f"{directory}/passwd",
+           "NSS_WRAPPER_GROUP": f"{directory}/group"}  # fmt: skip
+    os.execve(OPENSSH_SERVER, [OPENSSH_SERVER, "-i", "-f", f"{directory}/sshd_config"], env)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="caldera-job-sshd")
     ap.add_argument("--authorized-keys", required=True, help="the owner's public keys, one OpenSSH line each")
     ap.add_argument("--host-key", default=os.path.expanduser("~/.config/caldera/ssh_host_ed25519_key"))
+    ap.add_argument("--server", choices=("auto", "asyncssh"), default="auto", help="auto: OpenSSH's where there")
+    ap.add_argument("--asyncssh-source", required=True, help="caldera.runtime.job_asyncssh's source")
     args = ap.parse_args(argv)
     try:
         os.chdir(os.path.expanduser("~"))  # where scp's and sftp's relative paths start, as with OpenSSH
     except OSError:
         pass
-    try:
-        asyncio.run(serve(args.authorized_keys, args.host_key))
-    except (OSError, asyncssh.Error) as exc:
-        print(f"caldera job sshd: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    keys = public_keys(args.authorized_keys)
+    if args.server == "auto":
+        try:
+            openssh(keys, args.host_key)
+        except (OSError, subprocess.CalledProcessError) as exc:  # then asyncssh's server, which says its own
+            print(f"caldera job sshd: OpenSSH's server not started: {exc}", file=sys.stderr)
+    argv = ["-c", args.asyncssh_source, "--authorized-keys", "\n".join(keys), "--host-key", args.host_key]
+    os.execv(sys.executable, [sys.executable, *argv])
+    return 1  # not reached: execv returns only by raising
 
 
 if __name__ == "__main__":

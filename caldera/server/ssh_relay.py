@@ -1,5 +1,6 @@
 """SSH into a running job of mine: ``/api/v1/jobs/<id>/ssh?rank=N``, a websocket whose binary messages are the SSH
-stream both ways, relayed to an SSH server inside the job (``caldera.runtime.job_sshd``).
+stream both ways, relayed to an SSH server inside the job (``caldera.runtime.job_sshd``: OpenSSH's ``sshd -i``
+where the job has it, else asyncssh's).
 
 For each connection the relay starts that server through ``Runtime.exec``, so it runs as the job's uid in the job's
 namespaces or container, speaking SSH on its stdin and stdout: no port is opened anywhere, and only this relay,
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, Query, WebSocket
 
-from caldera.runtime import job_sshd
+from caldera.runtime import job_asyncssh, job_sshd
 from caldera.runtime.base import ExecError, Handle
 from caldera.server.api_exec import Refused, Target, authorise, counted, deny, output, pump_input, watch_job
 from caldera.server.params import DB_INT_MAX
@@ -27,7 +28,8 @@ from caldera.server.platform import Platform
 from caldera.server.user_keys import authorized_keys
 
 router = APIRouter(tags=["jobs"])
-_SERVER_SOURCE = Path(job_sshd.__file__).read_text()
+_LAUNCHER_SOURCE = Path(job_sshd.__file__).read_text()
+_ASYNCSSH_SOURCE = Path(job_asyncssh.__file__).read_text()
 
 
 def _keys(p: Platform, user_id: int) -> str:
@@ -56,7 +58,8 @@ async def ssh_ws(websocket: WebSocket, job_id: str, rank: int = Query(0, ge=0, l
 async def _relay(p: Platform, websocket: WebSocket, t: Target, rank: int, keys: str) -> None:
     runtime = p.runtime_of(t.runtime, t.handle)
     python = getattr(runtime, "job_python", "python3")
-    argv = [python, "-c", _SERVER_SOURCE, "--authorized-keys", keys]
+    argv = [python, "-c", _LAUNCHER_SOURCE, "--authorized-keys", keys, "--server", p.settings.ssh_server,
+            "--asyncssh-source", _ASYNCSSH_SOURCE]  # fmt: skip
     try:
         proc = await asyncio.to_thread(runtime.exec, Handle(t.job_id, t.attempt, t.handle), rank, argv, False)
     except ExecError as exc:
