@@ -68,3 +68,21 @@ def test_an_interrupted_upload_resumes(server, sdk, tmp_path):
     assert back.read_bytes() == data
     with pytest.raises(Conflict):
         sdk.upload(src, "big.bin")
+
+
+def test_a_chunk_of_several_write_batches_and_a_download_read_from_the_connection(server, sdk, tmp_path):
+    """One chunk of 20 MiB and 3 bytes, which the server writes in three batches as it arrives, comes back byte for
+    byte through the SDK's download (read from the connection past h11, a mebibyte at a time); the SDK goes on with
+    its next call on a new connection."""
+    data = os.urandom(20 * 2**20 + 3)
+    src = tmp_path / "one.bin"
+    src.write_bytes(data)
+    seen: list[int] = []
+    sdk.upload(src, "one.bin", chunk_bytes=32 * 2**20, progress=lambda done, total: seen.append(done))
+    assert seen == [len(data)]
+    back = tmp_path / "back.bin"
+    progress: list[int] = []
+    sdk.download("one.bin", back, progress=lambda done, total: progress.append(done))
+    assert back.read_bytes() == data
+    assert progress[-1] == len(data) and len(progress) > 10
+    assert [(e["name"], e["size"]) for e in sdk.ls()] == [("one.bin", len(data))]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
@@ -35,7 +35,8 @@ from caldera.storage.tree import OffsetMismatch
 router = APIRouter(prefix="/api/v1", tags=["files"])
 UPLOAD_CHUNK_PATH = re.compile(r"/api/v1/spaces/[^/]+/uploads/[0-9a-f]{32}")  # bodies up to storage_chunk_bytes
 MAX_PAGE = 5000
-_WRITE_BATCH = 1 << 20
+_WRITE_BATCH = 8 << 20
+_MAX_PIECES = min(os.sysconf("SC_IOV_MAX"), 1024)  # what one writev takes
 
 SpaceName = Annotated[str, Path(max_length=80)]
 UploadId = Annotated[str, Path(pattern="^[0-9a-f]{32}$")]
@@ -317,34 +318,46 @@ async def append_chunk(space: SpaceName, upload_id: UploadId, request: Request, 
 
 
 def _append(opened: Opened, upload: StorageUpload, offset: int, request: Request) -> int:
-    """In a worker thread: write the request's body to the part as it arrives (the event loop hands the chunks
-    over); the bytes written stay even when the connection breaks, so the client resumes after them."""
+    """In a worker thread: write the request's body to the part as it arrives; the bytes written stay even when the
+    connection breaks, so the client resumes after them. The event loop gathers the body into batches of
+    ``_WRITE_BATCH`` bytes: one trip between the loop and this thread per batch, not per piece received (a quarter
+    mebibyte), and each batch is written as the pieces came (writev), never copied into one buffer."""
     from anyio.from_thread import run as from_loop
 
     stream = request.stream()
     position = offset
     try:
         with _fs_errors(), opened.tree.part_writer(upload.id, offset) as fd:
-            pending = bytearray()
-            while True:
-                try:
-                    chunk = from_loop(stream.__anext__)
-                except StopAsyncIteration:
-                    break
-                if position + len(pending) + len(chunk) > upload.size:
+            while batch := from_loop(_gather, stream):
+                if position + sum(map(len, batch)) > upload.size:
                     raise PathRefused(f"more bytes than the upload's declared size ({upload.size})")
-                pending += chunk
-                if len(pending) >= _WRITE_BATCH:
-                    position += _write_all(fd, pending)
-                    pending.clear()
-            position += _write_all(fd, pending)
+                position += _write_all(fd, batch)
     except OffsetMismatch as exc:
         raise OffsetConflict(f"{exc}: resume from there", "UploadOffset", {"offset": exc.size}) from None
     return position
 
 
-def _write_all(fd: int, data: bytearray) -> int:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-    return len(data)
+async def _gather(stream: AsyncIterator[bytes]) -> list[bytes]:
+    """The next pieces of the body, ``_WRITE_BATCH`` bytes of them (or what is left), at most ``_MAX_PIECES``."""
+    batch: list[bytes] = []
+    size = 0
+    async for piece in stream:
+        if piece:
+            batch.append(piece)
+            size += len(piece)
+        if size >= _WRITE_BATCH or len(batch) == _MAX_PIECES:
+            break
+    return batch
+
+
+def _write_all(fd: int, pieces: list[bytes]) -> int:
+    """Write the pieces in order (a short write goes on where it stopped); how many bytes."""
+    views = [memoryview(p) for p in pieces]
+    total = sum(map(len, views))
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views.pop(0))
+        if views:
+            views[0] = views[0][written:]
+    return total
