@@ -194,43 +194,18 @@ def test_the_jobs_ssh_server_listens_nowhere(server, tmp_path) -> None:
     assert out == "done\n", errout
 
 
-OPENSSH_IMAGE = "localhost/caldera-test/openssh:bookworm"
-
-
-@pytest.fixture(scope="session")
-def openssh_image() -> str:
-    """The default image with Debian's openssh-server and libnss-wrapper, as an image author would add them."""
-    from caldera.runtime.container.image import ImageInfo
-    from caldera.runtime.container.podman import Podman
-    from caldera.runtime.container.settings import ContainerSettings
-
-    needs.podman()
-    cs = ContainerSettings()
-    if ImageInfo.load(Podman(cs.global_args()), OPENSSH_IMAGE) is None:
-        buildah = [needs.program("buildah", "buildah"), *cs.global_args()[1:]]
-        run = lambda *a: subprocess.run([*buildah, *a], check=True, capture_output=True, text=True).stdout.strip()
-        ctr = run("from", cs.image)
-        try:
-            run("run", ctr, "--", "sh", "-c", "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && "
-                "apt-get install -y -qq --no-install-recommends openssh-server libnss-wrapper && "
-                "rm -f /etc/ssh/ssh_host_*")  # fmt: skip
-            run("commit", "--quiet", ctr, OPENSSH_IMAGE)
-        finally:
-            run("rm", ctr)
-    return OPENSSH_IMAGE
-
-
 @pytest.fixture
-def container_server(tmp_path, db_url, openssh_image):
-    env = {**server_env(tmp_path, db_url), "CALDERA_RUNTIME": "container", "CALDERA_CONTAINER_IMAGE": openssh_image,
-           "CALDERA_METRICS_PORT": str(free_port())}  # fmt: skip
+def container_server(tmp_path, db_url):
+    """Jobs in the platform's default image (``caldera images bootstrap``): its recipe has OpenSSH's server."""
+    needs.podman()
+    env = {**server_env(tmp_path, db_url), "CALDERA_RUNTIME": "container", "CALDERA_METRICS_PORT": str(free_port())}
     srv = ServerProcess(traversable(tmp_path) / "data", free_port(), env).start()
     yield srv
     srv.stop()
     kill_job_processes(srv.data_dir)
 
 
-def test_ssh_and_scp_into_a_container_job_use_the_images_sshd(container_server, tmp_path) -> None:
+def test_ssh_and_scp_into_a_container_job_on_the_default_image_use_its_sshd(container_server, tmp_path) -> None:
     server = container_server
     alice = _user(server, "alice")
     key = _key(tmp_path, "alice")

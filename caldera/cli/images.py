@@ -99,6 +99,7 @@ def build(
     cudnn: str = typer.Option("none", help=f"{', '.join(CUDNN)} (pip wheels; 8.x needs CUDA 11, 9.x CUDA 12)"),
     jupyter: bool = typer.Option(False, help="install JupyterLab"),
     vscode: bool = typer.Option(False, help="install code-server, for vscode jobs (VS Code in the browser)"),
+    ssh: bool = typer.Option(False, help="install OpenSSH's server, for `caldera ssh` into jobs"),
     pip: list[str] = typer.Option([], help="a pip requirement (repeat)"),
     apt: list[str] = typer.Option([], help="a Debian package (repeat)"),
     line: list[str] = typer.Option([], help="an extra RUN/ENV/WORKDIR/LABEL line (repeat)"),
@@ -107,8 +108,8 @@ def build(
     """Build an image from a form on the platform (queued), push it to the registry and record it."""
     form = {
         "name": name, "tag": tag, "visibility": visibility, "account": account, "python": python, "cuda": cuda,
-        "cudnn": cudnn, "base": base, "jupyter": jupyter, "vscode": vscode, "pip": pip, "apt": apt,
-        "extra_lines": line,
+        "cudnn": cudnn, "base": base, "jupyter": jupyter, "vscode": vscode, "ssh": ssh, "pip": pip,
+        "apt": apt, "extra_lines": line,
     }  # fmt: skip
     img = _api("post", "/images", form)
     console.print(f"build [bold]{img['id']}[/bold] of {img['reference']} queued")

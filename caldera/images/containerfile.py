@@ -16,5 +16,5 @@ _env.filters["shquote"] = shlex.quote
 
 def render(form: BuildForm, base: str, ref: str) -> str:
     return _env.get_template("Containerfile.j2").render(
-        form=form, wheels=form.wheels(), vscode=form.vscode_downloads(), base=base, ref=ref
+        form=form, apt=form.debian_packages(), wheels=form.wheels(), vscode=form.vscode_downloads(), base=base, ref=ref
     )

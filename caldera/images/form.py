@@ -50,6 +50,9 @@ TORCH: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]] | None] = {
 # is unpacked. The form says only yes or no: nothing of it reaches the Containerfile. code-server's own
 # npm-shrinkwrap.json pins everything it installs.
 NPM_REGISTRY = "https://registry.npmjs.org"
+# SSH into jobs (docs/ide.md): caldera ssh runs the image's sshd as the job's uid, which needs nss_wrapper to show sshd
+# a passwd entry with the job's home and shell
+SSH_PACKAGES = ("openssh-server", "libnss-wrapper")
 VSCODE = {  # the file the build step names it by: (its path on the registry, its integrity)
     "code-server": (
         "code-server/-/code-server-4.100.3.tgz",
@@ -92,6 +95,7 @@ class BuildForm(BaseModel):
     cudnn: Literal[tuple(CUDNN)] = "none"  # type: ignore[valid-type]
     jupyter: bool = False
     vscode: StrictBool = Field(False, description="install code-server (VS Code in the browser) for vscode jobs")
+    ssh: StrictBool = Field(False, description="install OpenSSH's server, which `caldera ssh` starts in the job")
     pip: list[str] = Field(default_factory=list, max_length=MAX_PACKAGES)
     apt: list[str] = Field(default_factory=list, max_length=MAX_PACKAGES)
     extra_lines: list[str] = Field(default_factory=list, max_length=MAX_EXTRA_LINES)
@@ -169,6 +173,10 @@ class BuildForm(BaseModel):
             (f"{name}.tgz", f"{NPM_REGISTRY}/{path}", base64.b64decode(integrity.removeprefix("sha512-")).hex())
             for name, (path, integrity) in VSCODE.items()
         ]
+
+    def debian_packages(self) -> list[str]:
+        """The form's Debian packages, after those its options bring."""
+        return list(dict.fromkeys([*(SSH_PACKAGES if self.ssh else ()), *self.apt]))
 
     def wheels(self) -> list[str]:
         return [*CUDA[self.cuda], *CUDNN[self.cudnn], *(["jupyterlab"] if self.jupyter else []), *self._pins()]

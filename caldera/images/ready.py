@@ -33,7 +33,7 @@ class Ready:
 
     def form(self, suite: str) -> BuildForm:
         python = next(v for v, s in PYTHONS.items() if s == suite)
-        return BuildForm(name=self.name, python=python, jupyter=True, pip=list(self.pip))
+        return BuildForm(name=self.name, python=python, jupyter=True, ssh=True, pip=list(self.pip))
 
     def tag(self, suite: str) -> str:
         return f"caldera/{self.name}:{suite}"

@@ -71,7 +71,8 @@ def images(request: Request, user: User = Depends(page_user), p: Platform = Depe
 
 
 FIELDS = (
-    "name", "tag", "visibility", "python", "base", "cuda", "cudnn", "jupyter", "vscode", "pip", "apt", "extra_lines"
+    "name", "tag", "visibility", "python", "base", "cuda", "cudnn", "jupyter", "vscode", "ssh", "pip", "apt",
+    "extra_lines",
 )  # fmt: skip
 
 
@@ -94,13 +95,14 @@ def typed_form(
     cudnn: str = Form("none", max_length=8),
     jupyter: bool = Form(False),
     vscode: bool = Form(False),
+    ssh: bool = Form(False),
     pip: str = Form("", max_length=10_000),
     apt: str = Form("", max_length=10_000),
     extra_lines: str = Form("", max_length=30_000),
 ) -> Typed:
     body = {"name": name, "tag": tag or "latest", "visibility": visibility, "python": python, "base": base or None,
-            "cuda": cuda, "cudnn": cudnn, "jupyter": jupyter, "vscode": vscode, "pip": pip.split(), "apt": apt.split(),
-            "extra_lines": [x for x in extra_lines.splitlines() if x.strip()]}  # fmt: skip
+            "cuda": cuda, "cudnn": cudnn, "jupyter": jupyter, "vscode": vscode, "ssh": ssh, "pip": pip.split(),
+            "apt": apt.split(), "extra_lines": [x for x in extra_lines.splitlines() if x.strip()]}  # fmt: skip
     return Typed({**body, "pip": pip, "apt": apt, "extra_lines": extra_lines}, body)
 
 
