@@ -120,6 +120,25 @@ class Job(Base):
     # and its outcome: {"ref", "left_out"} or {"model", "error"}
     publish_state: Mapped[str | None] = mapped_column(String(16), nullable=True, index=True)
     publish_result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # bumped by every write of the row, by triggers (migration 0022): the live loop reads only the rows changed
+    # since its last cycle (caldera/server/snapshot_jobs.py). Never written by the application.
+    change_seq: Mapped[int] = mapped_column(BigInteger, server_default="0", index=True)
+
+
+class JobChangeCounter(Base):
+    """The one row whose value ``jobs.change_seq`` takes, bumped by the triggers of migration 0022."""
+
+    __tablename__ = "job_change_counter"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
+
+
+class JobDeletion(Base):
+    """A job row deleted (by the triggers of migration 0022), with the counter's value at its deletion."""
+
+    __tablename__ = "job_deletions"
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    job_id: Mapped[str] = mapped_column(String(32))
 
 
 class JobArray(Base):
