@@ -6,17 +6,19 @@ an array with a limit, a cancel. At every cycle the snapshot the loop built with
 built from scratch (value for value), and the policy's decisions with the kept jobs and the queue memo with those
 on the fresh snapshot without a memo: starts, preemptions and every queued job's reasons.
 
-The loop reads only the rows written since its last cycle (``jobs.change_seq``, bumped by triggers: migration
-0022), so the queue is changed by every kind of writer: the API (submit, hold, release, cancel), the ORM, Core
-``update`` and ``delete`` statements, the loop itself (starts, preemptions, jobs finishing), and a user's learned
-run time moved by a job that succeeded. Without the insert, update or delete trigger, or with the learned run time
-left out of what a kept job is built from, the first test fails (each checked by breaking the code).
+On SQLite the loop reads only the rows written since its last cycle (``jobs.change_seq``, bumped by triggers:
+migration 0022; on PostgreSQL every queued row, no triggers there), so the queue is changed by every kind of
+writer: the API (submit, hold, release, cancel), the ORM, Core ``update`` and ``delete`` statements, the loop itself
+(starts, preemptions, jobs finishing), and a user's learned run time moved by a job that succeeded. Without the
+insert, update or delete trigger, or with the learned run time left out of what a kept job is built from, the first
+test fails on SQLite (each checked by breaking the code).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import threading
 import time
 
 import pytest
@@ -31,7 +33,7 @@ from caldera.server.loop import SchedulerLoop
 from caldera.server.platform import Platform
 from caldera.server.snapshot_jobs import SnapshotJobs
 from caldera.server.tenancy import bootstrap, create_user
-from tests.conftest import make_settings
+from tests.conftest import POSTGRES_URL, _fresh_postgres_db, make_settings
 from tests.fake_runtime import FakeRuntime
 
 
@@ -143,9 +145,10 @@ def _cycles(p: Platform, loop: SchedulerLoop, user_ids: list[int], admin_id: int
     assert loop.jobs.missed == 0
 
 
-def test_the_full_read_finds_a_write_the_changes_read_missed(tmp_path, db_url) -> None:
-    """A write that escapes the triggers (one dropped here) is found by the next full read, which then holds it."""
-    settings = make_settings(tmp_path, db_url, gpus=1, run_jobs_as="server")
+def test_the_full_read_finds_a_write_the_changes_read_missed(tmp_path) -> None:
+    """A write that escapes the triggers (one dropped here) is found by the next full read, which then holds it.
+    SQLite only: PostgreSQL has no triggers, each cycle reading every queued row."""
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", gpus=1, run_jobs_as="server")
     p = Platform.create(settings, runtime=FakeRuntime(settings))
     with p.session() as db:
         bootstrap(db, "admin-password")
@@ -156,10 +159,7 @@ def test_the_full_read_finds_a_write_the_changes_read_missed(tmp_path, db_url) -
     kept = SnapshotJobs()
     with p.session() as db:
         kept.queued_rows(db, 0.0)
-        sqlite = db.get_bind().dialect.name == "sqlite"
-        db.execute(
-            text("DROP TRIGGER jobs_change_seq_update" if sqlite else "DROP TRIGGER jobs_change_seq_write ON jobs")
-        )
+        db.execute(text("DROP TRIGGER jobs_change_seq_update"))
         db.execute(update(Job).where(Job.id == ids[1]).values(priority="high"))
         db.commit()
         assert [r[5] for r in kept.queued_rows(db, 1.0)] == ["normal"] * 3, "missed by the changes read"
@@ -203,3 +203,72 @@ def test_a_cycle_rolled_back_reads_every_row_again(tmp_path, db_url) -> None:
         assert len(compared) == 2  # the first cycle and the last: the failed one stopped at its policy
     finally:
         loop.launcher.shutdown()
+
+
+def test_a_cancel_and_a_cycle_writing_the_same_jobs_do_not_deadlock(tmp_path) -> None:
+    """A cycle that has written job Y and then writes job X, while a cancel has written X and not yet committed:
+    the cycle waits for the cancel, which ends. A lock taken at each transaction's first job write after the job's
+    row lock (the counter row of migration 0022 on PostgreSQL, before this was fixed) made the cancel wait for the
+    cycle too: a deadlock, one of them aborted by PostgreSQL."""
+    if not POSTGRES_URL:
+        pytest.skip("CALDERA_TEST_POSTGRES_URL not set")
+    settings = make_settings(tmp_path, _fresh_postgres_db(), gpus=1, run_jobs_as="server")
+    p = Platform.create(settings, runtime=FakeRuntime(settings))
+    with p.session() as db:
+        bootstrap(db, "admin-password")
+        user = create_user(db, "u0", "password-1234", Role.USER)
+        spec = JobSpec(name="j", command=["sleep", "100"], resources={"gpu": 1})
+        x, y = (jobs_api.submit(p, db, user, spec).id for _ in range(2))
+        db.commit()
+    errors: list[BaseException] = []
+    cancel_pid: list[int] = []
+    cancel_wrote, cancel_ends = threading.Event(), threading.Event()
+
+    def cancel() -> None:
+        with p.engine.connect() as conn:
+            try:
+                conn.execute(text("SET lock_timeout = '20s'"))
+                cancel_pid.append(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+                conn.execute(update(Job).where(Job.id == x).values(state="Cancelled"))
+                cancel_wrote.set()
+                cancel_ends.wait(20)
+                conn.commit()
+            except Exception as e:
+                errors.append(e)
+
+    def cycle_writes_x() -> None:
+        try:
+            cycle.execute(update(Job).where(Job.id == x).values(priority="low"))
+            cycle.commit()
+        except Exception as e:
+            errors.append(e)
+
+    with p.engine.connect() as cycle, p.engine.execution_options(isolation_level="AUTOCOMMIT").connect() as watch:
+        cycle.execute(text("SET lock_timeout = '20s'"))
+        cycle_pid = cycle.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        cycle.execute(update(Job).where(Job.id == y).values(priority="high"))
+        canceller = threading.Thread(target=cancel)
+        canceller.start()
+        # the cancel holds X's row: its UPDATE has returned, or (before the fix) waits for a lock
+        _until(lambda: cancel_wrote.is_set() or bool(cancel_pid) and _waits(watch, cancel_pid[0]), canceller)
+        writer = threading.Thread(target=cycle_writes_x)
+        writer.start()
+        _until(lambda: _waits(watch, cycle_pid), writer)  # the cycle waits for X's row (before the fix: deadlock)
+        cancel_ends.set()
+        canceller.join(30)
+        writer.join(30)
+    assert errors == []
+    with p.session() as db:
+        assert (db.get(Job, x).state, db.get(Job, x).priority, db.get(Job, y).priority) == ("Cancelled", "low", "high")
+
+
+def _waits(watch, pid: int) -> bool:
+    """Whether the PostgreSQL backend ``pid`` waits for a lock."""
+    query = text("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = :pid")
+    return bool(watch.execute(query, {"pid": pid}).scalar_one())
+
+
+def _until(condition, thread: threading.Thread) -> None:
+    deadline = time.monotonic() + 10
+    while thread.is_alive() and not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)

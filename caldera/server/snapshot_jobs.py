@@ -11,12 +11,13 @@ from working. So the loop keeps, in one ``SnapshotJobs``:
 * the stored pending reasons, parsed once per text (shared: most queued jobs store ``[]``, their places being
   kept in memory, queue_positions.py).
 
-A cycle reads only the job rows written since the last cycle (``jobs.change_seq``, bumped by triggers on every
-write of a row: migration 0022) and the jobs deleted since (``job_deletions``), and keeps the queued rows' plain
-columns (and the reasons' text); the specs of jobs not seen before; and ORM objects only for the jobs that holds,
-dependencies or array limits may withhold, and for the active jobs (few). Every ``FULL_READ_EVERY_S`` (and at the
-first cycle) it reads every queued row instead, and counts in ``missed`` the rows the changes read had missed
-(none, unless a write escaped the triggers), logged as a warning.
+On SQLite a cycle reads only the job rows written since the last cycle (``jobs.change_seq``, bumped by triggers
+on every write of a row: migration 0022) and the jobs deleted since (``job_deletions``), and keeps the queued rows'
+plain columns (and the reasons' text); the specs of jobs not seen before; and ORM objects only for the jobs that
+holds, dependencies or array limits may withhold, and for the active jobs (few). Every ``FULL_READ_EVERY_S`` (and at
+the first cycle) it reads every queued row instead, and counts in ``missed`` the rows the changes read had missed
+(none, unless a write escaped the triggers), logged as a warning. On PostgreSQL, which has no change counter
+(its lock would deadlock writers of jobs: migration 0022 says how), a cycle reads every queued row's plain columns.
 What it builds is what a fresh build gives, value for value (``tests/test_loop_snapshot_cache.py``).
 """
 
@@ -175,6 +176,11 @@ class SnapshotJobs:
             if self._rows.pop(job_id, None) is not None:
                 self._ordered = None
 
+    def _read_queued(self, db: Session) -> None:
+        """Every queued row, in the order of submission: each cycle on PostgreSQL, which has no change counter."""
+        query = select(*_QUEUED_ROW).where(Job.state == QUEUED).order_by(Job.submitted_at, Job.id)
+        self._ordered = [tuple(row) for row in db.connection().execute(query).all()]  # Core: no ORM per row
+
     def _read_all(self, db: Session, now: float) -> None:
         """Every queued row, and a check of what the changes read had kept (from the first cycle on, none)."""
         conn = db.connection()
@@ -219,7 +225,9 @@ class SnapshotJobs:
     def queued_rows(self, db: Session, now: float) -> list[tuple]:
         """The queued jobs' rows (``_QUEUED_ROW``: id, user id, account, queue, kind, ...), in the order of
         submission, every spec among them read."""
-        if self._seen is None or now - self._full_read_at >= FULL_READ_EVERY_S:
+        if db.get_bind().dialect.name != "sqlite":
+            self._read_queued(db)
+        elif self._seen is None or now - self._full_read_at >= FULL_READ_EVERY_S:
             self._read_all(db, now)
         else:
             self._read_changes(db)

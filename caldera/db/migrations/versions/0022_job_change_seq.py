@@ -8,11 +8,16 @@ Bumped by database triggers, not by the ORM: an ORM event (before_update) misses
 bulk writes, foreign-key cascades (deleting an array deletes its jobs) and any SQL written by hand, and a column's
 ``onupdate`` misses the last two. A trigger sees every write of the table, whoever makes it.
 
-The counter is one row (job_change_counter) updated in the writing transaction, not a sequence: its row lock (on
-SQLite the database's one write lock) is held until the transaction ends, so transactions that write jobs take
-their values in the order they commit. A reader that has seen every row up to value N can then never see a row
-committed later with a value of N or less, which a sequence (values taken at the write, commits in any order)
-would allow. The cost on PostgreSQL: transactions that write jobs wait for each other, as on SQLite.
+The counter is one row (job_change_counter) updated in the writing transaction, not a sequence: SQLite's one write
+lock, held until the transaction ends, makes transactions that write jobs take their values in the order they
+commit. A reader that has seen every row up to value N can then never see a row committed later with a value of N
+or less, which a sequence (values taken at the write, commits in any order) would allow.
+
+On SQLite only. On PostgreSQL the counter row would be a lock taken at a transaction's first job write, after that
+job's row lock: a transaction holding it (the loop's cycle, having written job Y) that then writes job X, and one
+that has locked X and waits for it (a cancel of X), deadlock (tests/test_loop_snapshot_cache.py). So there the
+triggers are not created, change_seq stays 0, and the loop reads every queued row each cycle, as before this
+revision; the tables and the column are created on both databases, so that the schema is the models'.
 """
 
 import sqlalchemy as sa
@@ -39,24 +44,6 @@ _SQLITE = [
         INSERT INTO job_deletions (seq, job_id) SELECT value, OLD.id FROM job_change_counter;
     END""",
 ]
-_POSTGRESQL = [
-    """CREATE FUNCTION jobs_change_seq_bump() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        UPDATE job_change_counter SET value = value + 1 RETURNING value INTO NEW.change_seq;
-        RETURN NEW;
-    END $$""",
-    """CREATE FUNCTION jobs_change_seq_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
-    DECLARE bumped BIGINT;
-    BEGIN
-        UPDATE job_change_counter SET value = value + 1 RETURNING value INTO bumped;
-        INSERT INTO job_deletions (seq, job_id) VALUES (bumped, OLD.id);
-        RETURN OLD;
-    END $$""",
-    """CREATE TRIGGER jobs_change_seq_write BEFORE INSERT OR UPDATE ON jobs
-        FOR EACH ROW EXECUTE FUNCTION jobs_change_seq_bump()""",
-    """CREATE TRIGGER jobs_change_seq_delete AFTER DELETE ON jobs
-        FOR EACH ROW EXECUTE FUNCTION jobs_change_seq_deleted()""",
-]
 
 
 def upgrade() -> None:
@@ -74,19 +61,15 @@ def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("change_seq", sa.BigInteger(), nullable=False, server_default="0"))
         batch.create_index("ix_jobs_change_seq", ["change_seq"])
-    for statement in _SQLITE if op.get_bind().dialect.name == "sqlite" else _POSTGRESQL:
-        op.execute(statement)
+    if op.get_bind().dialect.name == "sqlite":
+        for statement in _SQLITE:
+            op.execute(statement)
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         for name in ("insert", "update", "delete"):
             op.execute(f"DROP TRIGGER jobs_change_seq_{name}")
-    else:
-        op.execute("DROP TRIGGER jobs_change_seq_write ON jobs")
-        op.execute("DROP TRIGGER jobs_change_seq_delete ON jobs")
-        op.execute("DROP FUNCTION jobs_change_seq_bump()")
-        op.execute("DROP FUNCTION jobs_change_seq_deleted()")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_index("ix_jobs_change_seq")
         batch.drop_column("change_seq")
