@@ -6,12 +6,11 @@ an array with a limit, a cancel. At every cycle the snapshot the loop built with
 built from scratch (value for value), and the policy's decisions with the kept jobs and the queue memo with those
 on the fresh snapshot without a memo: starts, preemptions and every queued job's reasons.
 
-On SQLite the loop reads only the rows written since its last cycle (``jobs.change_seq``, bumped by triggers:
-migration 0022; on PostgreSQL every queued row, no triggers there), so the queue is changed by every kind of
-writer: the API (submit, hold, release, cancel), the ORM, Core ``update`` and ``delete`` statements, the loop itself
-(starts, preemptions, jobs finishing), and a user's learned run time moved by a job that succeeded. Without the
-insert, update or delete trigger, or with the learned run time left out of what a kept job is built from, the first
-test fails on SQLite (each checked by breaking the code).
+The loop reads only the rows written since its last cycle (``jobs.change_seq``, set by triggers: migration 0022),
+so the queue is changed by every kind of writer: the API (submit, hold, release, cancel), the ORM, Core ``update``
+and ``delete`` statements, the loop itself (starts, preemptions, jobs finishing), and a user's learned run time moved
+by a job that succeeded. Without the insert, update or delete trigger, or with the learned run time left out of what
+a kept job is built from, the first test fails (each checked by breaking the code).
 """
 
 from __future__ import annotations
@@ -145,10 +144,9 @@ def _cycles(p: Platform, loop: SchedulerLoop, user_ids: list[int], admin_id: int
     assert loop.jobs.missed == 0
 
 
-def test_the_full_read_finds_a_write_the_changes_read_missed(tmp_path) -> None:
-    """A write that escapes the triggers (one dropped here) is found by the next full read, which then holds it.
-    SQLite only: PostgreSQL has no triggers, each cycle reading every queued row."""
-    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'caldera.db'}", gpus=1, run_jobs_as="server")
+def test_the_full_read_finds_a_write_the_changes_read_missed(tmp_path, db_url) -> None:
+    """A write that escapes the triggers (one dropped here) is found by the next full read, which then holds it."""
+    settings = make_settings(tmp_path, db_url, gpus=1, run_jobs_as="server")
     p = Platform.create(settings, runtime=FakeRuntime(settings))
     with p.session() as db:
         bootstrap(db, "admin-password")
@@ -159,7 +157,10 @@ def test_the_full_read_finds_a_write_the_changes_read_missed(tmp_path) -> None:
     kept = SnapshotJobs()
     with p.session() as db:
         kept.queued_rows(db, 0.0)
-        db.execute(text("DROP TRIGGER jobs_change_seq_update"))
+        sqlite = db.get_bind().dialect.name == "sqlite"
+        db.execute(
+            text("DROP TRIGGER jobs_change_seq_update" if sqlite else "DROP TRIGGER jobs_change_seq_write ON jobs")
+        )
         db.execute(update(Job).where(Job.id == ids[1]).values(priority="high"))
         db.commit()
         assert [r[5] for r in kept.queued_rows(db, 1.0)] == ["normal"] * 3, "missed by the changes read"
@@ -167,9 +168,43 @@ def test_the_full_read_finds_a_write_the_changes_read_missed(tmp_path) -> None:
         assert kept.missed == 1 and [r[5] for r in rows] == ["normal", "high", "normal"]
 
 
+def test_a_write_committed_after_a_read_is_read_next(tmp_path, db_url) -> None:
+    """A job written before a read and committed after it is read at the next read. On PostgreSQL change_seq is the
+    writing transaction's id, and here a later transaction (a higher id) commits first and is read first: a read
+    from the highest value it has seen on would skip the earlier one's write for good."""
+    settings = make_settings(tmp_path, db_url, gpus=1, run_jobs_as="server")
+    p = Platform.create(settings, runtime=FakeRuntime(settings))
+    with p.session() as db:
+        bootstrap(db, "admin-password")
+        user = create_user(db, "u0", "password-1234", Role.USER)
+        spec = JobSpec(name="j", command=["sleep", "100"], resources={"gpu": 1})
+        x, y = (jobs_api.submit(p, db, user, spec).id for _ in range(2))
+        db.commit()
+    kept = SnapshotJobs()
+
+    def priorities(now: float) -> dict[str, str]:
+        with p.session() as db:
+            rows = kept.queued_rows(db, now)
+            db.rollback()
+        return {row[0]: row[5] for row in rows}
+
+    priorities(0.0)
+    postgres = p.engine.dialect.name == "postgresql"
+    with p.engine.connect() as early:
+        early.execute(update(Job).where(Job.id == x).values(priority="high"))
+        if postgres:  # on SQLite the first writer holds the database's write lock until it ends
+            with p.engine.begin() as later:
+                later.execute(update(Job).where(Job.id == y).values(priority="low"))
+        assert priorities(1.0) == {x: "normal", y: "low" if postgres else "normal"}
+        early.commit()
+    assert priorities(2.0) == {x: "high", y: "low" if postgres else "normal"}
+    assert priorities(3.0) == priorities(3.0 + snapshot_jobs.FULL_READ_EVERY_S) and kept.missed == 0
+
+
 def test_a_cycle_rolled_back_reads_every_row_again(tmp_path, db_url) -> None:
-    """A cycle that fails has its writes undone, counter values included, which later writes then take again: the
-    loop must not trust the values it read from its own undone writes."""
+    """A cycle that fails has its writes undone (on SQLite counter values included, which later writes then take
+    again; on PostgreSQL the rows go back to values below the mark): the loop must not trust what it read of its own
+    undone writes."""
     settings = make_settings(tmp_path, db_url, gpus=1, run_jobs_as="server")
     p = Platform.create(settings, runtime=FakeRuntime(settings))
     with p.session() as db:

@@ -11,13 +11,14 @@ from working. So the loop keeps, in one ``SnapshotJobs``:
 * the stored pending reasons, parsed once per text (shared: most queued jobs store ``[]``, their places being
   kept in memory, queue_positions.py).
 
-On SQLite a cycle reads only the job rows written since the last cycle (``jobs.change_seq``, bumped by triggers
-on every write of a row: migration 0022) and the jobs deleted since (``job_deletions``), and keeps the queued rows'
+A cycle reads only the job rows written since the last cycle (``jobs.change_seq``, set by triggers on every
+write of a row: migration 0022) and the jobs deleted since (``job_deletions``), and keeps the queued rows'
 plain columns (and the reasons' text); the specs of jobs not seen before; and ORM objects only for the jobs that
 holds, dependencies or array limits may withhold, and for the active jobs (few). Every ``FULL_READ_EVERY_S`` (and at
 the first cycle) it reads every queued row instead, and counts in ``missed`` the rows the changes read had missed
-(none, unless a write escaped the triggers), logged as a warning. On PostgreSQL, which has no change counter
-(its lock would deadlock writers of jobs: migration 0022 says how), a cycle reads every queued row's plain columns.
+(none, unless a write escaped the triggers), logged as a warning. On PostgreSQL ``change_seq`` is the writing
+transaction's id, not a counter (whose lock would deadlock writers of jobs: migration 0022 says how), and a read
+takes the rows from its last read's snapshot xmin up, some of them again.
 What it builds is what a fresh build gives, value for value (``tests/test_loop_snapshot_cache.py``).
 """
 
@@ -29,14 +30,14 @@ from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Text, cast, delete, func, select
+from sqlalchemy import Text, cast, delete, select, text
 from sqlalchemy.orm import Session
 
 from caldera.core.kinds import is_interactive
 from caldera.core.resources import Resources
 from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass
-from caldera.db.models import Job, JobDeletion
+from caldera.db.models import Job, JobChangeCounter, JobDeletion
 from caldera.scheduler.queue_memo import QueueMemo
 from caldera.scheduler.snapshot import SchedJob
 from caldera.server import holds
@@ -150,62 +151,62 @@ class SnapshotJobs:
         # the queued rows by job id, each with its change_seq; in the order of submission once sorted
         self._rows: dict[str, tuple[tuple, int]] = {}
         self._ordered: list[tuple] | None = None
-        # the highest change_seq of the rows read, and of the deletions read (None: read every queued row next)
-        self._seen: int | None = None
-        self._seen_deleted = 0
+        # the rows and deletions whose change_seq is below this were all read (None: read every queued row next)
+        self._next: int | None = None
         self._full_read_at = 0.0
         self.missed = 0  # rows the full reads found that the changes read had missed
 
+    @staticmethod
+    def _mark(conn: Any) -> int:
+        """Taken before a read: every row or deletion whose change_seq is below it is committed and so read by it.
+        SQLite: the counter's values are taken in the order of commit (migration 0022). PostgreSQL: change_seq is
+        the writing transaction's id, and one at or above the snapshot's xmin may still be running."""
+        if conn.dialect.name == "sqlite":
+            return conn.execute(select(JobChangeCounter.value)).scalar_one() + 1
+        return conn.execute(text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_one()
+
     def _read_changes(self, db: Session) -> None:
-        """The rows written and the jobs deleted since the last read; the counter's values are taken in the order
-        of commit (migration 0022), so none committed after a read can have a value it has seen."""
+        """The rows written and the jobs deleted since the last read (at worst some read again)."""
         conn = db.connection()
-        query = select(*_QUEUED_ROW, Job.state, Job.change_seq).where(Job.change_seq > self._seen)
+        mark = self._mark(conn)
+        query = select(*_QUEUED_ROW, Job.state, Job.change_seq).where(Job.change_seq >= self._next)
         changed = conn.execute(query).all()
-        deleted = conn.execute(select(JobDeletion.seq, JobDeletion.job_id).where(JobDeletion.seq > self._seen_deleted))
+        deleted = conn.execute(select(JobDeletion.job_id).where(JobDeletion.seq >= self._next)).scalars()
+        self._next = mark
         if changed:
             self._ordered = None
-            self._seen = max(self._seen, *(row[-1] for row in changed))
         for *row, state, seq in changed:
             if state == QUEUED:
                 self._rows[row[0]] = (tuple(row), seq)
             else:
                 self._rows.pop(row[0], None)
-        for seq, job_id in deleted:
-            self._seen_deleted = max(self._seen_deleted, seq)
+        for job_id in deleted:
             if self._rows.pop(job_id, None) is not None:
                 self._ordered = None
-
-    def _read_queued(self, db: Session) -> None:
-        """Every queued row, in the order of submission: each cycle on PostgreSQL, which has no change counter."""
-        query = select(*_QUEUED_ROW).where(Job.state == QUEUED).order_by(Job.submitted_at, Job.id)
-        self._ordered = [tuple(row) for row in db.connection().execute(query).all()]  # Core: no ORM per row
 
     def _read_all(self, db: Session, now: float) -> None:
         """Every queued row, and a check of what the changes read had kept (from the first cycle on, none)."""
         conn = db.connection()
-        # the high marks first: what is read after them is as new or newer, and read again next time at worst
-        seen = conn.execute(select(func.coalesce(func.max(Job.change_seq), 0))).scalar_one()
-        seen_deleted = conn.execute(select(func.coalesce(func.max(JobDeletion.seq), 0))).scalar_one()
+        mark = self._mark(conn)  # first: what is read after it is as new or newer, and read again next time at worst
         query = select(*_QUEUED_ROW, Job.change_seq).where(Job.state == QUEUED)
         rows = {row[0]: (tuple(row[:-1]), row[-1]) for row in conn.execute(query)}  # Core: no ORM per row
-        if self._seen is not None:
+        if self._next is not None:
             self._check(conn, rows)
             # the deletions this loop has read: no later read needs them (a loop's first read prunes none, and a
             # fresh build's, as tests and benchmarks make, none that the loop has not read)
-            conn.execute(delete(JobDeletion).where(JobDeletion.seq <= self._seen_deleted))
+            conn.execute(delete(JobDeletion).where(JobDeletion.seq < self._next))
         self._rows, self._ordered = rows, None
-        self._seen, self._seen_deleted, self._full_read_at = seen, seen_deleted, now
+        self._next, self._full_read_at = mark, now
 
     def _check(self, conn: Any, rows: dict[str, tuple[tuple, int]]) -> None:
         """Count the rows the changes read missed: a queued row it should have read (written before its last read)
         that it holds otherwise or not at all, or one it holds that is no longer queued with no write since."""
-        kept, seen = self._rows, self._seen
-        wrong = [jid for jid, (row, seq) in rows.items() if seq <= seen and kept.get(jid, (None,))[0] != row]
+        kept, next_ = self._rows, self._next
+        wrong = [jid for jid, (row, seq) in rows.items() if seq < next_ and kept.get(jid, (None,))[0] != row]
         gone = kept.keys() - rows.keys()
         if gone:
-            gone -= set(conn.execute(select(Job.id).where(Job.change_seq > seen)).scalars())
-            gone -= set(conn.execute(select(JobDeletion.job_id).where(JobDeletion.seq > self._seen_deleted)).scalars())
+            gone -= set(conn.execute(select(Job.id).where(Job.change_seq >= next_)).scalars())
+            gone -= set(conn.execute(select(JobDeletion.job_id).where(JobDeletion.seq >= next_)).scalars())
         if wrong or gone:
             self.missed += len(wrong) + len(gone)
             log.warning("the changed jobs read missed %d rows, e.g. %s", len(wrong) + len(gone), (wrong or [*gone])[0])
@@ -219,15 +220,13 @@ class SnapshotJobs:
 
     def forget_reads(self) -> None:
         """Read every queued row at the next cycle: this cycle's transaction is rolled back, and the changes it
-        read may include its own writes, undone, whose counter values later writes take again."""
-        self._seen = None
+        read may include its own writes, undone (on SQLite their counter values are then taken again)."""
+        self._next = None
 
     def queued_rows(self, db: Session, now: float) -> list[tuple]:
         """The queued jobs' rows (``_QUEUED_ROW``: id, user id, account, queue, kind, ...), in the order of
         submission, every spec among them read."""
-        if db.get_bind().dialect.name != "sqlite":
-            self._read_queued(db)
-        elif self._seen is None or now - self._full_read_at >= FULL_READ_EVERY_S:
+        if self._next is None or now - self._full_read_at >= FULL_READ_EVERY_S:
             self._read_all(db, now)
         else:
             self._read_changes(db)
