@@ -191,17 +191,17 @@ class SnapshotJobs:
         query = select(*_QUEUED_ROW, Job.change_seq).where(Job.state == QUEUED)
         rows = {row[0]: (tuple(row[:-1]), row[-1]) for row in conn.execute(query)}  # Core: no ORM per row
         if self._next is not None:
-            self._check(conn, rows)
+            self._check(conn, rows, self._next)
             # the deletions this loop has read: no later read needs them (a loop's first read prunes none, and a
             # fresh build's, as tests and benchmarks make, none that the loop has not read)
             conn.execute(delete(JobDeletion).where(JobDeletion.seq < self._next))
         self._rows, self._ordered = rows, None
         self._next, self._full_read_at = mark, now
 
-    def _check(self, conn: Any, rows: dict[str, tuple[tuple, int]]) -> None:
+    def _check(self, conn: Any, rows: dict[str, tuple[tuple, int]], next_: int) -> None:
         """Count the rows the changes read missed: a queued row it should have read (written before its last read)
         that it holds otherwise or not at all, or one it holds that is no longer queued with no write since."""
-        kept, next_ = self._rows, self._next
+        kept = self._rows
         wrong = [jid for jid, (row, seq) in rows.items() if seq < next_ and kept.get(jid, (None,))[0] != row]
         gone = kept.keys() - rows.keys()
         if gone:
