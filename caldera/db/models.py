@@ -120,6 +120,26 @@ class Job(Base):
     # and its outcome: {"ref", "left_out"} or {"model", "error"}
     publish_state: Mapped[str | None] = mapped_column(String(16), nullable=True, index=True)
     publish_result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # set by every write of the row, by triggers (migration 0022): on SQLite a counter's value, on PostgreSQL the
+    # writing transaction's id. The live loop reads only the rows changed since its last cycle
+    # (caldera/server/snapshot_jobs.py). Never written by the application.
+    change_seq: Mapped[int] = mapped_column(BigInteger, server_default="0", index=True)
+
+
+class JobChangeCounter(Base):
+    """The one row whose value ``jobs.change_seq`` takes on SQLite, bumped by the triggers of migration 0022."""
+
+    __tablename__ = "job_change_counter"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
+
+
+class JobDeletion(Base):
+    """A job row deleted (by the triggers of migration 0022), with its ``change_seq`` as a write would have set it."""
+
+    __tablename__ = "job_deletions"
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    job_id: Mapped[str] = mapped_column(String(32), primary_key=True)  # on PostgreSQL one seq per transaction
 
 
 class JobArray(Base):

@@ -8,11 +8,13 @@ this loop), so a restart finds every process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy import bindparam, select, update
@@ -207,7 +209,7 @@ class SchedulerLoop:
     def tick(self) -> Decisions:
         t0 = time.perf_counter()
         now = time.time()
-        with self.p.state_lock, self.p.session() as db:
+        with self.p.state_lock, self.p.session() as db, self._forgotten_if_undone():
             self._observe(db, now)
             running = list(db.scalars(select(Job).where(Job.state == JobState.RUNNING.value)))
             names = tenancy.usernames(db)
@@ -229,6 +231,15 @@ class SchedulerLoop:
         self.last_decisions = decisions
         self.cycle_ms = (time.perf_counter() - t0) * 1000
         return decisions
+
+    @contextlib.contextmanager
+    def _forgotten_if_undone(self) -> Iterator[None]:
+        """A cycle that fails before its commit is rolled back: its snapshot may have read its own writes, undone."""
+        try:
+            yield
+        except BaseException:
+            self.jobs.forget_reads()
+            raise
 
     def _push_queues(self, db: Session) -> None:
         """A runtime that admits jobs itself gets the platform's queues whenever they change (Kubernetes: as
@@ -373,7 +384,7 @@ class SchedulerLoop:
         self, db: Session, now: float, user_usage: dict, queue_usage: dict, names: dict[int, str]
     ) -> Snapshot:
         """The policy's view of the cluster; the queued jobs' side kept between cycles (snapshot_jobs.py)."""
-        rows = self.jobs.queued_rows(db)
+        rows = self.jobs.queued_rows(db, now)
         active = list(db.scalars(select(Job).where(Job.state.in_(ACTIVE))))
         keys = {(row[1], row[4]) for row in rows} | {(job.user_id, job.kind) for job in active}
         learned = expected_runtimes(db, keys)

@@ -11,31 +11,41 @@ from working. So the loop keeps, in one ``SnapshotJobs``:
 * the stored pending reasons, parsed once per text (shared: most queued jobs store ``[]``, their places being
   kept in memory, queue_positions.py).
 
-A cycle reads the queued rows' plain columns (and the reasons' text), the specs of jobs not seen before, and ORM
-objects only for the jobs that holds, dependencies or array limits may withhold, and for the active jobs (few).
+A cycle reads only the job rows written since the last cycle (``jobs.change_seq``, set by triggers on every
+write of a row: migration 0022) and the jobs deleted since (``job_deletions``), and keeps the queued rows'
+plain columns (and the reasons' text); the specs of jobs not seen before; and ORM objects only for the jobs that
+holds, dependencies or array limits may withhold, and for the active jobs (few). Every ``FULL_READ_EVERY_S`` (and at
+the first cycle) it reads every queued row instead, and counts in ``missed`` the rows the changes read had missed
+(none, unless a write escaped the triggers), logged as a warning. On PostgreSQL ``change_seq`` is the writing
+transaction's id, not a counter (whose lock would deadlock writers of jobs: migration 0022 says how), and a read
+takes the rows from its last read's snapshot xmin up, some of them again.
 What it builds is what a fresh build gives, value for value (``tests/test_loop_snapshot_cache.py``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Text, cast, select
+from sqlalchemy import Text, cast, delete, select, text
 from sqlalchemy.orm import Session
 
 from caldera.core.kinds import is_interactive
 from caldera.core.resources import Resources
 from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass
-from caldera.db.models import Job
+from caldera.db.models import Job, JobChangeCounter, JobDeletion
 from caldera.scheduler.queue_memo import QueueMemo
 from caldera.scheduler.snapshot import SchedJob
 from caldera.server import holds
 
+log = logging.getLogger(__name__)
+
 QUEUED = JobState.QUEUED.value
+FULL_READ_EVERY_S = 300.0  # every queued row read again, as a check of the changes read in between
 _CHUNK = 500  # ids per IN (...): under every database's limit on bound parameters
 # what a queued job's SchedJob is built from, besides its spec and user name: a change in any gives a new object
 _BUILT_FROM = (
@@ -56,6 +66,7 @@ _QUEUED_ROW = (
     cast(Job.hold, Text).label("hold"),
     cast(Job.pending_reasons, Text).label("reasons"),
 )
+_SUBMITTED = 1 + [c.key for c in _BUILT_FROM].index("submitted_at")
 _ARRAY_ID, _HOLD, _REASONS = len(_BUILT_FROM) + 1, len(_BUILT_FROM) + 2, len(_BUILT_FROM) + 3
 _QueuedRow = namedtuple("_QueuedRow", [c.key for c in _QUEUED_ROW])  # type: ignore[misc]
 
@@ -137,6 +148,68 @@ class SnapshotJobs:
         # stored pending reasons by their text, parsed once: most jobs of a long queue store the same few texts
         self._parsed_reasons: dict[str | None, list] = {}
         self.memo = QueueMemo()
+        # the queued rows by job id, each with its change_seq; in the order of submission once sorted
+        self._rows: dict[str, tuple[tuple, int]] = {}
+        self._ordered: list[tuple] | None = None
+        # the rows and deletions whose change_seq is below this were all read (None: read every queued row next)
+        self._next: int | None = None
+        self._full_read_at = 0.0
+        self.missed = 0  # rows the full reads found that the changes read had missed
+
+    @staticmethod
+    def _mark(conn: Any) -> int:
+        """Taken before a read: every row or deletion whose change_seq is below it is committed and so read by it.
+        SQLite: the counter's values are taken in the order of commit (migration 0022). PostgreSQL: change_seq is
+        the writing transaction's id, and one at or above the snapshot's xmin may still be running."""
+        if conn.dialect.name == "sqlite":
+            return conn.execute(select(JobChangeCounter.value)).scalar_one() + 1
+        return conn.execute(text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_one()
+
+    def _read_changes(self, db: Session) -> None:
+        """The rows written and the jobs deleted since the last read (at worst some read again)."""
+        conn = db.connection()
+        mark = self._mark(conn)
+        query = select(*_QUEUED_ROW, Job.state, Job.change_seq).where(Job.change_seq >= self._next)
+        changed = conn.execute(query).all()
+        deleted = conn.execute(select(JobDeletion.job_id).where(JobDeletion.seq >= self._next)).scalars()
+        self._next = mark
+        if changed:
+            self._ordered = None
+        for *row, state, seq in changed:
+            if state == QUEUED:
+                self._rows[row[0]] = (tuple(row), seq)
+            else:
+                self._rows.pop(row[0], None)
+        for job_id in deleted:
+            if self._rows.pop(job_id, None) is not None:
+                self._ordered = None
+
+    def _read_all(self, db: Session, now: float) -> None:
+        """Every queued row, and a check of what the changes read had kept (from the first cycle on, none)."""
+        conn = db.connection()
+        mark = self._mark(conn)  # first: what is read after it is as new or newer, and read again next time at worst
+        query = select(*_QUEUED_ROW, Job.change_seq).where(Job.state == QUEUED)
+        rows = {row[0]: (tuple(row[:-1]), row[-1]) for row in conn.execute(query)}  # Core: no ORM per row
+        if self._next is not None:
+            self._check(conn, rows, self._next)
+            # the deletions this loop has read: no later read needs them (a loop's first read prunes none, and a
+            # fresh build's, as tests and benchmarks make, none that the loop has not read)
+            conn.execute(delete(JobDeletion).where(JobDeletion.seq < self._next))
+        self._rows, self._ordered = rows, None
+        self._next, self._full_read_at = mark, now
+
+    def _check(self, conn: Any, rows: dict[str, tuple[tuple, int]], next_: int) -> None:
+        """Count the rows the changes read missed: a queued row it should have read (written before its last read)
+        that it holds otherwise or not at all, or one it holds that is no longer queued with no write since."""
+        kept = self._rows
+        wrong = [jid for jid, (row, seq) in rows.items() if seq < next_ and kept.get(jid, (None,))[0] != row]
+        gone = kept.keys() - rows.keys()
+        if gone:
+            gone -= set(conn.execute(select(Job.id).where(Job.change_seq >= next_)).scalars())
+            gone -= set(conn.execute(select(JobDeletion.job_id).where(JobDeletion.seq >= next_)).scalars())
+        if wrong or gone:
+            self.missed += len(wrong) + len(gone)
+            log.warning("the changed jobs read missed %d rows, e.g. %s", len(wrong) + len(gone), (wrong or [*gone])[0])
 
     def facts(self, job: Job) -> SpecFacts:
         """An ORM job's spec facts, read once."""
@@ -145,11 +218,21 @@ class SnapshotJobs:
             facts = self.specs[job.id] = SpecFacts.of(job.spec)
         return facts
 
-    def queued_rows(self, db: Session) -> list[tuple]:
+    def forget_reads(self) -> None:
+        """Read every queued row at the next cycle: this cycle's transaction is rolled back, and the changes it
+        read may include its own writes, undone (on SQLite their counter values are then taken again)."""
+        self._next = None
+
+    def queued_rows(self, db: Session, now: float) -> list[tuple]:
         """The queued jobs' rows (``_QUEUED_ROW``: id, user id, account, queue, kind, ...), in the order of
         submission, every spec among them read."""
-        query = select(*_QUEUED_ROW).where(Job.state == QUEUED).order_by(Job.submitted_at, Job.id)
-        rows = [tuple(row) for row in db.connection().execute(query).all()]  # Core: no ORM processing per row
+        if self._next is None or now - self._full_read_at >= FULL_READ_EVERY_S:
+            self._read_all(db, now)
+        else:
+            self._read_changes(db)
+        if self._ordered is None:
+            self._ordered = sorted((row for row, _ in self._rows.values()), key=lambda row: (row[_SUBMITTED], row[0]))
+        rows = self._ordered
         missing = [row[0] for row in rows if row[0] not in self.specs]
         for at in range(0, len(missing), _CHUNK):
             for jid, spec in db.execute(select(Job.id, Job.spec).where(Job.id.in_(missing[at : at + _CHUNK]))):
