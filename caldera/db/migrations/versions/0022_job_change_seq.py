@@ -20,6 +20,9 @@ cancel of X), deadlock (tests/test_loop_snapshot_cache.py). Transaction ids are 
 reader keeps, instead of the highest value it read, its snapshot's xmin: a row it could not see was written by a
 transaction at or above it, and rows from that value up are read again next time (caldera/server/snapshot_jobs.py).
 A transaction deleting many jobs records them all with its id: job_deletions' key is (seq, job_id).
+
+A later migration that rebuilds ``jobs`` on SQLite (alembic's batch "move and copy") drops these triggers with the
+old table: it must create them again (``_SQLITE``), or the loop's reads miss writes until its full read.
 """
 
 import sqlalchemy as sa
