@@ -18,11 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_storage import _server  # noqa: E402
+from benchmarks.bench_storage import _admin, _server  # noqa: E402
 from caldera.client import Client  # noqa: E402
 
 
@@ -48,11 +46,7 @@ def main() -> None:
         tmp = Path(d)
         server = _server(tmp)
         try:
-            login = httpx.post(
-                f"{server.url}/api/v1/auth/login", json={"username": "admin", "password": "admin-password"}
-            )
-            h = {"Authorization": f"Bearer {login.json()['access_token']}"}
-            token = httpx.post(f"{server.url}/api/v1/tokens", json={"name": "bench"}, headers=h).json()["token"]
+            _, token = _admin(server)
             sdk = Client(server.url, token, timeout=600)
             home = server.data_dir / "workspaces" / "admin"
             sdk.mkdir("big")

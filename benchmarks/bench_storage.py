@@ -37,6 +37,13 @@ from caldera.client import Client  # noqa: E402
 from tests.conftest import ServerProcess, free_port, kill_job_processes, traversable  # noqa: E402
 
 
+def _admin(server: ServerProcess) -> tuple[dict[str, str], str]:
+    """The admin's login header and a personal token of theirs (for the SDK)."""
+    login = httpx.post(f"{server.url}/api/v1/auth/login", json={"username": "admin", "password": "admin-password"})
+    h = {"Authorization": f"Bearer {login.json()['access_token']}"}
+    return h, httpx.post(f"{server.url}/api/v1/tokens", json={"name": "bench"}, headers=h).json()["token"]
+
+
 def _server(tmp: Path) -> ServerProcess:
     env = {
         **os.environ,
@@ -213,11 +220,7 @@ def main() -> None:
                 fh.write(os.urandom(2**20))
         server = _server(tmp)
         try:
-            login = httpx.post(
-                f"{server.url}/api/v1/auth/login", json={"username": "admin", "password": "admin-password"}
-            )
-            h = {"Authorization": f"Bearer {login.json()['access_token']}"}
-            token = httpx.post(f"{server.url}/api/v1/tokens", json={"name": "bench"}, headers=h).json()["token"]
+            h, token = _admin(server)
             httpx.get(f"{server.url}/api/v1/spaces/personal/list", headers=h).raise_for_status()  # its folder made
             _throughput(args, tmp, src, server, token)
             _listing(args, server, h)

@@ -168,11 +168,8 @@ def test_the_full_read_finds_a_write_the_changes_read_missed(tmp_path, db_url) -
         assert kept.missed == 1 and [r[5] for r in rows] == ["normal", "high", "normal"]
 
 
-def test_a_write_committed_after_a_read_is_read_next(tmp_path, db_url) -> None:
-    """A job written before a read and committed after it is read at the next read. On PostgreSQL change_seq is the
-    writing transaction's id, and here a later transaction (a higher id) commits first and is read first: a read
-    from the highest value it has seen on would skip the earlier one's write for good."""
-    settings = make_settings(tmp_path, db_url, gpus=1, run_jobs_as="server")
+def _two_queued_jobs(settings) -> tuple[Platform, str, str]:
+    """A platform with one user's two queued one-GPU jobs, and their ids."""
     p = Platform.create(settings, runtime=FakeRuntime(settings))
     with p.session() as db:
         bootstrap(db, "admin-password")
@@ -180,6 +177,15 @@ def test_a_write_committed_after_a_read_is_read_next(tmp_path, db_url) -> None:
         spec = JobSpec(name="j", command=["sleep", "100"], resources={"gpu": 1})
         x, y = (jobs_api.submit(p, db, user, spec).id for _ in range(2))
         db.commit()
+    return p, x, y
+
+
+def test_a_write_committed_after_a_read_is_read_next(tmp_path, db_url) -> None:
+    """A job written before a read and committed after it is read at the next read. On PostgreSQL change_seq is the
+    writing transaction's id, and here a later transaction (a higher id) commits first and is read first: a read
+    from the highest value it has seen on would skip the earlier one's write for good."""
+    settings = make_settings(tmp_path, db_url, gpus=1, run_jobs_as="server")
+    p, x, y = _two_queued_jobs(settings)
     kept = SnapshotJobs()
 
     def priorities(now: float) -> dict[str, str]:
@@ -248,13 +254,7 @@ def test_a_cancel_and_a_cycle_writing_the_same_jobs_do_not_deadlock(tmp_path) ->
     if not POSTGRES_URL:
         pytest.skip("CALDERA_TEST_POSTGRES_URL not set")
     settings = make_settings(tmp_path, _fresh_postgres_db(), gpus=1, run_jobs_as="server")
-    p = Platform.create(settings, runtime=FakeRuntime(settings))
-    with p.session() as db:
-        bootstrap(db, "admin-password")
-        user = create_user(db, "u0", "password-1234", Role.USER)
-        spec = JobSpec(name="j", command=["sleep", "100"], resources={"gpu": 1})
-        x, y = (jobs_api.submit(p, db, user, spec).id for _ in range(2))
-        db.commit()
+    p, x, y = _two_queued_jobs(settings)
     errors: list[BaseException] = []
     cancel_pid: list[int] = []
     cancel_wrote, cancel_ends = threading.Event(), threading.Event()
