@@ -71,12 +71,16 @@ def _ssh(srv, opts: list[str], jid: str, *command: str, timeout: float = 120) ->
     )  # fmt: skip
 
 
-def test_ssh_scp_and_rsync_through_the_relay(server, tmp_path) -> None:
+def _alices_running_job(server, tmp_path) -> tuple[str, list[str]]:
+    """alice, her registered key and a running job of hers: the job's id and ssh's options to reach it."""
     alice = _user(server, "alice")
-    alice_key = _key(tmp_path, "alice")
-    _register(server, alice, alice_key)
-    jid = _sleeper(server, alice)
-    opts = _ssh_options(tmp_path, _login(server, tmp_path, "alice"), alice_key)
+    key = _key(tmp_path, "alice")
+    _register(server, alice, key)
+    return _sleeper(server, alice), _ssh_options(tmp_path, _login(server, tmp_path, "alice"), key)
+
+
+def test_ssh_scp_and_rsync_through_the_relay(server, tmp_path) -> None:
+    jid, opts = _alices_running_job(server, tmp_path)
 
     r = _ssh(server, ["-v", *opts], jid, "id -u; echo $HOME; ls /proc | grep -c '^[0-9]'; exit 4")
     assert r.returncode == 4, r.stderr
@@ -167,11 +171,7 @@ def _processes_of(uid: int) -> dict[int, str]:
 def test_the_jobs_ssh_server_listens_nowhere(server, tmp_path) -> None:
     """While a session is open, its server is a process of the job's user on a pipe: no socket of it listens,
     so another user's job has nothing to connect to."""
-    alice = _user(server, "alice")
-    key = _key(tmp_path, "alice")
-    _register(server, alice, key)
-    jid = _sleeper(server, alice)
-    opts = _ssh_options(tmp_path, _login(server, tmp_path, "alice"), key)
+    jid, opts = _alices_running_job(server, tmp_path)
     proc = subprocess.Popen(["ssh", *opts, f"caldera@caldera-{jid}", "sleep 8; echo done"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=server.env)  # fmt: skip
     uid = _os_uid(server, "alice")
@@ -207,11 +207,7 @@ def container_server(tmp_path, db_url):
 
 def test_ssh_and_scp_into_a_container_job_on_the_default_image_use_its_sshd(container_server, tmp_path) -> None:
     server = container_server
-    alice = _user(server, "alice")
-    key = _key(tmp_path, "alice")
-    _register(server, alice, key)
-    jid = _sleeper(server, alice)
-    opts = _ssh_options(tmp_path, _login(server, tmp_path, "alice"), key)
+    jid, opts = _alices_running_job(server, tmp_path)
 
     r = _ssh(server, ["-v", *opts], jid, "id -u; test -e /run/.containerenv && echo in-a-container")
     assert r.returncode == 0, r.stderr
