@@ -3,15 +3,17 @@ at job submission (against catalogue rows and a real docker-registry)."""
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from caldera.db.models import Image
-from caldera.images import catalogue
+from caldera.images import catalogue, registry
 from caldera.images.form import BuildForm
-from tests.conftest import free_port, make_settings
+from tests.conftest import free_port, make_settings, wait_for
 from tests.images_fixtures import registry_port  # noqa: F401 - fixture
 
 GOOD = {"name": "tools", "pip": ["six"]}
@@ -198,24 +200,90 @@ def test_a_job_naming_another_users_private_image_is_refused(api, people):
     assert api.client.get("/api/v1/images", headers=ana).status_code == 200
 
 
-def test_a_build_the_server_was_running_when_it_stopped_is_marked_lost_with_its_log_kept(api, people):
-    from caldera.images.builds import BuildQueue, log_path
+def _building(p, owner: str, name: str, source: str) -> str:
+    from caldera.images.builds import log_path
+    from caldera.server import tenancy
 
-    p = api.client.app.state.platform
     with p.session() as db:
-        from caldera.server import tenancy
-
-        img = catalogue.new(db, tenancy.get_user(db, "ana"), "user/ana", "half", "1", "private", "form", GOOD)
+        img = catalogue.new(db, tenancy.get_user(db, owner), f"user/{owner}", name, "1", "private", source, GOOD)
         db.commit()
-        iid = img.id
-    log = log_path(p, iid)
+    log = log_path(p, img.id)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("STEP 1/4: FROM base\n")
-    BuildQueue(p)  # what a restarted server makes
-    got = api.client.get(f"/api/v1/images/{iid}", headers=people[0]).json()
-    assert got["state"] == "failed" and got["message"].startswith("Lost"), got
-    assert api.client.get(f"/api/v1/images/{iid}/log", headers=people[0]).text == "STEP 1/4: FROM base\n"
-    assert api.client.get(f"/api/v1/images/{iid}", headers=people[1]).status_code == 404  # private to ana
+    return img.id
+
+
+class _StoppedBuilder:
+    """A builder whose every build is cut short by a stopping server, as the real one's is (BuildStopped)."""
+
+    def __init__(self):
+        self.built: list[str] = []
+        self.done = threading.Event()
+
+    def prepare(self):
+        pass
+
+    def build(self, form, ref, log):
+        from caldera.images.builds import BuildStopped
+
+        self.built.append(ref)
+        self.done.set()
+        raise BuildStopped("stopped")
+
+    def stop(self):
+        pass
+
+
+def test_a_restarted_server_builds_again_the_forms_it_was_building_and_marks_interrupted_snapshots_lost(api, people):
+    from caldera.images.builds import BuildQueue
+
+    p = api.client.app.state.platform
+    form, snap = _building(p, "ana", "half", "form"), _building(p, "ana", "snap", "snapshot")
+    builder = _StoppedBuilder()
+    BuildQueue(p, builder)  # what a restarted server makes
+    assert builder.done.wait(10) and builder.built == [f"{registry.host(p.settings)}/user/ana/half:1"]
+    again = api.client.get(f"/api/v1/images/{form}", headers=people[0]).json()
+    assert again["state"] == "building", again
+    log = api.client.get(f"/api/v1/images/{form}/log", headers=people[0]).text
+    assert log.startswith("STEP 1/4: FROM base\n") and "the server restarted: this build starts again" in log
+    lost = api.client.get(f"/api/v1/images/{snap}", headers=people[0]).json()
+    assert lost["state"] == "failed" and lost["message"].startswith("Lost"), lost
+    assert api.client.get(f"/api/v1/images/{snap}/log", headers=people[0]).text == "STEP 1/4: FROM base\n"
+    assert api.client.get(f"/api/v1/images/{form}", headers=people[1]).status_code == 404  # private to ana
+
+
+def test_a_stopping_server_ends_the_running_build_with_all_it_started_and_drops_the_queue(api, people, tmp_path):
+    from caldera.images.builds import log_path
+
+    p, q = api.client.app.state.platform, api.client.app.state.builds
+    iid = _building(p, "ana", "long", "form")
+    started, ran = threading.Event(), []
+    pid_file = tmp_path / "sleep.pid"
+
+    def work(image_id):
+        started.set()
+        q.builder.run(["sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"], log_path(p, image_id), 600)
+
+    q.submit(iid, work)
+    q.submit("queued-after", ran.append)
+    assert started.wait(10)
+    wait_for(pid_file.exists, 10)
+    t0 = time.monotonic()
+    q.stop()
+    assert time.monotonic() - t0 < 10 and ran == []
+    assert not _running(int(pid_file.read_text()))  # the tool's child too, not only the tool
+    img = api.client.get(f"/api/v1/images/{iid}", headers=people[0]).json()
+    assert img["state"] == "building", img  # neither ready nor failed: the next start builds it again
+    log = api.client.get(f"/api/v1/images/{iid}/log", headers=people[0]).text
+    assert log.rstrip().endswith("stopped: the server stopped during it")
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 class _RecordingBuilder:
@@ -227,6 +295,9 @@ class _RecordingBuilder:
     def prepare(self):
         pass
 
+    def stop(self):
+        pass
+
     def remove(self, ref):
         self.removed.append(ref)
         if len(self.removed) == 1:
@@ -234,8 +305,6 @@ class _RecordingBuilder:
 
 
 def test_a_deleted_images_local_copies_go_after_the_work_queued_before_and_a_failure_stops_nothing(api):
-    import threading
-
     from caldera.images.builds import BuildQueue
 
     builder, release, ran = _RecordingBuilder(), threading.Event(), []

@@ -1,6 +1,8 @@
 """The build queue: one build at a time (a build is heavy: it may download gigabytes of wheels), each buildah under
 CPU and memory limits, its output in a log file read like a job's log. A build is recorded ready only once pushed;
-any failure removes what it made and keeps the log. A server restart marks builds it interrupted failed (Lost)."""
+any failure removes what it made and keeps the log. A server that stops ends the build it runs and drops the queue;
+when it starts again it builds every form it had not finished, and marks the snapshots it interrupted failed (Lost):
+their sessions are gone."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -44,6 +47,10 @@ class BuildFailed(RuntimeError):
     pass
 
 
+class BuildStopped(RuntimeError):
+    """The server is stopping: the build is neither ready nor failed, and the next start builds it again."""
+
+
 def log_path(p: Host, image_id: str) -> Path:
     return p.settings.data_dir / "builds" / f"{image_id}.log"
 
@@ -70,6 +77,9 @@ class Builder:
         self.env = {**ROOT_ENV, **({"CONTAINERS_CONF": str(cs.conf)} if cs.conf else {})}
         self.sandbox = Sandbox(p.settings.data_dir)
         self.unavailable: str | None = None  # why builds cannot run rootless here: then none runs
+        self._stopping = threading.Event()
+        self._running: subprocess.Popen | None = None
+        self._running_lock = threading.Lock()
 
     def prepare(self) -> None:
         try:
@@ -92,21 +102,46 @@ class Builder:
         with log.open("ab") as out:
             out.write(f"$ {what} ...\n".encode())
             out.flush()
-            try:
-                rc = subprocess.run(
+            rc = self._wait(
+                subprocess.Popen(
                     argv,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    timeout=timeout_s,
                     env=self.sandbox.env() if rootless else self.env,
                     cwd=self.sandbox.home if rootless else "/",
                     preexec_fn=cgroup.join if cgroup else None,  # plain writes, before setpriv drops root
-                ).returncode
-            except subprocess.TimeoutExpired:
-                raise BuildFailed(f"timed out after {timeout_s:g} s") from None
+                    start_new_session=True,  # its own process group: stop() ends the tool and all it started
+                ),
+                timeout_s,
+            )
         if rc != 0:
             raise BuildFailed(f"{what} exited {rc}")
+
+    def _wait(self, proc: subprocess.Popen, timeout_s: float) -> int:
+        with self._running_lock:
+            self._running = proc
+        try:
+            if self._stopping.is_set():
+                _end(proc)
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _end(proc)
+                raise BuildFailed(f"timed out after {timeout_s:g} s") from None
+        finally:
+            with self._running_lock:
+                self._running = None
+        if self._stopping.is_set():
+            raise BuildStopped("the server stopped during the build")
+        return rc
+
+    def stop(self) -> None:
+        """Ends the tool that runs now (its whole process group); any later one ends as it starts."""
+        self._stopping.set()
+        with self._running_lock:
+            if self._running is not None:
+                _end(self._running)
 
     def _rootless(self, tool: str) -> list[str]:
         if self.unavailable is not None or self.sandbox.user is None:
@@ -255,13 +290,22 @@ class BuildQueue:
         self._q: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._mark_lost()
+        self._resume()
 
-    def _mark_lost(self) -> None:
+    def _resume(self) -> None:
+        """What a stopped server left building: a form builds again (it is all in the form); a snapshot is Lost."""
         with self.p.session() as db:
+            again = []
             for img in db.scalars(select(Image).where(Image.state == "building")):
-                img.state, img.message, img.finished_at = "failed", "Lost: the server restarted during it", time.time()
+                if img.source == "form":
+                    again.append(img.id)
+                else:
+                    img.state, img.finished_at = "failed", time.time()
+                    img.message = "Lost: the server restarted during it"
             db.commit()
+        for image_id in again:
+            _last_line(log_path(self.p, image_id), "the server restarted: this build starts again")
+            self.submit(image_id)
 
     def submit(self, image_id: str, work: Callable[[str], None] | None = None) -> None:
         log = log_path(self.p, image_id)  # there from the start: a follower of a queued build waits on it
@@ -283,9 +327,17 @@ class BuildQueue:
         self._q.put(item)
 
     def stop(self) -> None:
+        """Drops the queued work and ends the build that runs: a stopped server leaves no build running behind it
+        (a build may take an hour and gigabytes); forms still building start again with the server (_resume)."""
+        while True:
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                break
+        self.builder.stop()
         if self._thread is not None:
             self._q.put(None)
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=30)
 
     def _worker(self) -> None:
         while (item := self._q.get()) is not None:
@@ -297,6 +349,8 @@ class BuildQueue:
     def _run(self, image_id: str, work: Callable[[str], None]) -> None:
         try:
             work(image_id)
+        except BuildStopped:
+            _last_line(log_path(self.p, image_id), "stopped: the server stopped during it")
         except BuildFailed as exc:
             self._fail(image_id, _cause(log_path(self.p, image_id), str(exc)))
         except Exception as exc:  # noqa: BLE001 - whatever broke, the build fails with its log kept
@@ -335,6 +389,23 @@ class BuildQueue:
             img.state, img.size_bytes, img.finished_at = "ready", size, time.time()
             img.message = f"pushed {ref}"
             db.commit()
+
+
+def _end(proc: subprocess.Popen, grace_s: float = 5) -> None:
+    """SIGTERM to the tool's process group (buildah removes its working container), then SIGKILL to whatever of the
+    group is left after the grace."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _last_line(log: Path, line: str) -> None:
