@@ -139,7 +139,7 @@ def _cycles(p: Platform, loop: SchedulerLoop, user_ids: list[int], admin_id: int
     assert len(compared) == 10 and max(compared) >= 20
     with p.session() as db:
         assert db.query(Job).filter(Job.state == "Queued", Job.attempt > 0).count(), "a preempted job waits again"
-        loop.jobs.queued_rows(db, time.time() + snapshot_jobs.FULL_READ_EVERY_S)  # the check's full read
+        loop.jobs.read(db, time.time() + snapshot_jobs.FULL_READ_EVERY_S)  # the check's full read
         db.rollback()
     assert loop.jobs.missed == 0
 
@@ -156,15 +156,17 @@ def test_the_full_read_finds_a_write_the_changes_read_missed(tmp_path, db_url) -
         db.commit()
     kept = SnapshotJobs()
     with p.session() as db:
-        kept.queued_rows(db, 0.0)
+        kept.read(db, 0.0)
         sqlite = db.get_bind().dialect.name == "sqlite"
         db.execute(
             text("DROP TRIGGER jobs_change_seq_update" if sqlite else "DROP TRIGGER jobs_change_seq_write ON jobs")
         )
         db.execute(update(Job).where(Job.id == ids[1]).values(priority="high"))
         db.commit()
-        assert [r[5] for r in kept.queued_rows(db, 1.0)] == ["normal"] * 3, "missed by the changes read"
-        rows = kept.queued_rows(db, 1.0 + snapshot_jobs.FULL_READ_EVERY_S)
+        kept.read(db, 1.0)
+        assert [r[5] for r in kept.rows()] == ["normal"] * 3, "missed by the changes read"
+        kept.read(db, 1.0 + snapshot_jobs.FULL_READ_EVERY_S)
+        rows = kept.rows()
         assert kept.missed == 1 and [r[5] for r in rows] == ["normal", "high", "normal"]
 
 
@@ -190,7 +192,8 @@ def test_a_write_committed_after_a_read_is_read_next(tmp_path, db_url) -> None:
 
     def priorities(now: float) -> dict[str, str]:
         with p.session() as db:
-            rows = kept.queued_rows(db, now)
+            kept.read(db, now)
+            rows = kept.rows()
             db.rollback()
         return {row[0]: row[5] for row in rows}
 

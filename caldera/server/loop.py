@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections import ChainMap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -384,19 +385,18 @@ class SchedulerLoop:
         self, db: Session, now: float, user_usage: dict, queue_usage: dict, names: dict[int, str]
     ) -> Snapshot:
         """The policy's view of the cluster; the queued jobs' side kept between cycles (snapshot_jobs.py)."""
-        rows = self.jobs.queued_rows(db, now)
+        self.jobs.read(db, now)
         active = list(db.scalars(select(Job).where(Job.state.in_(ACTIVE))))
-        keys = {(row[1], row[4]) for row in rows} | {(job.user_id, job.kind) for job in active}
+        keys = self.jobs.learned_keys() | {(job.user_id, job.kind) for job in active}
         learned = expected_runtimes(db, keys)
-        cycle = self.jobs.queued(db, rows, names, learned, now)
+        cycle = self.jobs.queued(db, names, learned, now)
         self._cycle = cycle
-        specs = self.jobs.specs
-        workloads: dict[str, str | None] = {sj.id: specs[sj.id].workload for sj in cycle.offered}
+        running_workloads: dict[str, str | None] = {}
         running = []
         for job in active:
             facts = self.jobs.facts(job)
             sj = sched_job(job, facts, names.get(job.user_id, "?"), learned.get((job.user_id, job.kind)), queued=False)
-            workloads[job.id] = facts.workload
+            running_workloads[job.id] = facts.workload
             sj.started_at = job.started_at
             sj.allocations = tuple(_alloc_from_json(a) for a in job.allocations)
             sj.terminating = job.stop_requested is not None
@@ -416,7 +416,7 @@ class SchedulerLoop:
             queue_memo=self.jobs.memo,
         )
         if self.predictions is not None:
-            snap.sharing = self.predictions.info(snap, workloads)
+            snap.sharing = self.predictions.info(snap, ChainMap(running_workloads, self.jobs.workloads))
         return snap
 
     def _apply(self, db: Session, decisions: Decisions, now: float) -> None:
