@@ -40,6 +40,7 @@ from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass
 from caldera.db.models import Job, JobChangeCounter, JobDeletion
 from caldera.scheduler.queue_memo import QueueMemo
+from caldera.scheduler.sharing import can_share
 from caldera.scheduler.snapshot import SchedJob
 from caldera.server import holds
 
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 QUEUED = JobState.QUEUED.value
 FULL_READ_EVERY_S = 300.0  # every queued row read again, as a check of the changes read in between
+_REORDER_IN_PLACE = 64  # at most this many jobs in or out (or a 32nd of the queue) change the kept order in place
 _CHUNK = 500  # ids per IN (...): under every database's limit on bound parameters
 # what a queued job's SchedJob is built from, besides its spec and user name: a change in any gives a new object
 _BUILT_FROM = (
@@ -138,6 +140,9 @@ class QueuedCycle:
     offered: list[SchedJob]
     stored_reasons: dict[str, list]
     loaded: list[Job]
+    withheld: set[str]  # the queued jobs not offered
+    stored_some: set[str]  # the queued jobs whose stored reasons are not empty
+    sharers: list[SchedJob]  # the offered jobs that can share a GPU, in the order of ``offered``
 
 
 class SnapshotJobs:
@@ -166,6 +171,8 @@ class SnapshotJobs:
         self._learned: dict[tuple[int, str], float] = {}
         self._maybe_withheld: set[str] = set()  # held, in an array or with dependencies: checked every cycle
         self.stored: dict[str, list] = {}  # each queued job's stored reasons, parsed
+        self._stored_some: set[str] = set()  # the jobs whose stored reasons are not empty: few
+        self._sharers: set[str] = set()  # the jobs that can share a GPU
         self.workloads: dict[str, str] = {}  # the queued jobs' declared workloads (those that declare one)
 
     @staticmethod
@@ -262,7 +269,9 @@ class SnapshotJobs:
         new = {(kept[0][1], kept[0][4]) for kept in map(rows.get, self._changed) if kept is not None}
         return new.union(self._by_key)
 
-    def queued(self, db: Session, names: dict[int, str], learned: dict[tuple[int, str], float], now: float) -> QueuedCycle:
+    def queued(
+        self, db: Session, names: dict[int, str], learned: dict[tuple[int, str], float], now: float
+    ) -> QueuedCycle:
         """The queued jobs the policy is offered: held jobs and those waiting for a dependency or their array's
         limit are not (``holds.withhold`` writes their reasons)."""
         self._rebuild(names, learned)
@@ -284,7 +293,9 @@ class SnapshotJobs:
         specs, rows = self.specs, self._rows
         if len(specs) > 2 * len(rows) + 1000:  # forget the specs of jobs long gone, now and then
             self.specs = {jid: f for jid, f in specs.items() if jid in rows}
-        return QueuedCycle(offered, self.stored, loaded)
+        sharers = [self._built[jid][1] for jid in self._sharers - withheld]
+        sharers.sort(key=lambda sj: (sj.submitted_at, sj.id))
+        return QueuedCycle(offered, self.stored, loaded, withheld, self._stored_some, sharers)
 
     def _rebuild(self, names: dict[int, str], learned: dict[tuple[int, str], float]) -> None:
         """Bring what is built from the rows up to date, for the jobs whose rows or users' learned run times or
@@ -316,6 +327,8 @@ class SnapshotJobs:
                 if not jids:
                     del by_key[key]
                 self._maybe_withheld.discard(jid)
+                self._stored_some.discard(jid)
+                self._sharers.discard(jid)
                 self.stored.pop(jid, None)
                 self.workloads.pop(jid, None)
             kept = rows.get(jid)
@@ -350,6 +363,10 @@ class SnapshotJobs:
             if reasons is None:
                 reasons = parsed[text] = (json.loads(text) if text is not None else None) or []
             self.stored[jid] = reasons
+            if reasons:
+                self._stored_some.add(jid)
+            if can_share(sj):
+                self._sharers.add(jid)
             if facts.workload is not None:
                 self.workloads[jid] = facts.workload
         self._reorder(removed, added, replaced)
@@ -363,7 +380,7 @@ class SnapshotJobs:
         """The queue in the order of submission with the jobs removed, added and replaced: in place when they are
         few (a new job goes at the end, in C), sorted again when they are many."""
         order, jobs = self._order, self._jobs
-        if len(removed) + len(added) > max(64, len(order) // 32):
+        if len(removed) + len(added) > max(_REORDER_IN_PLACE, len(order) // 32):
             pairs = sorted(((bf[0][_SUBMITTED], jid), sj) for jid, (bf, sj) in self._built.items())
             self._order = [at for at, _ in pairs]
             self._jobs = [sj for _, sj in pairs]
