@@ -252,11 +252,16 @@ class SnapshotJobs:
             self._read_all(db, now)
         else:
             self._read_changes(db)
-        rows = self._rows
-        missing = [jid for jid in self._changed if jid not in self.specs and jid in rows]
+        rows, specs = self._rows, self.specs
+        missing = sorted(
+            (jid for jid in self._changed if jid not in specs and jid in rows),
+            key=lambda jid: (rows[jid][0][_SUBMITTED], jid),
+        )
         for at in range(0, len(missing), _CHUNK):
-            for jid, spec in db.execute(select(Job.id, Job.spec).where(Job.id.in_(missing[at : at + _CHUNK]))):
-                self.specs[jid] = SpecFacts.of(spec)
+            chunk = missing[at : at + _CHUNK]
+            got = {jid: spec for jid, spec in db.execute(select(Job.id, Job.spec).where(Job.id.in_(chunk)))}
+            for jid in chunk:  # made in the queue's order, as the SchedJobs are (see _rebuild)
+                specs[jid] = SpecFacts.of(got[jid])
 
     def rows(self) -> list[tuple]:
         """The queued rows as last read (``_QUEUED_ROW``: id, user id, account, queue, kind, ...), in the order of
@@ -318,7 +323,9 @@ class SnapshotJobs:
         removed: list[tuple[float, str]] = []
         added: list[tuple[tuple[float, str], SchedJob]] = []
         replaced: list[tuple[tuple[float, str], SchedJob]] = []
-        for jid in changed:
+        # in the queue's order: objects made one after the other lie near each other in memory, and the policy's
+        # passes over a long queue (in that order) run at half the speed over objects made in any other
+        for jid in sorted(changed, key=lambda jid: (rows[jid][0][_SUBMITTED], jid) if jid in rows else (0.0, jid)):
             had = built.pop(jid, None)
             if had is not None:
                 key = (had[0][0][1], had[0][0][4])
