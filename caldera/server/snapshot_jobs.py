@@ -9,7 +9,13 @@ from working. So the loop keeps, in one ``SnapshotJobs``:
 * each queued job's ``SchedJob`` with the row values it was built from: a row whose values changed (re-queued,
   more attained service, its user's learned run time moved...) gets a new object, which the memo sees as new;
 * the stored pending reasons, parsed once per text (shared: most queued jobs store ``[]``, their places being
-  kept in memory, queue_positions.py).
+  kept in memory, queue_positions.py);
+* what a cycle derives from those: the queue in the order of submission, the jobs that holds, dependencies or array
+  limits may withhold, those whose stored reasons are not empty, those that can share a GPU, the declared workloads
+  and the (user, kind) keys of the learned run times. A cycle changes them for the rows it read changed and for
+  the jobs of the users whose learned run time or name moved, not for the whole queue: on a long queue one pass
+  in Python over every job cost more than the rest of the cycle. Which jobs are withheld is decided again every
+  cycle, from the few that may be.
 
 A cycle reads only the job rows written since the last cycle (``jobs.change_seq``, set by triggers on every
 write of a row: migration 0022) and the jobs deleted since (``job_deletions``), and keeps the queued rows'
