@@ -1,12 +1,14 @@
 """The live loop's cycle (``SchedulerLoop.tick``) at a long queue: database to snapshot, the policy, its decisions.
 
-    python benchmarks/bench_loop.py [--queued 10000] [--gpus 64] [--cycles 9] [--profile OUT.prof]
+    python benchmarks/bench_loop.py [--queued 10000] [--gpus 64] [--cycles 9] [--churn 0] [--profile OUT.prof]
 
 One platform (the live loop's code, SQLite in a throw-away data directory, the in-memory fake runtime of the tests:
 no process is started) with ``--gpus`` fake GPUs on one node and ``--queued`` queued jobs of a few users and sizes,
 written straight into the database (submitting 100,000 jobs through the API would take longer than the bench).
 The first cycles fill the GPUs with jobs that run for days; then ``--cycles`` cycles are timed, each with the jobs
-queued unchanged, as a busy cluster's cycles mostly are. Prints the median and the range of the cycle's wall and CPU
+queued unchanged, as a busy cluster's cycles mostly are, or with ``--churn N``: before each timed cycle N queued
+jobs spread over the queue are cancelled and N new ones submitted (written straight into the database, not timed).
+Prints the median and the range of the cycle's wall and CPU
 time and, per part, where its wall time went: the snapshot built from the database (``_snapshot``), the policy,
 the queued jobs' reasons compared and written (``_write_reasons``); the rest of the tick is observing, charging
 usage and starting jobs. ``--profile`` writes cProfile's statistics of the timed
@@ -22,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from sqlalchemy import select, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -81,7 +85,37 @@ def platform(data: Path, gpus: int, queued: int) -> tuple[Platform, SchedulerLoo
     return p, SchedulerLoop(p)
 
 
-def timed(loop: SchedulerLoop, cycles: int, profile: str | None) -> dict[str, list[float]]:
+def churn(p: Platform, n: int, cycle: int) -> None:
+    """``n`` queued jobs spread over the queue cancelled and ``n`` new ones submitted, as between two cycles of a
+    busy lab."""
+    with p.session() as db:
+        queued = db.scalars(select(Job.id).where(Job.state == "Queued").order_by(Job.submitted_at)).all()
+        gone = [queued[i * len(queued) // n] for i in range(n)]
+        db.execute(update(Job).where(Job.id.in_(gone)).values(state="Cancelled", finished_at=time.time()))
+        template = db.get(Job, queued[-1])
+        for k in range(n):
+            db.add(
+                Job(
+                    id=f"c{cycle:04d}{k:05d}",
+                    name=template.name,
+                    user_id=template.user_id,
+                    account="default",
+                    queue="default",
+                    kind=template.kind,
+                    priority=template.priority,
+                    spec=template.spec,
+                    state="Queued",
+                    submitted_at=time.time(),
+                    queued_at=time.time(),
+                    attempt=0,
+                    allocations=[],
+                    pending_reasons=[],
+                )
+            )
+        db.commit()
+
+
+def timed(p: Platform, loop: SchedulerLoop, cycles: int, churned: int, profile: str | None) -> dict[str, list[float]]:
     """Ms per cycle: the whole tick (wall and CPU time: CPU time drifts less on a shared machine), and its parts
     (wall; the methods wrapped to time them): the snapshot, the policy, the reasons written."""
     parts: dict[str, list[float]] = {"snapshot": [], "policy": [], "reasons": []}
@@ -111,7 +145,9 @@ def timed(loop: SchedulerLoop, cycles: int, profile: str | None) -> dict[str, li
         loop._write_reasons = timed_reasons  # type: ignore[method-assign]
     prof = cProfile.Profile() if profile else None
     ticks, cpu = [], []
-    for _ in range(cycles):
+    for cycle in range(cycles):
+        if churned:
+            churn(p, churned, cycle)
         t, c = time.perf_counter(), time.process_time()
         if prof:
             prof.enable()
@@ -130,6 +166,7 @@ def main() -> None:
     ap.add_argument("--queued", type=int, default=10_000)
     ap.add_argument("--gpus", type=int, default=64)
     ap.add_argument("--cycles", type=int, default=9)
+    ap.add_argument("--churn", type=int, default=0, help="queued jobs cancelled and submitted before each cycle")
     ap.add_argument("--profile", help="write cProfile statistics of the timed cycles here")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -141,9 +178,9 @@ def main() -> None:
             time.sleep(0.05)
         with p.session() as db:
             running = db.query(Job).filter(Job.state.in_(("Starting", "Running"))).count()
-        out = timed(loop, a.cycles, a.profile)
+        out = timed(p, loop, a.cycles, a.churn, a.profile)
         loop.launcher.shutdown()
-    print(f"{running} jobs running; {a.cycles} cycles timed")
+    print(f"{running} jobs running; {a.cycles} cycles timed, {a.churn} jobs cancelled and submitted before each")
     for name, ms in out.items():
         if ms:
             print(f"{name:>9}: median {statistics.median(ms):8.1f} ms  (min {min(ms):.1f}, max {max(ms):.1f})")

@@ -26,6 +26,8 @@ from sqlalchemy import delete, text, update
 from caldera.core.spec import JobSpec
 from caldera.core.tenancy import Role
 from caldera.db.models import Job, User
+from caldera.scheduler import engine
+from caldera.scheduler.reasons import specific_reasons
 from caldera.server import arrays, holds, snapshot_jobs, tenancy
 from caldera.server import jobs as jobs_api
 from caldera.server.loop import SchedulerLoop
@@ -41,8 +43,10 @@ def _decided(d) -> tuple:
     return d.starts, d.preemptions, pending
 
 
-def _checking(loop: SchedulerLoop, compared: list[int]) -> None:
-    """Wrap the loop's snapshot: each cycle also builds a fresh one and compares it and its decisions."""
+def _checking(loop: SchedulerLoop, compared: list[int], silenced: list[str] | None = None) -> None:
+    """Wrap the loop's snapshot: each cycle also builds a fresh one and compares it and its decisions, and the
+    reasons the loop compares with the stored ones (only the jobs with some, or with some stored) with every
+    pending job's; ``silenced`` gets the jobs that stored reasons and have none now."""
     kept_snapshot = loop._snapshot
 
     def snapshot(db, now, user_usage, queue_usage, names):
@@ -51,19 +55,33 @@ def _checking(loop: SchedulerLoop, compared: list[int]) -> None:
         loop.jobs = SnapshotJobs()
         try:
             fresh = kept_snapshot(db, now, user_usage, queue_usage, names)
+            fresh_cycle = loop._cycle
         finally:
             loop.jobs, loop._cycle = kept, cycle
-        assert fresh.queued == snap.queued and fresh.running == snap.running
+        assert fresh.queued == snap.queued and fresh.running == snap.running and fresh.sharing == snap.sharing
+        stored = {sj.id: cycle.stored_reasons[sj.id] for sj in snap.queued}
+        assert stored == {sj.id: fresh_cycle.stored_reasons[sj.id] for sj in fresh.queued}
         fresh.queue_memo = None
         with_memo = dataclasses.replace(snap, queue_memo=copy.copy(snap.queue_memo))
-        assert _decided(loop.policy(with_memo)) == _decided(loop.policy(fresh))
+        decided = loop.policy(with_memo)
+        assert _decided(decided) == _decided(loop.policy(fresh))
+        every = {jid: list(r) for jid, r in specific_reasons(decided.pending)}
+        compared_now = {jid: list(r) for jid, r in loop._specific_reasons(decided.pending, cycle)}
+        assert compared_now == {jid: r for jid, r in every.items() if r or stored[jid]}
+        if silenced is not None:
+            silenced.extend(jid for jid, r in compared_now.items() if not r)
         compared.append(len(snap.queued))
         return snap
 
     loop._snapshot = snapshot  # type: ignore[method-assign]
 
 
-def test_kept_jobs_decide_as_a_fresh_build(tmp_path, db_url) -> None:
+@pytest.mark.parametrize("in_place", [snapshot_jobs._REORDER_IN_PLACE, 0], ids=["in-place", "sorted"])
+def test_kept_jobs_decide_as_a_fresh_build(tmp_path, db_url, monkeypatch, in_place) -> None:
+    """The queue's order kept changed in place (few changes) and sorted again (many: here, always). Only the first
+    jobs of the queue get a specific reason when the policy skips them: those pushed back lose theirs."""
+    monkeypatch.setattr(snapshot_jobs, "_REORDER_IN_PLACE", in_place)
+    monkeypatch.setattr(engine, "EXPLAIN_HEAD", 12)
     settings = make_settings(tmp_path, db_url, gpus=8, run_jobs_as="server")
     p = Platform.create(settings, runtime=FakeRuntime(settings))
     with p.session() as db:
@@ -80,7 +98,8 @@ def test_kept_jobs_decide_as_a_fresh_build(tmp_path, db_url) -> None:
 
 def _cycles(p: Platform, loop: SchedulerLoop, user_ids: list[int], admin_id: int) -> None:
     compared: list[int] = []
-    _checking(loop, compared)
+    silenced: list[str] = []
+    _checking(loop, compared, silenced)
 
     def submit(n: int, at: int, by: list[int], priorities: tuple[str, ...], run_s: float) -> list[str]:
         with p.session() as db:
@@ -101,6 +120,9 @@ def _cycles(p: Platform, loop: SchedulerLoop, user_ids: list[int], admin_id: int
         dependent = JobSpec(name="after", command=["true"], resources={"gpu": 1}, after=[{"job": first[0]}])
         jobs_api.submit(p, db, owner, dependent)
         arrays.submit(p, db, owner, JobSpec(name="arr", command=["sleep", "0.2"], resources={"gpu": 1}), "0-5%2")
+        shares = {"gpu": 1, "gpu_memory_mib": 4000}  # a job that may share a GPU: in the snapshot's sharing
+        shared = JobSpec(name="s", command=["true"], resources=shares, shareable=True, workload="resnet50")
+        jobs_api.submit(p, db, db.get(User, user_ids[1]), shared)
         db.commit()
     loop.tick()
     with p.session() as db:  # a row that did not change keeps its object
@@ -132,14 +154,16 @@ def _cycles(p: Platform, loop: SchedulerLoop, user_ids: list[int], admin_id: int
         others = [j for j in queued[3:] if (j.user_id, j.kind) == (done.user_id, done.kind)]
         assert others, "the user has other queued jobs of that kind"
         done.state, done.started_at, done.finished_at, done.attained_gpu_s = "Succeeded", 0.0, 7000.0, 7000.0 * 4
+        db.get(User, user_ids[1]).username = "renamed"  # a user's name changes: no job row is written
         db.commit()
     for _ in range(3):
         loop.tick()
         time.sleep(0.1)
     assert len(compared) == 10 and max(compared) >= 20
+    assert silenced, "a job's stored reasons went"
     with p.session() as db:
         assert db.query(Job).filter(Job.state == "Queued", Job.attempt > 0).count(), "a preempted job waits again"
-        loop.jobs.queued_rows(db, time.time() + snapshot_jobs.FULL_READ_EVERY_S)  # the check's full read
+        loop.jobs.read(db, time.time() + snapshot_jobs.FULL_READ_EVERY_S)  # the check's full read
         db.rollback()
     assert loop.jobs.missed == 0
 
@@ -156,15 +180,17 @@ def test_the_full_read_finds_a_write_the_changes_read_missed(tmp_path, db_url) -
         db.commit()
     kept = SnapshotJobs()
     with p.session() as db:
-        kept.queued_rows(db, 0.0)
+        kept.read(db, 0.0)
         sqlite = db.get_bind().dialect.name == "sqlite"
         db.execute(
             text("DROP TRIGGER jobs_change_seq_update" if sqlite else "DROP TRIGGER jobs_change_seq_write ON jobs")
         )
         db.execute(update(Job).where(Job.id == ids[1]).values(priority="high"))
         db.commit()
-        assert [r[5] for r in kept.queued_rows(db, 1.0)] == ["normal"] * 3, "missed by the changes read"
-        rows = kept.queued_rows(db, 1.0 + snapshot_jobs.FULL_READ_EVERY_S)
+        kept.read(db, 1.0)
+        assert [r[5] for r in kept.rows()] == ["normal"] * 3, "missed by the changes read"
+        kept.read(db, 1.0 + snapshot_jobs.FULL_READ_EVERY_S)
+        rows = kept.rows()
         assert kept.missed == 1 and [r[5] for r in rows] == ["normal", "high", "normal"]
 
 
@@ -190,7 +216,8 @@ def test_a_write_committed_after_a_read_is_read_next(tmp_path, db_url) -> None:
 
     def priorities(now: float) -> dict[str, str]:
         with p.session() as db:
-            rows = kept.queued_rows(db, now)
+            kept.read(db, now)
+            rows = kept.rows()
             db.rollback()
         return {row[0]: row[5] for row in rows}
 

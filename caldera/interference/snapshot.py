@@ -19,7 +19,7 @@ from caldera.config import Settings
 from caldera.interference.predictor import ModelPredictor, Predictor
 from caldera.interference.records import JobType
 from caldera.scheduler.sharing import Mix, SharingInfo, can_share
-from caldera.scheduler.snapshot import Snapshot
+from caldera.scheduler.snapshot import SchedJob, Snapshot
 
 log = logging.getLogger("caldera.sharing")
 
@@ -76,11 +76,19 @@ class LivePredictions:
                 log.error("%s", self.problem)
         return self._predictor
 
-    def info(self, snap: Snapshot, workloads: Mapping[str, str | None]) -> SharingInfo | None:
+    def info(
+        self,
+        snap: Snapshot,
+        workloads: Mapping[str, str | None],
+        queued_sharers: Sequence[SchedJob] | None = None,
+    ) -> SharingInfo | None:
         """The snapshot's ``sharing`` for the jobs' declared ``workloads`` (job id -> spec ``workload``); None when
-        no job can share (nothing to predict)."""
+        no job can share (nothing to predict). ``queued_sharers``: the queued jobs that can share, in the queue's
+        order, where the caller keeps them (the live loop: a pass over a long queue costs more than the rest)."""
         s = self.settings
-        sharers = [j for j in (*snap.queued, *snap.running) if can_share(j)]
+        if queued_sharers is None:
+            queued_sharers = [j for j in snap.queued if can_share(j)]
+        sharers = [*queued_sharers, *(j for j in snap.running if can_share(j))]
         if not sharers:
             return None
         base = {

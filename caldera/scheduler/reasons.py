@@ -240,6 +240,10 @@ class LazyPending(Mapping[str, list[Reason]]):
     def specific(self) -> Iterator[tuple[str, Sequence[Reason]]]:
         return _without_positions(self)
 
+    def said(self) -> tuple[dict[str, Sequence[Reason]], set[str]] | None:
+        """See :func:`said_reasons`; None here (a subclass that knows says)."""
+        return None
+
 
 def specific_reasons(pending: Mapping[str, list[Reason]]) -> Iterator[tuple[str, Sequence[Reason]]]:
     """(job id, its reasons but the ``QueuePosition`` one) for every job of ``Decisions.pending``: what the cycle
@@ -248,6 +252,16 @@ def specific_reasons(pending: Mapping[str, list[Reason]]) -> Iterator[tuple[str,
     if isinstance(pending, LazyPending):
         return pending.specific()
     return _without_positions(pending)
+
+
+def said_reasons(pending: Mapping[str, list[Reason]]) -> tuple[dict[str, Sequence[Reason]], set[str]] | None:
+    """Of ``Decisions.pending``: each job's reasons but the ``QueuePosition`` one, for the jobs that have any, and
+    the snapshot's queued jobs it leaves out (those that start); None where it cannot tell them apart from the
+    others (then :func:`specific_reasons`). Every other job of the snapshot's queue is pending with no reason but its
+    place: on a long queue most of it, which this does not pass over."""
+    if isinstance(pending, LazyPending):
+        return pending.said()
+    return None
 
 
 def _without_positions(pending: Mapping[str, list[Reason]]) -> Iterator[tuple[str, Sequence[Reason]]]:
@@ -315,6 +329,13 @@ class PendingReasons(LazyPending):
     def specific(self) -> Iterator[tuple[str, Sequence[Reason]]]:
         started, first = self._started, self._first
         return ((j.id, first.get(k, ())) for k, j in enumerate(self._jobs) if k not in started)
+
+    def said(self) -> tuple[dict[str, Sequence[Reason]], set[str]]:
+        jobs, started = self._jobs, self._started
+        said: dict[str, Sequence[Reason]] = {
+            jobs[k].id: r for k, r in sorted(self._first.items()) if r and k not in started
+        }
+        return said, {jobs[k].id for k in started}
 
     def __repr__(self) -> str:
         return f"PendingReasons({len(self)} jobs)"

@@ -35,7 +35,14 @@ from dataclasses import dataclass
 
 from caldera.core.cluster import Allocation
 from caldera.core.tenancy import QueueConfig
-from caldera.scheduler.reasons import GANG_NO_FIT, QUEUE_POSITION, SHARING_DECLINED, LazyPending, specific_reasons
+from caldera.scheduler.reasons import (
+    GANG_NO_FIT,
+    QUEUE_POSITION,
+    SHARING_DECLINED,
+    LazyPending,
+    said_reasons,
+    specific_reasons,
+)
 from caldera.scheduler.sharing_info import Mix, SharingInfo
 from caldera.scheduler.snapshot import Decisions, Policy, Reason, SchedJob, Snapshot, Start
 
@@ -455,6 +462,18 @@ class _Pending(LazyPending):
             if job_id not in started:
                 extra = added.get(job_id)
                 yield job_id, reasons if extra is None else [extra, *reasons]
+
+    def said(self) -> tuple[dict[str, Sequence[Reason]], set[str]] | None:
+        inner = said_reasons(self._inner)
+        if inner is None:
+            return None
+        said, left_out = inner
+        left_out = left_out | self._started
+        out = {job_id: reasons for job_id, reasons in said.items() if job_id not in left_out}
+        for job_id, extra in self._added.items():  # jobs of the snapshot's queue, pending where not left out
+            if job_id not in left_out:
+                out[job_id] = [extra, *out.get(job_id, ())]
+        return out, left_out
 
 
 class SharingPolicy:

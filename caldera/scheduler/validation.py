@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from operator import attrgetter
 
 from caldera.core.cluster import Allocation, Node
 from caldera.scheduler.sharing import can_share
 from caldera.scheduler.snapshot import Decisions, Preempt, SchedJob, Snapshot, Start
 
+_ID = attrgetter("id")
 _CPU_SLACK = 1e-6  # CPU is fractional: sums of floats may exceed a node's CPU by rounding only
 
 
@@ -161,7 +163,8 @@ def _split(snapshot: Snapshot, decisions: Decisions) -> tuple[list[Start], list[
     """The valid starts and preemptions of ``decisions``, and the problems of the others."""
     problems: list[Problem] = []
     free = FreeCapacity(snapshot.nodes, snapshot.running)
-    queued = {j.id: j for j in snapshot.queued}
+    # by id, for the starts only: a pass over a long queue in C where some job starts, none where none does
+    queued = dict(zip(map(_ID, snapshot.queued), snapshot.queued)) if decisions.starts else {}
     shared = None if snapshot.sharing is None else SharedGpus(snapshot, snapshot.sharing.max_jobs_per_gpu)
     starts: list[Start] = []
     for st in decisions.starts:

@@ -14,7 +14,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections import ChainMap
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from sqlalchemy import bindparam, select, update
@@ -29,10 +30,10 @@ from caldera.interference.snapshot import LivePredictions
 from caldera.runtime import gpu_share
 from caldera.runtime.base import Handle, LaunchRequest, Phase, Runtime
 from caldera.scheduler import fairshare
-from caldera.scheduler.reasons import specific_reasons
+from caldera.scheduler.reasons import said_reasons, specific_reasons
 from caldera.scheduler.registry import get_policy
 from caldera.scheduler.sharing import SharingPolicy
-from caldera.scheduler.snapshot import Decisions, Policy, Snapshot, Start
+from caldera.scheduler.snapshot import Decisions, Policy, Reason, Snapshot, Start
 from caldera.scheduler.validation import valid_decisions
 from caldera.server import cordons, files, holds, identity, job_publish, notifications, tenancy, user_keys
 from caldera.server.governor import STOP, Governor
@@ -384,19 +385,18 @@ class SchedulerLoop:
         self, db: Session, now: float, user_usage: dict, queue_usage: dict, names: dict[int, str]
     ) -> Snapshot:
         """The policy's view of the cluster; the queued jobs' side kept between cycles (snapshot_jobs.py)."""
-        rows = self.jobs.queued_rows(db, now)
+        self.jobs.read(db, now)
         active = list(db.scalars(select(Job).where(Job.state.in_(ACTIVE))))
-        keys = {(row[1], row[4]) for row in rows} | {(job.user_id, job.kind) for job in active}
+        keys = self.jobs.learned_keys() | {(job.user_id, job.kind) for job in active}
         learned = expected_runtimes(db, keys)
-        cycle = self.jobs.queued(db, rows, names, learned, now)
+        cycle = self.jobs.queued(db, names, learned, now)
         self._cycle = cycle
-        specs = self.jobs.specs
-        workloads: dict[str, str | None] = {sj.id: specs[sj.id].workload for sj in cycle.offered}
+        running_workloads: dict[str, str | None] = {}
         running = []
         for job in active:
             facts = self.jobs.facts(job)
             sj = sched_job(job, facts, names.get(job.user_id, "?"), learned.get((job.user_id, job.kind)), queued=False)
-            workloads[job.id] = facts.workload
+            running_workloads[job.id] = facts.workload
             sj.started_at = job.started_at
             sj.allocations = tuple(_alloc_from_json(a) for a in job.allocations)
             sj.terminating = job.stop_requested is not None
@@ -416,7 +416,8 @@ class SchedulerLoop:
             queue_memo=self.jobs.memo,
         )
         if self.predictions is not None:
-            snap.sharing = self.predictions.info(snap, workloads)
+            workloads = ChainMap(running_workloads, self.jobs.workloads)
+            snap.sharing = self.predictions.info(snap, workloads, queued_sharers=cycle.sharers)
         return snap
 
     def _apply(self, db: Session, decisions: Decisions, now: float) -> None:
@@ -439,7 +440,7 @@ class SchedulerLoop:
         cycle, self._cycle = self._cycle, None
         stored = cycle.stored_reasons if cycle is not None else {}
         changed = []
-        for job_id, reasons in specific_reasons(decisions.pending):
+        for job_id, reasons in self._specific_reasons(decisions.pending, cycle):
             had = stored.get(job_id)
             if not reasons and had == []:  # most of a long queue: nothing but its place to say
                 continue
@@ -458,6 +459,21 @@ class SchedulerLoop:
                 .values(pending_reasons=bindparam("reasons")),
                 changed,
             )
+
+    @staticmethod
+    def _specific_reasons(
+        pending: Mapping[str, list[Reason]], cycle: QueuedCycle | None
+    ) -> Iterable[tuple[str, Sequence[Reason]]]:
+        """The pending jobs' reasons but their places, for every pending job whose stored reasons they may differ
+        from: those with some reasons, and those offered with none now whose row stores some. A long queue's other
+        jobs (most: nothing but a place to say, nothing stored) are not passed over where the policy's pending
+        reasons tell which jobs have reasons (``said_reasons``)."""
+        said = said_reasons(pending)
+        if said is None or cycle is None:
+            return specific_reasons(pending)
+        reasons, left_out = said
+        not_now = left_out.union(reasons, cycle.withheld)
+        return [*reasons.items(), *((job_id, ()) for job_id in cycle.stored_some - not_now)]
 
     def _launch(self, db: Session, job: Job, allocations: tuple[Allocation, ...], now: float, why: str = "") -> None:
         owner = db.get(User, job.user_id)

@@ -9,7 +9,13 @@ from working. So the loop keeps, in one ``SnapshotJobs``:
 * each queued job's ``SchedJob`` with the row values it was built from: a row whose values changed (re-queued,
   more attained service, its user's learned run time moved...) gets a new object, which the memo sees as new;
 * the stored pending reasons, parsed once per text (shared: most queued jobs store ``[]``, their places being
-  kept in memory, queue_positions.py).
+  kept in memory, queue_positions.py);
+* what a cycle derives from those: the queue in the order of submission, the jobs that holds, dependencies or array
+  limits may withhold, those whose stored reasons are not empty, those that can share a GPU, the declared workloads
+  and the (user, kind) keys of the learned run times. A cycle changes them for the rows it read changed and for
+  the jobs of the users whose learned run time or name moved, not for the whole queue: on a long queue one pass
+  in Python over every job cost more than the rest of the cycle. Which jobs are withheld is decided again every
+  cycle, from the few that may be.
 
 A cycle reads only the job rows written since the last cycle (``jobs.change_seq``, set by triggers on every
 write of a row: migration 0022) and the jobs deleted since (``job_deletions``), and keeps the queued rows'
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+from bisect import bisect_left
 from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +46,7 @@ from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass
 from caldera.db.models import Job, JobChangeCounter, JobDeletion
 from caldera.scheduler.queue_memo import QueueMemo
+from caldera.scheduler.sharing import can_share
 from caldera.scheduler.snapshot import SchedJob
 from caldera.server import holds
 
@@ -46,6 +54,7 @@ log = logging.getLogger(__name__)
 
 QUEUED = JobState.QUEUED.value
 FULL_READ_EVERY_S = 300.0  # every queued row read again, as a check of the changes read in between
+_REORDER_IN_PLACE = 64  # at most this many jobs in or out (or a 32nd of the queue) change the kept order in place
 _CHUNK = 500  # ids per IN (...): under every database's limit on bound parameters
 # what a queued job's SchedJob is built from, besides its spec and user name: a change in any gives a new object
 _BUILT_FROM = (
@@ -131,12 +140,15 @@ def sched_job(job: Any, facts: SpecFacts, user: str, learned: float | None, queu
 @dataclass(slots=True)
 class QueuedCycle:
     """One cycle's queued jobs: those offered to the policy (in the order of submission), the stored reasons of
-    the offered ones, and the ORM objects read (kept referenced for the cycle, so that ``Session.get`` finds
-    them)."""
+    the queued ones as last read (held and waiting ones too: the policy gives no reasons for those), and the ORM
+    objects read (kept referenced for the cycle, so that ``Session.get`` finds them)."""
 
     offered: list[SchedJob]
     stored_reasons: dict[str, list]
     loaded: list[Job]
+    withheld: set[str]  # the queued jobs not offered
+    stored_some: set[str]  # the queued jobs whose stored reasons are not empty
+    sharers: list[SchedJob]  # the offered jobs that can share a GPU, in the order of ``offered``
 
 
 class SnapshotJobs:
@@ -144,17 +156,30 @@ class SnapshotJobs:
 
     def __init__(self) -> None:
         self.specs: dict[str, SpecFacts] = {}
-        self._queued: dict[str, tuple[tuple, SchedJob]] = {}
         # stored pending reasons by their text, parsed once: most jobs of a long queue store the same few texts
         self._parsed_reasons: dict[str | None, list] = {}
         self.memo = QueueMemo()
-        # the queued rows by job id, each with its change_seq; in the order of submission once sorted
+        # the queued rows by job id, each with its change_seq
         self._rows: dict[str, tuple[tuple, int]] = {}
-        self._ordered: list[tuple] | None = None
         # the rows and deletions whose change_seq is below this were all read (None: read every queued row next)
         self._next: int | None = None
         self._full_read_at = 0.0
         self.missed = 0  # rows the full reads found that the changes read had missed
+        # What is built from the rows, kept between cycles and changed only for the jobs in _changed (their rows
+        # read changed, new or gone since the last build) and the jobs of users whose name or learned run time
+        # moved: a cycle's passes over every queued job in Python were most of a long queue's cycle.
+        self._changed: set[str] = set()
+        self._built: dict[str, tuple[tuple, SchedJob]] = {}  # job id -> (what its SchedJob is built from, it)
+        self._order: list[tuple[float, str]] = []  # (submitted_at, id) of every queued job, sorted
+        self._jobs: list[SchedJob] = []  # their SchedJobs, in that order
+        self._by_key: dict[tuple[int, str], set[str]] = {}  # (user id, kind) -> its queued jobs
+        self._names: dict[int, str] = {}  # the user names and learned run times the kept jobs were built with
+        self._learned: dict[tuple[int, str], float] = {}
+        self._maybe_withheld: set[str] = set()  # held, in an array or with dependencies: checked every cycle
+        self.stored: dict[str, list] = {}  # each queued job's stored reasons, parsed
+        self._stored_some: set[str] = set()  # the jobs whose stored reasons are not empty: few
+        self._sharers: set[str] = set()  # the jobs that can share a GPU
+        self.workloads: dict[str, str] = {}  # the queued jobs' declared workloads (those that declare one)
 
     @staticmethod
     def _mark(conn: Any) -> int:
@@ -173,16 +198,15 @@ class SnapshotJobs:
         changed = conn.execute(query).all()
         deleted = conn.execute(select(JobDeletion.job_id).where(JobDeletion.seq >= self._next)).scalars()
         self._next = mark
-        if changed:
-            self._ordered = None
         for *row, state, seq in changed:
+            self._changed.add(row[0])
             if state == QUEUED:
                 self._rows[row[0]] = (tuple(row), seq)
             else:
                 self._rows.pop(row[0], None)
         for job_id in deleted:
             if self._rows.pop(job_id, None) is not None:
-                self._ordered = None
+                self._changed.add(job_id)
 
     def _read_all(self, db: Session, now: float) -> None:
         """Every queued row, and a check of what the changes read had kept (from the first cycle on, none)."""
@@ -195,7 +219,11 @@ class SnapshotJobs:
             # the deletions this loop has read: no later read needs them (a loop's first read prunes none, and a
             # fresh build's, as tests and benchmarks make, none that the loop has not read)
             conn.execute(delete(JobDeletion).where(JobDeletion.seq < self._next))
-        self._rows, self._ordered = rows, None
+        kept = self._rows
+        # what is rebuilt: the rows that differ from those kept (after a rolled-back cycle, its undone writes too)
+        self._changed.update(jid for jid, had in rows.items() if kept.get(jid) != had)
+        self._changed.update(kept.keys() - rows.keys())
+        self._rows = rows
         self._next, self._full_read_at = mark, now
 
     def _check(self, conn: Any, rows: dict[str, tuple[tuple, int]], next_: int) -> None:
@@ -223,65 +251,159 @@ class SnapshotJobs:
         read may include its own writes, undone (on SQLite their counter values are then taken again)."""
         self._next = None
 
-    def queued_rows(self, db: Session, now: float) -> list[tuple]:
-        """The queued jobs' rows (``_QUEUED_ROW``: id, user id, account, queue, kind, ...), in the order of
-        submission, every spec among them read."""
+    def read(self, db: Session, now: float) -> None:
+        """Read the queued rows written since the last read (all of them at the first cycle and every
+        ``FULL_READ_EVERY_S``), and the specs of the jobs not seen before."""
         if self._next is None or now - self._full_read_at >= FULL_READ_EVERY_S:
             self._read_all(db, now)
         else:
             self._read_changes(db)
-        if self._ordered is None:
-            self._ordered = sorted((row for row, _ in self._rows.values()), key=lambda row: (row[_SUBMITTED], row[0]))
-        rows = self._ordered
-        missing = [row[0] for row in rows if row[0] not in self.specs]
+        rows, specs = self._rows, self.specs
+        missing = sorted(
+            (jid for jid in self._changed if jid not in specs and jid in rows),
+            key=lambda jid: (rows[jid][0][_SUBMITTED], jid),
+        )
         for at in range(0, len(missing), _CHUNK):
-            for jid, spec in db.execute(select(Job.id, Job.spec).where(Job.id.in_(missing[at : at + _CHUNK]))):
-                self.specs[jid] = SpecFacts.of(spec)
-        return rows
+            chunk = missing[at : at + _CHUNK]
+            got = {jid: spec for jid, spec in db.execute(select(Job.id, Job.spec).where(Job.id.in_(chunk)))}
+            for jid in chunk:  # made in the queue's order, as the SchedJobs are (see _rebuild)
+                specs[jid] = SpecFacts.of(got[jid])
+
+    def rows(self) -> list[tuple]:
+        """The queued rows as last read (``_QUEUED_ROW``: id, user id, account, queue, kind, ...), in the order of
+        submission."""
+        return sorted((row for row, _ in self._rows.values()), key=lambda row: (row[_SUBMITTED], row[0]))
+
+    def learned_keys(self) -> set[tuple[int, str]]:
+        """The (user id, kind) of every queued job as last read (and perhaps of some no longer queued)."""
+        rows = self._rows
+        new = {(kept[0][1], kept[0][4]) for kept in map(rows.get, self._changed) if kept is not None}
+        return new.union(self._by_key)
 
     def queued(
-        self, db: Session, rows: list[Any], names: dict[int, str], learned: dict[tuple[int, str], float], now: float
+        self, db: Session, names: dict[int, str], learned: dict[tuple[int, str], float], now: float
     ) -> QueuedCycle:
         """The queued jobs the policy is offered: held jobs and those waiting for a dependency or their array's
         limit are not (``holds.withhold`` writes their reasons)."""
-        specs = self.specs
-        maybe_withheld = [
-            row[0]
-            for row in rows
-            if row[_HOLD] not in (None, "null") or row[_ARRAY_ID] is not None or specs[row[0]].has_dependencies
-        ]
+        self._rebuild(names, learned)
+        maybe_withheld = sorted(self._maybe_withheld)
         loaded: list[Job] = []
         for at in range(0, len(maybe_withheld), _CHUNK):
             loaded += db.scalars(select(Job).where(Job.id.in_(maybe_withheld[at : at + _CHUNK])))
         loaded.sort(key=lambda j: (j.submitted_at, j.id))
         withheld = holds.withhold(db, loaded, now)
-        kept, offered, stored = {}, [], {}
-        had_built = self._queued
-        parsed = self._parsed_reasons
-        if len(parsed) > len(rows) + 1000:  # texts no row holds any more
-            parsed.clear()
-        for row in rows:  # plain tuples: a row's attributes by name cost more than the rest of this loop
-            jid = row[0]
-            if jid in withheld:
+        order, jobs = self._order, self._jobs
+        if not withheld:
+            offered = list(jobs)  # a list of its own: the memo keeps it
+        else:
+            built = self._built
+            at = sorted(bisect_left(order, (built[jid][0][0][_SUBMITTED], jid)) for jid in withheld if jid in built)
+            offered = []
+            for start, end in zip([0] + [i + 1 for i in at], [*at, len(jobs)]):
+                offered += jobs[start:end]
+        specs, rows = self.specs, self._rows
+        if len(specs) > 2 * len(rows) + 1000:  # forget the specs of jobs long gone, now and then
+            self.specs = {jid: f for jid, f in specs.items() if jid in rows}
+        sharers = [self._built[jid][1] for jid in self._sharers - withheld]
+        sharers.sort(key=lambda sj: (sj.submitted_at, sj.id))
+        return QueuedCycle(offered, self.stored, loaded, withheld, self._stored_some, sharers)
+
+    def _rebuild(self, names: dict[int, str], learned: dict[tuple[int, str], float]) -> None:
+        """Bring what is built from the rows up to date, for the jobs whose rows or users' learned run times or
+        names changed; the others keep their objects."""
+        changed, self._changed = self._changed, set()
+        by_key = self._by_key
+        if names != self._names:
+            moved = {u for u in names.keys() | self._names.keys() if names.get(u) != self._names.get(u)}
+            for key, jids in by_key.items():
+                if key[0] in moved:
+                    changed |= jids
+        old_learned = self._learned
+        for key, jids in by_key.items():
+            if learned.get(key) != old_learned.get(key):
+                changed |= jids
+        self._names, self._learned = dict(names), dict(learned)
+        if len(self._parsed_reasons) > len(self._rows) + 1000:  # texts no row holds any more
+            self._parsed_reasons.clear()
+        built, rows, specs, parsed = self._built, self._rows, self.specs, self._parsed_reasons
+        removed: list[tuple[float, str]] = []
+        added: list[tuple[tuple[float, str], SchedJob]] = []
+        replaced: list[tuple[tuple[float, str], SchedJob]] = []
+        # in the queue's order: objects made one after the other lie near each other in memory, and the policy's
+        # passes over a long queue (in that order) run at half the speed over objects made in any other
+        for jid in sorted(changed, key=lambda jid: (rows[jid][0][_SUBMITTED], jid) if jid in rows else (0.0, jid)):
+            had = built.pop(jid, None)
+            if had is not None:
+                key = (had[0][0][1], had[0][0][4])
+                jids = by_key[key]
+                jids.discard(jid)
+                if not jids:
+                    del by_key[key]
+                self._maybe_withheld.discard(jid)
+                self._stored_some.discard(jid)
+                self._sharers.discard(jid)
+                self.stored.pop(jid, None)
+                self.workloads.pop(jid, None)
+            kept = rows.get(jid)
+            if kept is None:
+                if had is not None:
+                    removed.append((had[0][0][_SUBMITTED], jid))
                 continue
+            row = kept[0]
             user_id, kind = row[1], row[4]
             user = names.get(user_id, "?")
             runtime = learned.get((user_id, kind))
             built_from = (row[:_ARRAY_ID], user, runtime)
-            had = had_built.get(jid)
             if had is not None and had[0] == built_from:
                 sj = had[1]
             else:
                 sj = sched_job(_QueuedRow._make(row), specs[jid], user, runtime, queued=True)
-            kept[jid] = (built_from, sj)
-            offered.append(sj)
+            built[jid] = (built_from, sj)
+            at = (row[_SUBMITTED], jid)
+            if had is None:
+                added.append((at, sj))
+            elif had[0][0][_SUBMITTED] != row[_SUBMITTED]:
+                removed.append((had[0][0][_SUBMITTED], jid))
+                added.append((at, sj))
+            elif had[1] is not sj:
+                replaced.append((at, sj))
+            by_key.setdefault((user_id, kind), set()).add(jid)
+            facts = specs[jid]
+            if row[_HOLD] not in (None, "null") or row[_ARRAY_ID] is not None or facts.has_dependencies:
+                self._maybe_withheld.add(jid)
             text = row[_REASONS]
             reasons = parsed.get(text)
             if reasons is None:
                 reasons = parsed[text] = (json.loads(text) if text is not None else None) or []
-            stored[jid] = reasons
-        self._queued = kept
-        live = {row[0] for row in rows}
-        if len(specs) > 2 * len(live) + 1000:  # forget the specs of jobs long gone, now and then
-            self.specs = {jid: f for jid, f in specs.items() if jid in live}
-        return QueuedCycle(offered, stored, loaded)
+            self.stored[jid] = reasons
+            if reasons:
+                self._stored_some.add(jid)
+            if can_share(sj):
+                self._sharers.add(jid)
+            if facts.workload is not None:
+                self.workloads[jid] = facts.workload
+        self._reorder(removed, added, replaced)
+
+    def _reorder(
+        self,
+        removed: list[tuple[float, str]],
+        added: list[tuple[tuple[float, str], SchedJob]],
+        replaced: list[tuple[tuple[float, str], SchedJob]],
+    ) -> None:
+        """The queue in the order of submission with the jobs removed, added and replaced: in place when they are
+        few (a new job goes at the end, in C), sorted again when they are many."""
+        order, jobs = self._order, self._jobs
+        if len(removed) + len(added) > max(_REORDER_IN_PLACE, len(order) // 32):
+            pairs = sorted(((bf[0][_SUBMITTED], jid), sj) for jid, (bf, sj) in self._built.items())
+            self._order = [at for at, _ in pairs]
+            self._jobs = [sj for _, sj in pairs]
+            return
+        for at in removed:
+            i = bisect_left(order, at)
+            del order[i], jobs[i]
+        for at, sj in sorted(added, key=lambda a: a[0]):
+            i = bisect_left(order, at)
+            order.insert(i, at)
+            jobs.insert(i, sj)
+        for at, sj in replaced:
+            jobs[bisect_left(order, at)] = sj

@@ -10,6 +10,7 @@ from caldera.core.cluster import Allocation
 from caldera.core.spec import SpecError, parse_spec
 from caldera.core.tenancy import QueueConfig
 from caldera.scheduler.fifo import FifoPolicy
+from caldera.scheduler.reasons import said_reasons, specific_reasons
 from caldera.scheduler.sharing import SharingInfo, SharingPolicy
 from caldera.scheduler.snapshot import Decisions, SchedJob, Start
 from caldera.scheduler.validation import decision_errors
@@ -141,6 +142,9 @@ def test_why_names_the_closest_refused_mix_and_its_tolerance():
         == "not shared: next to r0 on n0 GPU 0 the predicted slowdown of it is 40%, over its tolerance 30%"
     )
     assert reasons[-1].code == "QueuePosition"
+    said, left_out = said_reasons(run(snap).pending)  # the sharing reason among the reasons the loop compares
+    assert said["q"][0].code == "SharingDeclined" and left_out == set()
+    assert said == {jid: r for jid, r in specific_reasons(run(snap).pending) if r}
     snap.sharing = info({}, {"r0": "a", "q": "b"})
     assert "no predicted slowdown for it next to r0 on a100" in run(snap).pending["q"][0].message
     snap.sharing = SharingInfo(unavailable="no interference model at /x (caldera interference train)")

@@ -118,6 +118,20 @@ def test_pending_is_a_mapping_made_as_it_is_read():
     }
 
 
+def test_said_reasons_are_the_specific_reasons_of_the_jobs_that_have_some():
+    """``said_reasons``: what ``specific_reasons`` gives for the jobs with a reason besides their place, and the
+    jobs that start; no other job of a long queue (deep ones have only their place)."""
+    n = 600
+    q = [job(f"j{i:04d}", 1 + i % 8, queued_since=NOW - 400 + i, user=f"u{i % 7}") for i in range(n)]
+    d = CalderaPolicy()(snapshot(nodes(2), q, [running("r", {"n0": range(8)}, started_at=NOW, max_runtime_s=600)]))
+    said, left_out = reasons.said_reasons(d.pending)
+    every = dict(reasons.specific_reasons(d.pending))
+    assert left_out == {s.job_id for s in d.starts} and left_out
+    assert said == {jid: r for jid, r in every.items() if r}
+    assert 0 < len(said) < len(every) - 100  # the jobs deep in the queue say nothing but their place
+    assert reasons.said_reasons({"j0000": []}) is None  # a plain mapping cannot tell
+
+
 def test_reasons_for_jobs_deep_in_a_long_queue_are_cheap_but_present():
     n = 5000
     q = [job(f"j{i:05d}", 8, queued_since=NOW - 100 + i / n) for i in range(n)]
