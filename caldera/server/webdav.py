@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -28,6 +29,7 @@ from wsgidav.wsgidav_app import WsgiDAVApp
 
 from caldera.db.models import User
 from caldera.errors import CalderaError
+from caldera.server.dav_body import RequestBody
 from caldera.server.platform import Platform
 from caldera.server.security import PERSONAL_PREFIX
 from caldera.storage.errors import NoSuchPath, QuotaExceeded
@@ -329,18 +331,27 @@ def dav_app(platform: Platform, spaces: Spaces) -> Any:
 def _guarded(app: Any) -> Any:
     """A PROPFIND of unbounded depth (the default when no Depth is sent) would walk a whole space in one request:
     refused, as RFC 4918 allows; clients list one level at a time. Every answer is sandboxed: nothing under /dav
-    runs as a page of the platform."""
+    runs as a page of the platform. The body is read through caldera.server.dav_body (a PUT at disk speed), and
+    no longer received once the answer is sent."""
 
-    def guarded(environ: dict, start_response: Any) -> Any:
+    def guarded(environ: dict, start_response: Any) -> Iterator[bytes]:
         if environ["REQUEST_METHOD"] == "PROPFIND" and environ.get("HTTP_DEPTH", "infinity").lower() == "infinity":
             start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
-            return [b"PROPFIND with Depth: infinity is not served; ask for Depth: 0 or 1\n"]
+            yield b"PROPFIND with Depth: infinity is not served; ask for Depth: 0 or 1\n"
+            return
 
         def sandboxed(status: str, headers: list, exc_info: Any = None) -> Any:
             headers = [(k, v) for k, v in headers if k.lower() != "content-security-policy"]
             headers.append(("Content-Security-Policy", "sandbox; default-src 'none'"))
             return start_response(status, headers, exc_info)
 
-        return app(environ, sandboxed)
+        body = environ["wsgi.input"] = RequestBody.replacing(environ["wsgi.input"])
+        answer = app(environ, sandboxed)
+        try:
+            yield from answer
+        finally:
+            body.close()
+            if hasattr(answer, "close"):
+                answer.close()  # WSGI's rule, which a2wsgi keeps for the iterable it is given: this one
 
     return guarded
