@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy.orm import Session
+from starlette.exceptions import HTTPException
 from wsgidav.dav_error import (
     HTTP_BAD_REQUEST,
     HTTP_CONFLICT,
@@ -29,8 +30,8 @@ from wsgidav.wsgidav_app import WsgiDAVApp
 
 from caldera.db.models import User
 from caldera.errors import CalderaError
-from caldera.server.dav_body import RequestBody
 from caldera.server.platform import Platform
+from caldera.server.request_body import RequestBody
 from caldera.server.security import PERSONAL_PREFIX
 from caldera.storage.errors import NoSuchPath, QuotaExceeded
 from caldera.storage.paths import parts
@@ -328,10 +329,18 @@ def dav_app(platform: Platform, spaces: Spaces) -> Any:
     )
 
 
+class _Body(RequestBody):
+    def take(self) -> list[bytes]:
+        try:
+            return super().take()
+        except HTTPException as exc:  # the size limit: its own status, where WsgiDAV would say 500
+            raise DAVError(exc.status_code, exc.detail) from None
+
+
 def _guarded(app: Any) -> Any:
     """A PROPFIND of unbounded depth (the default when no Depth is sent) would walk a whole space in one request:
     refused, as RFC 4918 allows; clients list one level at a time. Every answer is sandboxed: nothing under /dav
-    runs as a page of the platform. The body is read through caldera.server.dav_body (a PUT at disk speed), and
+    runs as a page of the platform. The body is read through caldera.server.request_body (a PUT at disk speed), and
     no longer received once the answer is sent."""
 
     def guarded(environ: dict, start_response: Any) -> Iterator[bytes]:
@@ -345,7 +354,8 @@ def _guarded(app: Any) -> Any:
             headers.append(("Content-Security-Policy", "sandbox; default-src 'none'"))
             return start_response(status, headers, exc_info)
 
-        body = environ["wsgi.input"] = RequestBody.replacing(environ["wsgi.input"])
+        a2wsgi_body = environ["wsgi.input"]  # nothing read from it yet; its loop and receive are a2wsgi's own
+        body = environ["wsgi.input"] = _Body(a2wsgi_body.loop, a2wsgi_body.receive)
         answer = app(environ, sandboxed)
         try:
             yield from answer

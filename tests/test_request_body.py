@@ -1,4 +1,4 @@
-"""caldera.server.dav_body: a WebDAV request's body read in a thread while the event loop receives it ahead."""
+"""caldera.server.request_body: a request's body taken by a thread while the event loop receives it ahead."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import pytest
 from wsgidav.dav_error import DAVError
 
-from caldera.server import dav_body
-from caldera.server.dav_body import RequestBody
+from caldera.server import request_body
 from caldera.server.limits import BodyTooLarge
+from caldera.server.request_body import RequestBody
+from caldera.server.webdav import _Body
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def test_reads_exactly_what_is_asked_across_pieces(loop):
 
 
 def test_receives_ahead_only_so_far_and_stops_when_closed(loop, monkeypatch):
-    monkeypatch.setattr(dav_body, "AHEAD", 4 * 1024)
+    monkeypatch.setattr(request_body, "AHEAD", 4 * 1024)
     answered, receive = receiving(body(*[b"x" * 1024] * 100))
     stream = RequestBody(loop, receive)
     assert stream.read(1) == b"x"
@@ -80,9 +81,20 @@ def test_a_body_cut_short_is_an_error_not_its_end(loop):
         stream.read(100)
 
 
-def test_the_size_limit_answers_413(loop):
+def test_what_receive_raises_is_raised_in_the_thread_and_webdav_answers_its_status(loop):
     _, receive = receiving([*body(b"a" * 10, b"b")[:1], BodyTooLarge(10)])
-    stream = RequestBody(loop, receive)
+    with pytest.raises(BodyTooLarge):
+        RequestBody(loop, receive).take()
+    _, receive = receiving([*body(b"a" * 10, b"b")[:1], BodyTooLarge(10)])
     with pytest.raises(DAVError) as refused:
-        stream.read(100)
-    assert refused.value.value == 413
+        _Body(loop, receive).read(100)
+    assert refused.value.value == 413  # WsgiDAV would answer anything else with 500
+
+
+def test_take_gives_the_pieces_as_received(loop):
+    _, receive = receiving(body(b"ab", b"", b"cde"))
+    stream = RequestBody(loop, receive)
+    got = []
+    while pieces := stream.take():
+        got += pieces
+    assert got == [b"ab", b"cde"] and stream.take() == []

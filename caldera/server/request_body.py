@@ -1,14 +1,15 @@
-"""The body of a WebDAV request as WsgiDAV reads it (``wsgi.input``), in place of a2wsgi's.
+"""A WebDAV request's body as WsgiDAV reads it (``wsgi.input``, in place of a2wsgi's): received ahead on the
+event loop while WsgiDAV's thread writes it to a file.
 
-a2wsgi's ``wsgi.input`` asks the event loop for each piece uvicorn received (a quarter mebibyte at most) while
-WsgiDAV's thread waits, and uvicorn stops reading the socket until that piece is taken; then it copies each byte
-three more times (into its buffer, a slice, ``bytes``). A PUT of 2 GiB ran at a third of a local copy's speed.
-Here a task on the event loop receives the body ahead of the thread (up to ``AHEAD`` bytes), so the socket is
-read while the thread writes the file, and the thread takes all that arrived in one trip to the loop; a read
-joins what it returns from the pieces received (one copy).
+uvicorn stops reading a connection once 64 KiB of a body wait to be taken, until the application asks for them.
+a2wsgi's ``wsgi.input`` asked the loop for each piece (a quarter mebibyte at most) while the thread waited, then
+copied each byte three more times (into its buffer, a slice, ``bytes``): a PUT of 2 GiB ran at a third of a local
+copy's speed. Here a task on the loop receives the body ahead of the thread (up to ``AHEAD`` bytes), so the socket
+is read while the thread writes, and the thread takes all that arrived in one trip to the loop. (The API's upload
+chunks gather 8 MiB per trip already; receiving them ahead too measured no faster: the SDK client sets the pace.)
 
 A client that goes away before its body is complete is an error (a2wsgi read that as the end of the body: the
-part of a file received would have replaced the file); so is what ``receive`` raises (the body size limit, a 413).
+part of a file received replaced the file); so is what ``receive`` raises (the body size limit).
 """
 
 from __future__ import annotations
@@ -17,18 +18,15 @@ import asyncio
 from collections import deque
 from typing import Any
 
-from starlette.exceptions import HTTPException
-from wsgidav.dav_error import DAVError
-
 AHEAD = 16 << 20  # bytes received that the thread has not taken yet, at most (plus one piece); as much again taken
 
 
 class RequestBody:
-    """``wsgi.input`` with only ``read`` (WsgiDAV reads no other way), fed by ``receive`` on ``loop``."""
+    """The body ``receive`` gives on ``loop``, for a thread: ``take`` (the pieces as received) or ``read``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, receive: Any):
         self._loop, self._receive = loop, receive
-        self._taken: deque[memoryview] = deque()  # the thread's: received, not read yet
+        self._taken: deque[memoryview] = deque()  # the thread's: what read() has not returned yet
         self._finished = False
         # the loop's:
         self._arrived: list[bytes] = []
@@ -37,11 +35,6 @@ class RequestBody:
         self._news = asyncio.Event()  # something arrived, or the end
         self._room = asyncio.Event()  # the thread took what had arrived
         self._task: asyncio.Task | None = None
-
-    @classmethod
-    def replacing(cls, a2wsgi_body: Any) -> RequestBody:
-        """In place of a2wsgi's ``wsgi.input``, with its loop and ``receive``, before anything read from it."""
-        return cls(a2wsgi_body.loop, a2wsgi_body.receive)
 
     async def _receive_ahead(self) -> None:
         try:
@@ -63,7 +56,7 @@ class RequestBody:
         except asyncio.CancelledError:
             self._end = ConnectionResetError("the request ended before its body was read")
             raise
-        except Exception as exc:  # noqa: BLE001 - raised in the thread that reads (BodyTooLarge: the size limit)
+        except Exception as exc:  # noqa: BLE001 - raised in the thread that takes (BodyTooLarge: the size limit)
             self._end = exc
         finally:
             self._news.set()
@@ -78,24 +71,26 @@ class RequestBody:
         self._room.set()
         return pieces, self._end
 
-    def _fill(self) -> bool:
-        """In the thread: take all that arrived (waiting for something); False at the end of the body."""
+    def take(self) -> list[bytes]:
+        """In the thread: all the pieces that arrived (waiting for one), as received; [] at the end of the body."""
         if self._finished:
-            return False
+            return []
         pieces, end = asyncio.run_coroutine_threadsafe(self._take(), self._loop).result()
-        if isinstance(end, HTTPException):  # the size limit: its own status, where WsgiDAV would say 500
-            raise DAVError(end.status_code, end.detail)
         if isinstance(end, BaseException):
             raise end
-        self._taken.extend(map(memoryview, pieces))
         self._finished = end
-        return bool(pieces) or not end
+        return pieces
 
     def read(self, size: int = -1) -> bytes:
-        """``size`` bytes (all that is left when -1), fewer only at the end of the body."""
+        """``size`` bytes (all that is left when -1), fewer only at the end of the body; the pieces joined once."""
         out: list[memoryview] = []
         wanted = size
-        while wanted and (self._taken or self._fill()):
+        while wanted:
+            if not self._taken:
+                pieces = self.take()
+                if not pieces:
+                    break
+                self._taken.extend(map(memoryview, pieces))
             piece = self._taken.popleft()
             if 0 <= wanted < len(piece):
                 self._taken.appendleft(piece[wanted:])
@@ -105,6 +100,6 @@ class RequestBody:
         return b"".join(out)
 
     def close(self) -> None:
-        """The request is answered: stop receiving its body (what WsgiDAV left unread, a PUT refused midway)."""
+        """The request is answered: stop receiving its body (what was left unread, an upload refused midway)."""
         if self._task is not None:
             self._loop.call_soon_threadsafe(self._task.cancel)
