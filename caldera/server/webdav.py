@@ -340,8 +340,8 @@ class _Body(RequestBody):
 def _guarded(app: Any) -> Any:
     """A PROPFIND of unbounded depth (the default when no Depth is sent) would walk a whole space in one request:
     refused, as RFC 4918 allows; clients list one level at a time. Every answer is sandboxed: nothing under /dav
-    runs as a page of the platform. The body is read through caldera.server.request_body (a PUT at disk speed), and
-    no longer received once the answer is sent."""
+    runs as a page of the platform. The body is read through caldera.server.request_body (received ahead of the
+    thread that writes it), and no longer received once the answer is sent."""
 
     def guarded(environ: dict, start_response: Any) -> Iterator[bytes]:
         if environ["REQUEST_METHOD"] == "PROPFIND" and environ.get("HTTP_DEPTH", "infinity").lower() == "infinity":
