@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy.orm import Session
+from starlette.exceptions import HTTPException
 from wsgidav.dav_error import (
     HTTP_BAD_REQUEST,
     HTTP_CONFLICT,
@@ -29,6 +31,7 @@ from wsgidav.wsgidav_app import WsgiDAVApp
 from caldera.db.models import User
 from caldera.errors import CalderaError
 from caldera.server.platform import Platform
+from caldera.server.request_body import RequestBody
 from caldera.server.security import PERSONAL_PREFIX
 from caldera.storage.errors import NoSuchPath, QuotaExceeded
 from caldera.storage.paths import parts
@@ -326,21 +329,39 @@ def dav_app(platform: Platform, spaces: Spaces) -> Any:
     )
 
 
+class _Body(RequestBody):
+    def take(self) -> list[bytes]:
+        try:
+            return super().take()
+        except HTTPException as exc:  # the size limit: its own status, where WsgiDAV would say 500
+            raise DAVError(exc.status_code, exc.detail) from None
+
+
 def _guarded(app: Any) -> Any:
     """A PROPFIND of unbounded depth (the default when no Depth is sent) would walk a whole space in one request:
     refused, as RFC 4918 allows; clients list one level at a time. Every answer is sandboxed: nothing under /dav
-    runs as a page of the platform."""
+    runs as a page of the platform. The body is read through caldera.server.request_body (received ahead of the
+    thread that writes it), and no longer received once the answer is sent."""
 
-    def guarded(environ: dict, start_response: Any) -> Any:
+    def guarded(environ: dict, start_response: Any) -> Iterator[bytes]:
         if environ["REQUEST_METHOD"] == "PROPFIND" and environ.get("HTTP_DEPTH", "infinity").lower() == "infinity":
             start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
-            return [b"PROPFIND with Depth: infinity is not served; ask for Depth: 0 or 1\n"]
+            yield b"PROPFIND with Depth: infinity is not served; ask for Depth: 0 or 1\n"
+            return
 
         def sandboxed(status: str, headers: list, exc_info: Any = None) -> Any:
             headers = [(k, v) for k, v in headers if k.lower() != "content-security-policy"]
             headers.append(("Content-Security-Policy", "sandbox; default-src 'none'"))
             return start_response(status, headers, exc_info)
 
-        return app(environ, sandboxed)
+        a2wsgi_body = environ["wsgi.input"]  # nothing read from it yet; its loop and receive are a2wsgi's own
+        body = environ["wsgi.input"] = _Body(a2wsgi_body.loop, a2wsgi_body.receive)
+        answer = app(environ, sandboxed)
+        try:
+            yield from answer
+        finally:
+            body.close()
+            if hasattr(answer, "close"):
+                answer.close()  # WSGI's rule, which a2wsgi keeps for the iterable it is given: this one
 
     return guarded
