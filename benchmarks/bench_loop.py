@@ -11,8 +11,8 @@ jobs spread over the queue are cancelled and N new ones submitted (written strai
 Prints the median and the range of the cycle's wall and CPU
 time and, per part, where its wall time went: the snapshot built from the database (``_snapshot``), the policy,
 the queued jobs' reasons compared and written (``_write_reasons``); the rest of the tick is observing, charging
-usage and starting jobs. ``--profile`` writes cProfile's statistics of the timed
-cycles. Exits 0.
+usage and starting jobs; and how many job objects the policy's queue memo read per timed cycle (the queue's length
+when it reads the queue whole). ``--profile`` writes cProfile's statistics of the timed cycles. Exits 0.
 """
 
 from __future__ import annotations
@@ -178,9 +178,13 @@ def main() -> None:
             time.sleep(0.05)
         with p.session() as db:
             running = db.query(Job).filter(Job.state.in_(("Starting", "Running"))).count()
+        memo = loop.jobs.memo
+        read_before = memo.jobs_read
         out = timed(p, loop, a.cycles, a.churn, a.profile)
+        read = (memo.jobs_read - read_before) / a.cycles
         loop.launcher.shutdown()
     print(f"{running} jobs running; {a.cycles} cycles timed, {a.churn} jobs cancelled and submitted before each")
+    print(f"the queue memo read {read:,.0f} job objects per timed cycle")
     for name, ms in out.items():
         if ms:
             print(f"{name:>9}: median {statistics.median(ms):8.1f} ms  (min {min(ms):.1f}, max {max(ms):.1f})")

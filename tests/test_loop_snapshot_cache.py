@@ -43,11 +43,30 @@ def _decided(d) -> tuple:
     return d.starts, d.preemptions, pending
 
 
-def _checking(loop: SchedulerLoop, compared: list[int], silenced: list[str] | None = None) -> None:
+def _checking(
+    loop: SchedulerLoop, compared: list[int], silenced: list[str] | None = None, told: list[int] | None = None
+) -> None:
     """Wrap the loop's snapshot: each cycle also builds a fresh one and compares it and its decisions, and the
     reasons the loop compares with the stored ones (only the jobs with some, or with some stored) with every
-    pending job's; ``silenced`` gets the jobs that stored reasons and have none now."""
-    kept_snapshot = loop._snapshot
+    pending job's; ``silenced`` gets the jobs that stored reasons and have none now. And the loop's policy: where
+    the snapshot says how its queue differs from the one the memo read last, the memo reads the jobs not in that
+    one alone (a job taken out, held, put back in its place or rebuilt included), not the queue whole; ``told``
+    gets the number of jobs taken out of or put into the queue's middle in those cycles."""
+    kept_snapshot, kept_policy = loop._snapshot, loop.policy
+    last: list = []  # the queue the loop's memo read last
+
+    def policy(snap):
+        if snap.queue_memo is not loop.jobs.memo:  # the fresh snapshot's, or the copy compared below
+            return kept_policy(snap)
+        memo, changes = snap.queue_memo, snap.queue_changes
+        before = memo.jobs_read
+        decided = kept_policy(snap)
+        if changes is not None and changes.previous is last[0] and told is not None:
+            had = set(map(id, last[0]))
+            assert memo.jobs_read - before == sum(id(sj) not in had for sj in snap.queued)
+            told.append(len(changes.left) + len(changes.joined))
+        last[:] = [snap.queued]
+        return decided
 
     def snapshot(db, now, user_usage, queue_usage, names):
         snap = kept_snapshot(db, now, user_usage, queue_usage, names)
@@ -73,7 +92,7 @@ def _checking(loop: SchedulerLoop, compared: list[int], silenced: list[str] | No
         compared.append(len(snap.queued))
         return snap
 
-    loop._snapshot = snapshot  # type: ignore[method-assign]
+    loop._snapshot, loop.policy = snapshot, policy  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("in_place", [snapshot_jobs._REORDER_IN_PLACE, 0], ids=["in-place", "sorted"])
@@ -99,7 +118,8 @@ def test_kept_jobs_decide_as_a_fresh_build(tmp_path, db_url, monkeypatch, in_pla
 def _cycles(p: Platform, loop: SchedulerLoop, user_ids: list[int], admin_id: int) -> None:
     compared: list[int] = []
     silenced: list[str] = []
-    _checking(loop, compared, silenced)
+    told: list[int] = []
+    _checking(loop, compared, silenced, told)
 
     def submit(n: int, at: int, by: list[int], priorities: tuple[str, ...], run_s: float) -> list[str]:
         with p.session() as db:
@@ -160,6 +180,9 @@ def _cycles(p: Platform, loop: SchedulerLoop, user_ids: list[int], admin_id: int
         loop.tick()
         time.sleep(0.1)
     assert len(compared) == 10 and max(compared) >= 20
+    # the memo was told of jobs leaving or joining the queue's middle, and read no more than those and new ones:
+    # at every cycle but the first and the one after the two snapshots taken without the policy
+    assert len(told) == 6 and sum(told) >= 10, told
     assert silenced, "a job's stored reasons went"
     with p.session() as db:
         assert db.query(Job).filter(Job.state == "Queued", Job.attempt > 0).count(), "a preempted job waits again"

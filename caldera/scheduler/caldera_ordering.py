@@ -31,7 +31,9 @@ class Ordering(Reservations):
         starved_on = self.pol.las_starvation_factor is not None and self.pol.las_thresholds_gpu_s is not None
         memo = snap.queue_memo
         self.memo = memo
-        features = (memo if memo is not None else QueueMemo()).read(queued, levels > 1 or starved_on)
+        features = (memo if memo is not None else QueueMemo()).read(
+            queued, levels > 1 or starved_on, snap.queue_changes
+        )
         gi, groups = features.groups()  # group = (priority, queue, user)
         unset = features.unset  # jobs without queued_since
         qs = features.since

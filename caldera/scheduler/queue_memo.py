@@ -19,7 +19,8 @@ while its row is unchanged (caldera/server/snapshot_jobs.py) and passes one too.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from itertools import count
 from operator import attrgetter
 
@@ -30,6 +31,18 @@ from caldera.scheduler.ordering import gpus_per_replica, queued_since
 
 GROUP_KEY = attrgetter("priority", "queue", "user")  # a queued job's group: (priority, queue, user)
 _ATTAINED = attrgetter("attained_gpu_s")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueChanges:
+    """How a snapshot's ``queued`` differs from ``previous`` (the previous snapshot's list, the very object) besides
+    the jobs the previous cycle started (the memo knows those) and the jobs added at its end: ``left``, the indices
+    in ``previous`` of the jobs no longer in the queue (some of them started: either way); ``joined``, the indices
+    in the new queue of the jobs put in between others. A job whose object was replaced in its place is in both."""
+
+    previous: list[SchedJob]
+    left: Sequence[int]
+    joined: Sequence[int]
 
 
 class QueueFeatures:
@@ -89,6 +102,27 @@ class QueueFeatures:
             None if rep is None else rep[at],
         )
 
+    def _insert(self, at: np.ndarray, new: QueueFeatures) -> QueueFeatures:
+        """These features with ``new``'s put in, so that they are at ``at`` (ascending) in the result."""
+        before = at - np.arange(len(at), dtype=np.intp)  # np.insert's positions: in this array, not the result
+        shift = np.searchsorted(before, self.unset, side="right") if self.unset else ()
+        unset = sorted([i + int(k) for i, k in zip(self.unset, shift)] + [int(at[i]) for i in new.unset])
+        att: np.ndarray | None = None
+        rep: np.ndarray | None = None
+        if self.attained is not None and new.attained is not None:
+            assert self.replicas is not None and new.replicas is not None
+            att = np.insert(self.attained, before, new.attained)
+            rep = np.insert(self.replicas, before, new.replicas)
+        return QueueFeatures(
+            np.insert(self.key, before, new.key),
+            new.keys,  # the later list: the same keys and new ones after them
+            np.insert(self.since, before, new.since),
+            unset,
+            np.insert(self.per_replica, before, new.per_replica),
+            att,
+            rep,
+        )
+
     def _then(self, tail: QueueFeatures) -> QueueFeatures:
         n = len(self.key)
         att: np.ndarray | None = None
@@ -110,9 +144,10 @@ class QueueFeatures:
 
 class QueueMemo:
     """What the previous cycle read of its queue, and which of those jobs it started (see the module docstring).
-    Create one, pass it in every snapshot (``Snapshot.queue_memo``) and keep the job objects."""
+    Create one, pass it in every snapshot (``Snapshot.queue_memo``) and keep the job objects. ``jobs_read`` counts
+    the job objects it has read: a cycle that reads the queue whole adds the queue's length."""
 
-    __slots__ = ("_seen", "_features", "_started", "_code", "_where")
+    __slots__ = ("_seen", "_features", "_started", "_code", "_where", "jobs_read")
 
     def __init__(self) -> None:
         self._seen: list[SchedJob] = []
@@ -120,6 +155,7 @@ class QueueMemo:
         self._started: np.ndarray | None = None  # indices into _seen
         self._code: defaultdict[tuple, int] = defaultdict(count().__next__)  # group key -> number
         self._where: dict[str, int] = {}  # index in _seen of some jobs, by id (those others preempted for)
+        self.jobs_read = 0
 
     def __copy__(self) -> QueueMemo:
         other = QueueMemo()
@@ -129,12 +165,14 @@ class QueueMemo:
         # a counter of its own: a copy of the defaultdict would share this one's, and number new groups past it
         other._code = defaultdict(count(len(self._code)).__next__, self._code)
         other._where = dict(self._where)
+        other.jobs_read = self.jobs_read
         return other
 
-    def read(self, queued: list[SchedJob], attained: bool) -> QueueFeatures:
+    def read(self, queued: list[SchedJob], attained: bool, changes: QueueChanges | None = None) -> QueueFeatures:
         """The features of ``queued``, from the previous cycle's where they still hold; with ``attained``, also
-        the attained service and replicas."""
-        f = self._reuse(queued, attained)
+        the attained service and replicas. ``changes``: how ``queued`` differs from the previous queue, besides
+        the started jobs and the jobs at its end (used only when its ``previous`` is the list read last)."""
+        f = self._reuse(queued, attained, changes)
         if f is None:
             f = self._read(queued, attained)
             self._where = {}
@@ -166,26 +204,49 @@ class QueueMemo:
         """Indices of jobs in the queue just read, by id, as a full search found them (for :meth:`find`)."""
         self._where.update(where)
 
-    def _reuse(self, queued: list[SchedJob], attained: bool) -> QueueFeatures | None:
+    def _reuse(self, queued: list[SchedJob], attained: bool, changes: QueueChanges | None) -> QueueFeatures | None:
         f, seen = self._features, self._seen
         if f is None or (attained and f.attained is None):
             return None
         if len(queued) == len(seen) and queued == seen:  # the same queue (the previous decisions not applied)
             return f
-        if self._started is not None and len(self._started):
-            keep = np.ones(len(seen), dtype=bool)
-            keep[self._started] = False
+        said = changes if changes is not None and changes.previous is seen else None
+        gone = np.zeros(len(seen), dtype=bool)
+        if self._started is not None:
+            gone[self._started] = True
+        if said is not None and len(said.left):
+            left = np.asarray(said.left, dtype=np.intp)
+            if left.min() < 0 or left.max() >= len(seen):
+                return None
+            gone[left] = True
+        if gone.any():
             expected = []
             at = 0
-            for i in np.sort(self._started).tolist():  # slices: each copy touches every job's object once
+            for i in np.flatnonzero(gone).tolist():  # slices: each copy touches every job's object once
                 expected += seen[at:i]
                 at = i + 1
             expected += seen[at:]
+            keep = ~gone
             f = f._take(keep)
             renumber = np.cumsum(keep) - 1
             self._where = {jid: int(renumber[i]) for jid, i in self._where.items() if keep[i]}
         else:
             expected = list(seen)
+        if said is not None and len(said.joined):
+            joined = np.unique(np.asarray(said.joined, dtype=np.intp))  # ascending
+            before = joined - np.arange(len(joined), dtype=np.intp)  # where each goes among the jobs kept
+            if joined[0] < 0 or joined[-1] >= len(queued) or before[-1] > len(expected):
+                return None
+            merged: list[SchedJob] = []
+            at = 0
+            for b, i in zip(before.tolist(), joined.tolist()):
+                merged += expected[at:b]
+                merged.append(queued[i])
+                at = b
+            merged += expected[at:]
+            expected = merged
+            f = f._insert(joined, self._read([queued[i] for i in joined.tolist()], attained))
+            self._where = {jid: i + int(np.searchsorted(before, i, side="right")) for jid, i in self._where.items()}
         m = len(expected)
         tail = queued[m:]
         expected += tail
@@ -197,6 +258,7 @@ class QueueMemo:
 
     def _read(self, jobs: list[SchedJob], attained: bool) -> QueueFeatures:
         n = len(jobs)
+        self.jobs_read += n
         key = np.fromiter(map(self._code.__getitem__, map(GROUP_KEY, jobs)), dtype=np.intp, count=n)
         unset: list[int] = []
         since = queued_since(jobs, unset)

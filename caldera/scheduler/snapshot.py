@@ -14,7 +14,7 @@ from caldera.core.cluster import Allocation, Node
 from caldera.core.tenancy import QueueConfig
 from caldera.scheduler.job import SchedJob
 from caldera.scheduler.placement import ClusterIndex
-from caldera.scheduler.queue_memo import QueueMemo
+from caldera.scheduler.queue_memo import QueueChanges, QueueMemo
 from caldera.scheduler.sharing_info import SharingInfo
 
 __all__ = ["Decisions", "Policy", "Preempt", "Reason", "SchedJob", "Snapshot", "Start"]
@@ -39,6 +39,9 @@ class Snapshot:
     # The queued jobs' features kept from the previous cycle, when the caller keeps the job objects from cycle to
     # cycle (the simulator does; see caldera/scheduler/queue_memo.py for the contract). None: read the queue whole.
     queue_memo: QueueMemo | None = None
+    # How ``queued`` differs from the previous snapshot's besides the jobs started and those added at its end (jobs
+    # taken out of or put back into its middle), for the memo: it reads those jobs instead of the whole queue.
+    queue_changes: QueueChanges | None = None
 
 
 @dataclass(slots=True, frozen=True)

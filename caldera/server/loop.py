@@ -414,6 +414,7 @@ class SchedulerLoop:
             user_usage=user_usage,
             queue_usage=queue_usage,
             queue_memo=self.jobs.memo,
+            queue_changes=cycle.changes,
         )
         if self.predictions is not None:
             workloads = ChainMap(running_workloads, self.jobs.workloads)

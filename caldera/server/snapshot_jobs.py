@@ -45,7 +45,7 @@ from caldera.core.resources import Resources
 from caldera.core.states import JobState
 from caldera.core.tenancy import PriorityClass
 from caldera.db.models import Job, JobChangeCounter, JobDeletion
-from caldera.scheduler.queue_memo import QueueMemo
+from caldera.scheduler.queue_memo import QueueChanges, QueueMemo
 from caldera.scheduler.sharing import can_share
 from caldera.scheduler.snapshot import SchedJob
 from caldera.server import holds
@@ -149,6 +149,7 @@ class QueuedCycle:
     withheld: set[str]  # the queued jobs not offered
     stored_some: set[str]  # the queued jobs whose stored reasons are not empty
     sharers: list[SchedJob]  # the offered jobs that can share a GPU, in the order of ``offered``
+    changes: QueueChanges | None  # how ``offered`` differs from the previous cycle's (``Snapshot.queue_changes``)
 
 
 class SnapshotJobs:
@@ -180,6 +181,8 @@ class SnapshotJobs:
         self._stored_some: set[str] = set()  # the jobs whose stored reasons are not empty: few
         self._sharers: set[str] = set()  # the jobs that can share a GPU
         self.workloads: dict[str, str] = {}  # the queued jobs' declared workloads (those that declare one)
+        # the previous cycle's offered list, the order it was taken from and the withheld jobs' places in it
+        self._previous: tuple[list[SchedJob], list[tuple[float, str]], list[tuple[float, str]]] | None = None
 
     @staticmethod
     def _mark(conn: Any) -> int:
@@ -285,19 +288,19 @@ class SnapshotJobs:
     ) -> QueuedCycle:
         """The queued jobs the policy is offered: held jobs and those waiting for a dependency or their array's
         limit are not (``holds.withhold`` writes their reasons)."""
-        self._rebuild(names, learned)
+        out, into = self._rebuild(names, learned)
         maybe_withheld = sorted(self._maybe_withheld)
         loaded: list[Job] = []
         for at in range(0, len(maybe_withheld), _CHUNK):
             loaded += db.scalars(select(Job).where(Job.id.in_(maybe_withheld[at : at + _CHUNK])))
         loaded.sort(key=lambda j: (j.submitted_at, j.id))
         withheld = holds.withhold(db, loaded, now)
-        order, jobs = self._order, self._jobs
-        if not withheld:
+        order, jobs, built = self._order, self._jobs, self._built
+        held = sorted((built[jid][0][0][_SUBMITTED], jid) for jid in withheld if jid in built)
+        if not held:
             offered = list(jobs)  # a list of its own: the memo keeps it
         else:
-            built = self._built
-            at = sorted(bisect_left(order, (built[jid][0][0][_SUBMITTED], jid)) for jid in withheld if jid in built)
+            at = [bisect_left(order, k) for k in held]
             offered = []
             for start, end in zip([0] + [i + 1 for i in at], [*at, len(jobs)]):
                 offered += jobs[start:end]
@@ -306,11 +309,40 @@ class SnapshotJobs:
             self.specs = {jid: f for jid, f in specs.items() if jid in rows}
         sharers = [self._built[jid][1] for jid in self._sharers - withheld]
         sharers.sort(key=lambda sj: (sj.submitted_at, sj.id))
-        return QueuedCycle(offered, self.stored, loaded, withheld, self._stored_some, sharers)
+        changes = self._changes(out, into, held)
+        self._previous = (offered, list(order), held)  # a copy of the order (in C): the next cycle changes it
+        return QueuedCycle(offered, self.stored, loaded, withheld, self._stored_some, sharers, changes)
 
-    def _rebuild(self, names: dict[int, str], learned: dict[tuple[int, str], float]) -> None:
+    def _changes(
+        self, out: set[tuple[float, str]], into: set[tuple[float, str]], held: list[tuple[float, str]]
+    ) -> QueueChanges | None:
+        """How this cycle's offered list differs from the previous cycle's, besides jobs at its end: the jobs
+        taken out of the order (``out``: gone, re-queued or replaced) or withheld now, and those put into it
+        (``into``: new, re-queued or replaced) or no longer withheld, by their places in the orders less the
+        withheld jobs. Found by bisection: no pass over the queue."""
+        if self._previous is None:
+            return None
+        offered, order_before, held_before = self._previous
+        order = self._order
+        was, now = set(held_before), set(held)
+        left = []
+        for k in out | (now - was):
+            i = bisect_left(order_before, k)
+            if k not in was and i < len(order_before) and order_before[i] == k:
+                left.append(i - bisect_left(held_before, k))
+        joined = []
+        for k in into | (was - now):
+            i = bisect_left(order, k)
+            if k not in now and i < len(order) and order[i] == k:
+                joined.append(i - bisect_left(held, k))
+        return QueueChanges(offered, sorted(left), sorted(joined))
+
+    def _rebuild(
+        self, names: dict[int, str], learned: dict[tuple[int, str], float]
+    ) -> tuple[set[tuple[float, str]], set[tuple[float, str]]]:
         """Bring what is built from the rows up to date, for the jobs whose rows or users' learned run times or
-        names changed; the others keep their objects."""
+        names changed; the others keep their objects. Returns the places (submitted at, id) taken out of the
+        order and those put in; a job given a new object in its place is in both."""
         changed, self._changed = self._changed, set()
         by_key = self._by_key
         if names != self._names:
@@ -383,6 +415,8 @@ class SnapshotJobs:
             if facts.workload is not None:
                 self.workloads[jid] = facts.workload
         self._reorder(removed, added, replaced)
+        replaced_at = {at for at, _ in replaced}
+        return set(removed) | replaced_at, {at for at, _ in added} | replaced_at
 
     def _reorder(
         self,
