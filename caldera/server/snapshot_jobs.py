@@ -181,8 +181,8 @@ class SnapshotJobs:
         self._stored_some: set[str] = set()  # the jobs whose stored reasons are not empty: few
         self._sharers: set[str] = set()  # the jobs that can share a GPU
         self.workloads: dict[str, str] = {}  # the queued jobs' declared workloads (those that declare one)
-        # the previous cycle's offered list, the order it was taken from and the withheld jobs' places in it
-        self._previous: tuple[list[SchedJob], list[tuple[float, str]], list[tuple[float, str]]] | None = None
+        # the previous cycle's offered list and the places (submitted at, id) of the jobs withheld from it
+        self._previous: tuple[list[SchedJob], list[tuple[float, str]]] | None = None
 
     @staticmethod
     def _mark(conn: Any) -> int:
@@ -288,7 +288,7 @@ class SnapshotJobs:
     ) -> QueuedCycle:
         """The queued jobs the policy is offered: held jobs and those waiting for a dependency or their array's
         limit are not (``holds.withhold`` writes their reasons)."""
-        out, into = self._rebuild(names, learned)
+        removed, added, replaced = self._rebuild(names, learned)
         maybe_withheld = sorted(self._maybe_withheld)
         loaded: list[Job] = []
         for at in range(0, len(maybe_withheld), _CHUNK):
@@ -309,40 +309,52 @@ class SnapshotJobs:
             self.specs = {jid: f for jid, f in specs.items() if jid in rows}
         sharers = [self._built[jid][1] for jid in self._sharers - withheld]
         sharers.sort(key=lambda sj: (sj.submitted_at, sj.id))
-        changes = self._changes(out, into, held)
-        self._previous = (offered, list(order), held)  # a copy of the order (in C): the next cycle changes it
+        changes = self._changes(removed, added, replaced, held)
+        self._previous = (offered, held)
         return QueuedCycle(offered, self.stored, loaded, withheld, self._stored_some, sharers, changes)
 
     def _changes(
-        self, out: set[tuple[float, str]], into: set[tuple[float, str]], held: list[tuple[float, str]]
+        self,
+        removed: list[tuple[float, str]],
+        added: list[tuple[float, str]],
+        replaced: list[tuple[float, str]],
+        held: list[tuple[float, str]],
     ) -> QueueChanges | None:
         """How this cycle's offered list differs from the previous cycle's, besides jobs at its end: the jobs
-        taken out of the order (``out``: gone, re-queued or replaced) or withheld now, and those put into it
-        (``into``: new, re-queued or replaced) or no longer withheld, by their places in the orders less the
-        withheld jobs. Found by bisection: no pass over the queue."""
+        taken out of the order (gone or re-queued), given a new object in their place, or withheld now, and those
+        put into it (new or re-queued) or no longer withheld; by their places in the orders less the jobs withheld
+        from each. Found by bisection in this cycle's order, the previous one being it less the places added plus
+        those removed: no pass over the queue, no copy of it."""
         if self._previous is None:
             return None
-        offered, order_before, held_before = self._previous
+        offered, held_before = self._previous
         order = self._order
-        was, now = set(held_before), set(held)
-        left = []
-        for k in out | (now - was):
-            i = bisect_left(order_before, k)
-            if k not in was and i < len(order_before) and order_before[i] == k:
-                left.append(i - bisect_left(held_before, k))
-        joined = []
-        for k in into | (was - now):
+        removed.sort()
+        added.sort()
+        gone, new, was, now = set(removed), set(added), set(held_before), set(held)
+
+        def in_order(k: tuple[float, str]) -> int | None:
             i = bisect_left(order, k)
-            if k not in now and i < len(order) and order[i] == k:
+            return i if i < len(order) and order[i] == k else None
+
+        left = []
+        for k in gone | set(replaced) | (now - was):
+            if k not in was and (k in gone or k not in new and in_order(k) is not None):
+                before = bisect_left(order, k) - bisect_left(added, k) + bisect_left(removed, k)
+                left.append(before - bisect_left(held_before, k))
+        joined = []
+        for k in new | set(replaced) | (was - now):
+            i = in_order(k)
+            if k not in now and i is not None:
                 joined.append(i - bisect_left(held, k))
         return QueueChanges(offered, sorted(left), sorted(joined))
 
     def _rebuild(
         self, names: dict[int, str], learned: dict[tuple[int, str], float]
-    ) -> tuple[set[tuple[float, str]], set[tuple[float, str]]]:
+    ) -> tuple[list[tuple[float, str]], list[tuple[float, str]], list[tuple[float, str]]]:
         """Bring what is built from the rows up to date, for the jobs whose rows or users' learned run times or
         names changed; the others keep their objects. Returns the places (submitted at, id) taken out of the
-        order and those put in; a job given a new object in its place is in both."""
+        order, those put in and those whose job has a new object."""
         changed, self._changed = self._changed, set()
         by_key = self._by_key
         if names != self._names:
@@ -415,8 +427,7 @@ class SnapshotJobs:
             if facts.workload is not None:
                 self.workloads[jid] = facts.workload
         self._reorder(removed, added, replaced)
-        replaced_at = {at for at, _ in replaced}
-        return set(removed) | replaced_at, {at for at, _ in added} | replaced_at
+        return removed, [at for at, _ in added], [at for at, _ in replaced]
 
     def _reorder(
         self,
