@@ -219,32 +219,32 @@ class QueueMemo:
             if left.min() < 0 or left.max() >= len(seen):
                 return None
             gone[left] = True
-        if gone.any():
-            expected = []
-            at = 0
-            for i in np.flatnonzero(gone).tolist():  # slices: each copy touches every job's object once
-                expected += seen[at:i]
+        keep = ~gone
+        kept = len(seen) - int(np.count_nonzero(gone))
+        joined = np.unique(np.asarray(said.joined if said is not None else (), dtype=np.intp))  # ascending
+        before = joined - np.arange(len(joined), dtype=np.intp)  # where each goes among the jobs kept
+        if len(joined) and (joined[0] < 0 or joined[-1] >= len(queued) or before[-1] > kept):
+            return None
+        # the previous queue less the jobs gone, with the joined ones put in: one pass of slices (each copy
+        # touches every job's object once), skipping each gone job and putting each joined one before the kept
+        # job it precedes
+        into = np.append(np.flatnonzero(keep), len(seen))[before].tolist()
+        steps = sorted([(i, 1, 0) for i in np.flatnonzero(gone).tolist()] + [(s, 0, k) for k, s in enumerate(into)])
+        expected: list[SchedJob] = []
+        at = 0
+        for i, skip, k in steps:
+            expected += seen[at:i]
+            if skip:
                 at = i + 1
-            expected += seen[at:]
-            keep = ~gone
+            else:
+                expected.append(queued[joined.item(k)])
+                at = i
+        expected += seen[at:]
+        if kept < len(seen):
             f = f._take(keep)
             renumber = np.cumsum(keep) - 1
             self._where = {jid: int(renumber[i]) for jid, i in self._where.items() if keep[i]}
-        else:
-            expected = list(seen)
-        if said is not None and len(said.joined):
-            joined = np.unique(np.asarray(said.joined, dtype=np.intp))  # ascending
-            before = joined - np.arange(len(joined), dtype=np.intp)  # where each goes among the jobs kept
-            if joined[0] < 0 or joined[-1] >= len(queued) or before[-1] > len(expected):
-                return None
-            merged: list[SchedJob] = []
-            at = 0
-            for b, i in zip(before.tolist(), joined.tolist()):
-                merged += expected[at:b]
-                merged.append(queued[i])
-                at = b
-            merged += expected[at:]
-            expected = merged
+        if len(joined):
             f = f._insert(joined, self._read([queued[i] for i in joined.tolist()], attained))
             self._where = {jid: i + int(np.searchsorted(before, i, side="right")) for jid, i in self._where.items()}
         m = len(expected)
