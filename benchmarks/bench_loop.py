@@ -1,13 +1,16 @@
 """The live loop's cycle (``SchedulerLoop.tick``) at a long queue: database to snapshot, the policy, its decisions.
 
-    python benchmarks/bench_loop.py [--queued 10000] [--gpus 64] [--cycles 9] [--churn 0] [--profile OUT.prof]
+    python benchmarks/bench_loop.py [--queued 10000] [--gpus 64] [--cycles 9] [--churn 0] [--requeued 0]
+                                    [--profile OUT.prof]
 
 One platform (the live loop's code, SQLite in a throw-away data directory, the in-memory fake runtime of the tests:
 no process is started) with ``--gpus`` fake GPUs on one node and ``--queued`` queued jobs of a few users and sizes,
 written straight into the database (submitting 100,000 jobs through the API would take longer than the bench).
 The first cycles fill the GPUs with jobs that run for days; then ``--cycles`` cycles are timed, each with the jobs
 queued unchanged, as a busy cluster's cycles mostly are, or with ``--churn N``: before each timed cycle N queued
-jobs spread over the queue are cancelled and N new ones submitted (written straight into the database, not timed).
+jobs spread over the queue are cancelled and N new ones submitted (written straight into the database, not timed);
+with ``--requeued N``, N queued jobs spread over the queue are written as a preempted job re-queued in its place is
+(one more attempt, more attained service): each leaves its place and comes back to it.
 Prints the median and the range of the cycle's wall and CPU
 time and, per part, where its wall time went: the snapshot built from the database (``_snapshot``), the policy,
 the queued jobs' reasons compared and written (``_write_reasons``); the rest of the tick is observing, charging
@@ -115,7 +118,19 @@ def churn(p: Platform, n: int, cycle: int) -> None:
         db.commit()
 
 
-def timed(p: Platform, loop: SchedulerLoop, cycles: int, churned: int, profile: str | None) -> dict[str, list[float]]:
+def requeue(p: Platform, n: int) -> None:
+    """``n`` queued jobs spread over the queue written as preempted jobs re-queued in their places are."""
+    with p.session() as db:
+        queued = db.scalars(select(Job.id).where(Job.state == "Queued").order_by(Job.submitted_at)).all()
+        back = [queued[i * len(queued) // n + 1] for i in range(n)]
+        values = {"attempt": Job.attempt + 1, "attained_gpu_s": Job.attained_gpu_s + 3600.0}
+        db.execute(update(Job).where(Job.id.in_(back)).values(**values))
+        db.commit()
+
+
+def timed(
+    p: Platform, loop: SchedulerLoop, cycles: int, churned: int, requeued: int, profile: str | None
+) -> dict[str, list[float]]:
     """Ms per cycle: the whole tick (wall and CPU time: CPU time drifts less on a shared machine), and its parts
     (wall; the methods wrapped to time them): the snapshot, the policy, the reasons written."""
     parts: dict[str, list[float]] = {"snapshot": [], "policy": [], "reasons": []}
@@ -148,6 +163,8 @@ def timed(p: Platform, loop: SchedulerLoop, cycles: int, churned: int, profile: 
     for cycle in range(cycles):
         if churned:
             churn(p, churned, cycle)
+        if requeued:
+            requeue(p, requeued)
         t, c = time.perf_counter(), time.process_time()
         if prof:
             prof.enable()
@@ -167,6 +184,7 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=64)
     ap.add_argument("--cycles", type=int, default=9)
     ap.add_argument("--churn", type=int, default=0, help="queued jobs cancelled and submitted before each cycle")
+    ap.add_argument("--requeued", type=int, default=0, help="queued jobs re-queued in their places before each cycle")
     ap.add_argument("--profile", help="write cProfile statistics of the timed cycles here")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,10 +198,13 @@ def main() -> None:
             running = db.query(Job).filter(Job.state.in_(("Starting", "Running"))).count()
         memo = loop.jobs.memo
         read_before = memo.jobs_read
-        out = timed(p, loop, a.cycles, a.churn, a.profile)
+        out = timed(p, loop, a.cycles, a.churn, a.requeued, a.profile)
         read = (memo.jobs_read - read_before) / a.cycles
         loop.launcher.shutdown()
-    print(f"{running} jobs running; {a.cycles} cycles timed, {a.churn} jobs cancelled and submitted before each")
+    print(
+        f"{running} jobs running; {a.cycles} cycles timed, {a.churn} jobs cancelled and submitted and {a.requeued} "
+        "re-queued before each"
+    )
     print(f"the queue memo read {read:,.0f} job objects per timed cycle")
     for name, ms in out.items():
         if ms:
