@@ -15,7 +15,9 @@ from working. So the loop keeps, in one ``SnapshotJobs``:
   and the (user, kind) keys of the learned run times. A cycle changes them for the rows it read changed and for
   the jobs of the users whose learned run time or name moved, not for the whole queue: on a long queue one pass
   in Python over every job cost more than the rest of the cycle. Which jobs are withheld is decided again every
-  cycle, from the few that may be.
+  cycle, from the few that may be;
+* how the queue offered differs from the previous cycle's (jobs taken out of its middle or put back in), for the
+  policy's queue memo (``Snapshot.queue_changes``), which then reads those jobs instead of the whole queue.
 
 A cycle reads only the job rows written since the last cycle (``jobs.change_seq``, set by triggers on every
 write of a row: migration 0022) and the jobs deleted since (``job_deletions``), and keeps the queued rows'
