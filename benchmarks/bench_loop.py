@@ -45,6 +45,26 @@ USERS = 20
 SIZES = (1, 1, 1, 2, 4, 8)  # GPUs per job, cycled
 
 
+def _queued_job(job_id: str, spec: dict, user_id: int, at: float) -> Job:
+    """A queued job's row as a submission writes it, written straight into the database."""
+    return Job(
+        id=job_id,
+        name=spec["name"],
+        user_id=user_id,
+        account="default",
+        queue="default",
+        kind=spec["kind"],
+        priority=spec["priority"],
+        spec=spec,
+        state="Queued",
+        submitted_at=at,
+        queued_at=at,
+        attempt=0,
+        allocations=[],
+        pending_reasons=[],
+    )
+
+
 def platform(data: Path, gpus: int, queued: int) -> tuple[Platform, SchedulerLoop]:
     settings = Settings(
         data_dir=data,
@@ -66,24 +86,7 @@ def platform(data: Path, gpus: int, queued: int) -> tuple[Platform, SchedulerLoo
         t0 = time.time() - queued
         for i in range(queued):
             spec = specs[i % len(specs)]
-            db.add(
-                Job(
-                    id=f"b{i:09d}",
-                    name=spec["name"],
-                    user_id=users[i % USERS].id,
-                    account="default",
-                    queue="default",
-                    kind=spec["kind"],
-                    priority=spec["priority"],
-                    spec=spec,
-                    state="Queued",
-                    submitted_at=t0 + i,
-                    queued_at=t0 + i,
-                    attempt=0,
-                    allocations=[],
-                    pending_reasons=[],
-                )
-            )
+            db.add(_queued_job(f"b{i:09d}", spec, users[i % USERS].id, t0 + i))
         db.commit()
     return p, SchedulerLoop(p)
 
@@ -97,24 +100,7 @@ def churn(p: Platform, n: int, cycle: int) -> None:
         db.execute(update(Job).where(Job.id.in_(gone)).values(state="Cancelled", finished_at=time.time()))
         template = db.get(Job, queued[-1])
         for k in range(n):
-            db.add(
-                Job(
-                    id=f"c{cycle:04d}{k:05d}",
-                    name=template.name,
-                    user_id=template.user_id,
-                    account="default",
-                    queue="default",
-                    kind=template.kind,
-                    priority=template.priority,
-                    spec=template.spec,
-                    state="Queued",
-                    submitted_at=time.time(),
-                    queued_at=time.time(),
-                    attempt=0,
-                    allocations=[],
-                    pending_reasons=[],
-                )
-            )
+            db.add(_queued_job(f"c{cycle:04d}{k:05d}", template.spec, template.user_id, time.time()))
         db.commit()
 
 

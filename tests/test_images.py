@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,6 +12,7 @@ from fastapi.testclient import TestClient
 from caldera.db.models import Image
 from caldera.images import catalogue, registry
 from caldera.images.form import BuildForm
+from caldera.runtime.local import procs
 from tests.conftest import free_port, make_settings, wait_for
 from tests.images_fixtures import registry_port  # noqa: F401 - fixture
 
@@ -267,23 +267,18 @@ def test_a_stopping_server_ends_the_running_build_with_all_it_started_and_drops_
     q.submit(iid, work)
     q.submit("queued-after", ran.append)
     assert started.wait(10)
-    wait_for(pid_file.exists, 10)
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 10)
+    child = int(pid_file.read_text())
+    child_start = procs.start_time(child)
+    assert child_start is not None  # running before the stop
     t0 = time.monotonic()
     q.stop()
     assert time.monotonic() - t0 < 10 and ran == []
-    assert not _running(int(pid_file.read_text()))  # the tool's child too, not only the tool
+    assert not procs.is_alive(child, child_start)  # the tool's child too, not only the tool
     img = api.client.get(f"/api/v1/images/{iid}", headers=people[0]).json()
     assert img["state"] == "building", img  # neither ready nor failed: the next start builds it again
     log = api.client.get(f"/api/v1/images/{iid}/log", headers=people[0]).text
     assert log.rstrip().endswith("stopped: the server stopped during it")
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 class _RecordingBuilder:
