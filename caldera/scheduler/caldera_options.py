@@ -64,7 +64,15 @@ class CalderaOptions:
     with more preemptions (313 against 241), other jobs being preempted in their place. Philly's and Gavel's
     cases, at most 12 preemptions of one job, are unchanged). ``las_starvation_max_wait_s`` (None: the longest a
     preempted batch job waits before ``las_starvation_factor``'s promotion, whatever it ran; a job started after
-    waiting that long stays protected to its end; see docs/scheduler-efficiency.md).
+    waiting that long stays protected to its end; see docs/scheduler-efficiency.md). ``best_effort_grace_s`` (0:
+    a job not best-effort takes back GPUs lent to best-effort batch jobs (``BestEffort`` preemptions) only once it
+    has waited this long since it was queued, as short best-effort pods often end by themselves; until then its
+    ``GangNoFit`` reason says when; see docs/scheduler-efficiency.md, fifth round), ``best_effort_grace_scope``
+    (``"lent"``: during that grace the job may still preempt least-attained-service victims; ``"all"``: no
+    least-attained-service preemption for it either while best-effort jobs hold GPUs; ``"enough"``: not when the
+    free GPUs and those lent would hold it), ``best_effort_victims_by``
+    (``"youngest"``: best-effort victims youngest first, the least work lost; ``"largest"``: the most GPUs first,
+    then the youngest, as least-attained-service victims: fewer restarts for the same room).
     """
 
     def __init__(
@@ -90,6 +98,9 @@ class CalderaOptions:
         las_best_effort: bool = False,
         max_preemptions_per_job: int | None = 100,
         las_starvation_max_wait_s: float | None = None,
+        best_effort_grace_s: float = 0.0,
+        best_effort_grace_scope: str = "lent",
+        best_effort_victims_by: str = "youngest",
     ) -> None:
         self.starvation_threshold_s = starvation_threshold_s
         self.default_runtime_estimate_s = float(default_runtime_estimate_s)
@@ -125,3 +136,12 @@ class CalderaOptions:
         if las_starvation_max_wait_s is not None and not float(las_starvation_max_wait_s) > 0:
             raise ValueError("las_starvation_max_wait_s must be above 0 (None: no cap)")
         self.las_starvation_max_wait_s = None if las_starvation_max_wait_s is None else float(las_starvation_max_wait_s)
+        if not float(best_effort_grace_s) >= 0:
+            raise ValueError("best_effort_grace_s must be 0 or more")
+        self.best_effort_grace_s = float(best_effort_grace_s)
+        if best_effort_grace_scope not in ("lent", "all", "enough"):
+            raise ValueError("best_effort_grace_scope must be 'lent', 'all' or 'enough'")
+        self.best_effort_grace_scope = best_effort_grace_scope
+        if best_effort_victims_by not in ("youngest", "largest"):
+            raise ValueError("best_effort_victims_by must be 'youngest' or 'largest'")
+        self.best_effort_victims_by = best_effort_victims_by

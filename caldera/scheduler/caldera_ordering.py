@@ -209,7 +209,7 @@ class Ordering(Reservations):
         if self.las_on and (self.gave_up or (cap is not None and len(self.preemptions) >= cap)):
             return None  # preemption search stopped early: the next cycle may go on where this one stopped
         w = self._timed_wake()
-        return None if w is None else min(w, self._las_wake())
+        return None if w is None else min(w, self._las_wake(), self.grace_wake)
 
     def _las_wake(self) -> float:
         """Running batch jobs climb the attained-service levels, and become preemptible once they have run

@@ -255,7 +255,8 @@ class _Cycle(Ordering):
                 if idx.place(g, model, cpu, mem, n, None, exclude_models) is not None:
                     return self._backfill_reason(job, rmask)
                 self.nofit.add(bkey)
-        return self.nofit_reason(g, model, cpu, mem, n, excluded, exclude_models, False)
+        r = self.nofit_reason(g, model, cpu, mem, n, excluded, exclude_models, False)
+        return self.grace_reason(job, r) if self.lent_grace_until else r
 
     def _start(self, job: SchedJob, q: _Queue, rank: int, plan, g: int, cpu: float, mem: int, n: int, k: int) -> None:
         allocs = self.start(job, plan, g, cpu, mem)
