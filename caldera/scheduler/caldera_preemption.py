@@ -31,7 +31,6 @@ def _VKEY(v: Victim) -> tuple[int, float]:
 
 _STARTED = attrgetter("started")
 _RANK = attrgetter("rank")
-_GPUS = attrgetter("gpus")
 _LEVEL_GPUS_STARTED = attrgetter("level", "gpus", "started")
 
 
@@ -67,8 +66,6 @@ class Preemption(Admission):
             else:
                 lst.sort(key=_LEVEL_GPUS_STARTED, reverse=True)
         be_victims.sort(key=_STARTED, reverse=True)
-        if self.pol.best_effort_victims_by == "largest":  # then the most GPUs first: fewer restarts for the room
-            be_victims.sort(key=_GPUS, reverse=True)
         for lst in qvictims.values():  # _VKEY: lowest class, then youngest
             lst.sort(key=_STARTED, reverse=True)
             lst.sort(key=_RANK)
@@ -214,8 +211,7 @@ class Preemption(Admission):
         if not take_lent:
             if not reclaim_ok:  # interactive best-effort jobs stay fair game for a reclaim
                 be = 0
-            scope = pol.best_effort_grace_scope
-            if scope == "all" or (scope == "enough" and self.idx.free_gpus(model) + self.be_avail >= need):
+            if pol.best_effort_grace_scope == "all":
                 las = 0  # no least-attained-service victim instead of the borrowers either
         pkey = (*pkey, take_lent)
         if not directed and pkey in self.nopre:

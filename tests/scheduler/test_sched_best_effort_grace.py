@@ -37,13 +37,13 @@ def test_the_borrower_keeps_its_gpu_until_the_grace_is_over():
     assert got == [("be", "new", "BestEffort")]
 
 
-def las_and_borrower(gpus_per_node: int = 1):
-    """n0: a best-effort job on one GPU; n1: a normal job past the first attained-service level on all its GPUs."""
+def las_and_borrower():
+    """Two 1-GPU nodes: a best-effort job on n0, a normal job past the first attained-service level on n1."""
     run = [
         running("be", {"n0": [0]}, priority=BE, started_at=NOW - 60),
-        running("long", {"n1": range(gpus_per_node)}, attained_gpu_s=LONG, started_at=NOW - LONG),
+        running("long", {"n1": [0]}, attained_gpu_s=LONG, started_at=NOW - LONG),
     ]
-    return nodes(2, gpus_per_node), run
+    return nodes(2, 1), run
 
 
 def test_the_scope_says_whether_a_least_attained_service_victim_is_taken_instead():
@@ -52,15 +52,5 @@ def test_the_scope_says_whether_a_least_attained_service_victim_is_taken_instead
     assert decide(snap, best_effort_grace_s=0)[0] == [("be", "new", "BestEffort")]  # the borrower first
     assert decide(snap, best_effort_grace_s=900)[0] == [("long", "new", "LeastAttainedService")]
     assert decide(snap, best_effort_grace_s=900, best_effort_grace_scope="all")[0] == []
-    # the borrower's GPU would hold the job: "enough" waits for it as "all" does
-    assert decide(snap, best_effort_grace_s=900, best_effort_grace_scope="enough")[0] == []
-
-
-def test_enough_takes_a_least_attained_service_victim_when_the_borrowers_could_not_make_room():
-    node_list, run = las_and_borrower(gpus_per_node=2)
-    run.append(running("short", {"n0": [1]}, started_at=NOW - 60))  # below the first level: no victim
-    snap = snapshot(node_list, [job("new", gpu=2)], run)  # one borrowed GPU is not enough for two
-    assert decide(snap, best_effort_grace_s=900, best_effort_grace_scope="enough")[0] == [
-        ("long", "new", "LeastAttainedService")
-    ]
-    assert decide(snap, best_effort_grace_s=900, best_effort_grace_scope="all")[0] == []
+    got, d = decide(snapshot(node_list, [job("new", queued_since=NOW - 900)], run), best_effort_grace_s=900)
+    assert got == [("be", "new", "BestEffort")] and d.pending["new"][0].code == "WaitingForPreemption"
