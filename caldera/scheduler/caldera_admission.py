@@ -130,6 +130,7 @@ class Admission(CycleBase):
         self.be_avail = 0
         # ids of queued best-effort jobs that aging promoted (those the loop looked at: QueuedPromotions)
         self.queued_be: AbstractSet[str] = frozenset()
+        self.promoted_be: AbstractSet[str] = frozenset()  # the same, whatever las_best_effort
         self.next_promotion = math.inf  # the earliest time a promotion (caldera_aging) may change anything
         # jobs held back from the GPUs lent to best-effort jobs by best_effort_grace_s: id -> when the grace ends
         self.lent_grace_until: dict[str, float] = {}

@@ -171,6 +171,7 @@ class Ordering(Reservations):
             served = served[att[served] != 0]
         if len(promo.normal) == 0:
             return gi, groups, att, served
+        self.promoted_be = promo.best_effort
         if pol.las_best_effort:
             self.queued_be = promo.best_effort
         return (*_regroup(gi, groups, promo.normal), att, served)

@@ -204,6 +204,8 @@ class Preemption(Admission):
             be, las = 0, self.be_las_avail
         else:
             be, las = self.be_avail, self.las_avail if self.las_on and job.las else 0
+            if las and not pol.las_promoted_best_effort and job.id in self.promoted_be:
+                las = 0  # a best-effort job that aging promoted takes free GPUs and best-effort jobs only
         if rank and pol.reclaim and (self.reclaimable > 0 or self.be_avail > 0):  # best-effort: interactive too
             gq = q.guar.get(ckey, 0.0)
             reclaim_ok = gq > 0 and (q.used_nb.get(ckey, 0.0) + q.claimed.get(ckey, 0.0) + need <= gq + EPS)

@@ -1,6 +1,7 @@
 """``best_effort_grace_s``: a job that is not best-effort takes back GPUs lent to best-effort batch jobs only once it
 has waited that long since it was queued; until then its ``GangNoFit`` reason says when, and the cycle wakes then.
-``best_effort_grace_scope`` says whether it may preempt least-attained-service victims meanwhile."""
+``best_effort_grace_scope`` says whether it may preempt least-attained-service victims meanwhile; with
+``las_promoted_best_effort`` off, a best-effort job that aging promoted makes no least-attained-service preemption."""
 
 from __future__ import annotations
 
@@ -54,3 +55,14 @@ def test_the_scope_says_whether_a_least_attained_service_victim_is_taken_instead
     assert decide(snap, best_effort_grace_s=900, best_effort_grace_scope="all")[0] == []
     got, d = decide(snapshot(node_list, [job("new", queued_since=NOW - 900)], run), best_effort_grace_s=900)
     assert got == [("be", "new", "BestEffort")] and d.pending["new"][0].code == "WaitingForPreemption"
+
+
+def test_a_promoted_best_effort_job_makes_no_least_attained_service_preemption_when_told():
+    """``las_promoted_best_effort=False``: a best-effort job that aging promoted (it waited past 300 s) takes free
+    GPUs and best-effort jobs only, not a normal job with more attained service, which a normal job still takes."""
+    run = [running("long", {"n0": [0]}, attained_gpu_s=LONG, started_at=NOW - LONG)]
+    promoted = snapshot(nodes(1, 1), [job("old", priority=BE, queued_since=NOW - 1000)], run)
+    assert decide(promoted)[0] == [("long", "old", "LeastAttainedService")]
+    assert decide(promoted, las_promoted_best_effort=False)[0] == []
+    normal = snapshot(nodes(1, 1), [job("new", queued_since=NOW - 1000)], run)
+    assert decide(normal, las_promoted_best_effort=False)[0] == [("long", "new", "LeastAttainedService")]
