@@ -114,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--offset", type=int, default=0, help="skip the first K jobs (default 0)")
     ap.add_argument("--restart-overhead", type=float, default=300.0)
     ap.add_argument("--policies", default="fifo,tiresias,caldera")
-    ap.add_argument("--only", default=None, help="only the cases whose trace name contains this")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="only the cases whose trace name, or label_cluster (alibaba_3x8, alibaba-no-classes_2x8), contains this",
+    )
     ap.add_argument("--traces-dir", default=None)
     ap.add_argument("--policy-options", type=json.loads, default=None, help='JSON: {"caldera": {"option": value}, ...}')
     ap.add_argument(
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     tables = []
     for trace, label, cluster, topts in CASES:
-        if args.only and args.only not in trace:
+        if args.only and args.only not in trace and args.only not in f"{label}_{cluster}":
             continue
         case_dir = out / f"{label}_{cluster.replace(':', '_')}"
         jobs = window(trace, args.offset, args.limit, args.traces_dir, topts) if args.offset else trace

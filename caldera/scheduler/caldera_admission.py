@@ -130,7 +130,11 @@ class Admission(CycleBase):
         self.be_avail = 0
         # ids of queued best-effort jobs that aging promoted (those the loop looked at: QueuedPromotions)
         self.queued_be: AbstractSet[str] = frozenset()
+        self.promoted_be: AbstractSet[str] = frozenset()  # the same, whatever las_best_effort
         self.next_promotion = math.inf  # the earliest time a promotion (caldera_aging) may change anything
+        # jobs held back from the GPUs lent to best-effort jobs by best_effort_grace_s: id -> when the grace ends
+        self.lent_grace_until: dict[str, float] = {}
+        self.grace_wake = math.inf
         # GPUs of running best-effort batch jobs above the lowest attained-service level, and those jobs (the
         # victims of a best-effort job's least-attained-service), ordered as las_victims
         self.be_las_avail = 0

@@ -171,6 +171,7 @@ class Ordering(Reservations):
             served = served[att[served] != 0]
         if len(promo.normal) == 0:
             return gi, groups, att, served
+        self.promoted_be = promo.best_effort
         if pol.las_best_effort:
             self.queued_be = promo.best_effort
         return (*_regroup(gi, groups, promo.normal), att, served)
@@ -209,7 +210,7 @@ class Ordering(Reservations):
         if self.las_on and (self.gave_up or (cap is not None and len(self.preemptions) >= cap)):
             return None  # preemption search stopped early: the next cycle may go on where this one stopped
         w = self._timed_wake()
-        return None if w is None else min(w, self._las_wake())
+        return None if w is None else min(w, self._las_wake(), self.grace_wake)
 
     def _las_wake(self) -> float:
         """Running batch jobs climb the attained-service levels, and become preemptible once they have run

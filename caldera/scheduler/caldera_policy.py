@@ -26,7 +26,9 @@ Admission, per job in that order (:mod:`caldera_admission`, :mod:`caldera_preemp
    (latest ``started_at``) first, until the gang fits:
 
    * best-effort batch jobs, for anyone not best-effort (``Preempt.reason`` ``BestEffort``; an interactive job,
-     whatever its class, only ever to reclaim a guarantee);
+     whatever its class, only ever to reclaim a guarantee); with ``best_effort_grace_s``, only for a job that has
+     waited that long (and with ``best_effort_grace_scope="all"`` such a job makes no least-attained-service
+     preemption either while best-effort jobs hold GPUs; its ``GangNoFit`` reason says when the grace ends);
    * reclaim: when the job's queue would still be within its GPU guarantee, jobs of other queues that are above
      their deserved share, as long as that queue stays at or above its own guarantee (``Reclaim``);
    * with ``priority_preemption`` (default on): lower priority classes of the same queue (``Priority``).
@@ -255,7 +257,8 @@ class _Cycle(Ordering):
                 if idx.place(g, model, cpu, mem, n, None, exclude_models) is not None:
                     return self._backfill_reason(job, rmask)
                 self.nofit.add(bkey)
-        return self.nofit_reason(g, model, cpu, mem, n, excluded, exclude_models, False)
+        r = self.nofit_reason(g, model, cpu, mem, n, excluded, exclude_models, False)
+        return self.grace_reason(job, r) if self.lent_grace_until else r
 
     def _start(self, job: SchedJob, q: _Queue, rank: int, plan, g: int, cpu: float, mem: int, n: int, k: int) -> None:
         allocs = self.start(job, plan, g, cpu, mem)

@@ -19,6 +19,7 @@ from caldera.scheduler.reasons import (
     PREEMPT_PRIORITY,
     PREEMPT_RECLAIM,
     WAITING_FOR_PREEMPTION,
+    hhmm,
     num,
 )
 from caldera.scheduler.snapshot import Preempt, Reason, SchedJob
@@ -196,18 +197,27 @@ class Preemption(Admission):
         need = g * n
         directed = [v for v in self.directed.get(job.id, ()) if not v.claimed] if self.directed else []
         # failing stays failing within a cycle: capacity, victims and eligibility only shrink
-        pkey = (q.name, rank, shape, rmask, exclude_models)
-        if not directed and pkey in self.nopre:
-            return None
+        pkey: tuple = (q.name, rank, shape, rmask, exclude_models)
         ckey = self._claim_key(q, model)
         reclaim_ok = False
         if rank == 0:  # a best-effort job: only least-attained-service among best-effort jobs
             be, las = 0, self.be_las_avail
         else:
             be, las = self.be_avail, self.las_avail if self.las_on and job.las else 0
+            if las and not pol.las_promoted_best_effort and job.id in self.promoted_be:
+                las = 0  # a best-effort job that aging promoted takes free GPUs and best-effort jobs only
         if rank and pol.reclaim and (self.reclaimable > 0 or self.be_avail > 0):  # best-effort: interactive too
             gq = q.guar.get(ckey, 0.0)
             reclaim_ok = gq > 0 and (q.used_nb.get(ckey, 0.0) + q.claimed.get(ckey, 0.0) + need <= gq + EPS)
+        take_lent = not be or self._lent_grace_over(job)
+        if not take_lent:
+            if not reclaim_ok:  # interactive best-effort jobs stay fair game for a reclaim
+                be = 0
+            if pol.best_effort_grace_scope == "all":
+                las = 0  # no least-attained-service victim instead of the borrowers either
+        pkey = (*pkey, take_lent)
+        if not directed and pkey in self.nopre:
+            return None
         low = sum(q.rank_gpus[1:rank]) if pol.priority_preemption else 0
         bound: float = self.idx.free_gpus(model) + sum(v.gpus for v in directed) + self.anon_open + be
         if reclaim_ok:
@@ -221,7 +231,7 @@ class Preemption(Admission):
         allow_new = (cap is None or len(self.preemptions) < cap) and not self.gave_up
         if not directed and not (allow_new or (self.anon_open and not self.gave_up)):
             return None
-        cands = self._candidates(job, q, rank, model, ckey, reclaim_ok, directed, allow_new)
+        cands = self._candidates(job, q, rank, model, ckey, reclaim_ok, directed, allow_new, take_lent, las > 0)
         got = self.try_with(
             g,
             model,
@@ -259,6 +269,33 @@ class Preemption(Admission):
             WAITING_FOR_PREEMPTION,
             f"waiting for {len(ids)} preempted job{'s' if len(ids) != 1 else ''} ({what}) to release their resources",
             {"victims": ids, "new_preemptions": [v.id for v in new], "soon_free_gpus": sum(v.gpus for v in needed)},
+        )
+
+    def _lent_grace_over(self, job: SchedJob) -> bool:
+        """Whether ``job`` has waited ``best_effort_grace_s`` since it was queued, and so may take back GPUs lent to
+        best-effort batch jobs; if not, the cycle wakes when it has (:meth:`timed_wake`) and its ``GangNoFit``
+        reason says when (:meth:`grace_reason`)."""
+        grace = self.pol.best_effort_grace_s
+        if not grace:
+            return True
+        since = job.queued_since if job.queued_since is not None else job.submitted_at
+        if self.now - since >= grace:
+            return True
+        self.lent_grace_until[job.id] = since + grace
+        self.grace_wake = min(self.grace_wake, since + grace)
+        return False
+
+    def grace_reason(self, job: SchedJob, r: Reason) -> Reason:
+        """``r`` (why ``job`` does not fit) with when it may take back the GPUs lent to best-effort jobs, while it
+        waits for ``best_effort_grace_s``."""
+        until = self.lent_grace_until.get(job.id)
+        if until is None:
+            return r
+        return Reason(
+            r.code,
+            f"{r.message}; GPUs lent to best-effort jobs are taken back for it only from {hhmm(until)}, when it has "
+            f"waited {num(self.pol.best_effort_grace_s)} s",
+            {**r.details, "best_effort_grace_until": until},
         )
 
     def _node_gpus(self, victims: Iterable[Victim]) -> dict[int, int]:
@@ -334,10 +371,12 @@ class Preemption(Admission):
         reclaim_ok: bool,
         directed: list[Victim],
         allow_new: bool = True,
+        take_lent: bool = True,
+        take_las: bool = True,
     ) -> Iterator[Victim]:
-        """Victims in preference order: soon-free ones first, then best-effort (youngest first), then the lowest
-        class and youngest among lower classes of the same queue and, when reclaiming, jobs of queues above their
-        deserved share."""
+        """Victims in preference order: soon-free ones first, then best-effort (youngest first: the least work
+        lost; not before ``best_effort_grace_s``, ``take_lent``), then the lowest class and youngest among lower
+        classes of the same queue and, when reclaiming, jobs of queues above their deserved share."""
         yield from directed
         for v in self.anon:
             if not v.claimed and (model is None or v.model == model):
@@ -361,7 +400,7 @@ class Preemption(Admission):
         for v in self.be_victims:
             if not v.chosen and (model is None or v.model == model):
                 if not v.job.interactive:
-                    if v.level > be_level or not v.job.las:
+                    if take_lent and (v.level > be_level or not v.job.las):
                         yield v
                 elif reclaim_ok and v.queue != q.name:  # an interactive job only to reclaim a guarantee
                     self._why[v.id] = PREEMPT_RECLAIM
@@ -383,7 +422,7 @@ class Preemption(Admission):
         for v in merged:
             seen.add(v.id)
             yield v
-        if self.las_on and self.las_avail > 0:
+        if self.las_on and self.las_avail > 0 and take_las:
             for v in self._las_candidates(job, q, rank, model, ckey):
                 if v.id not in seen:
                     self._why[v.id] = PREEMPT_LAS
