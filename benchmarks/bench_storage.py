@@ -9,7 +9,7 @@ Each figure is the median of ``--rounds`` runs, the runs of one round one after 
 WebDAV up, WebDAV down), with the CPU seconds the server and the client spent. Then the first page of a folder of
 many files, and the reconciliation walk that keeps usage right without a walk per request.
 
-    python benchmarks/bench_storage.py [--size-mib 2048] [--files 100000] [--chunk-mib 64] [--rounds 3]
+    python benchmarks/bench_storage.py [--size-mib 2048] [--files 100000] [--chunk-mib 64] [--rounds 3] [--settle-s 10]
 
 Starts `caldera up` in a temporary directory (same disk as the copy), then prints one line per figure. Exits 0.
 """
@@ -114,9 +114,10 @@ class Transfer:
     drop: tuple[Path, ...] = ()
     runs: list[tuple[float, float, float]] = field(default_factory=list)  # (seconds, server CPU s, client CPU s)
 
-    def measure(self, disk: bool, server_pid: int) -> None:
+    def measure(self, disk: bool, server_pid: int, settle_s: float) -> None:
         (_evict if disk else _warm)(self.source)
         os.sync()  # no earlier run's dirty pages written back during this one
+        time.sleep(settle_s)  # see --settle-s
         server_cpu, client_cpu = _cpu_s(server_pid), _my_cpu_s()
         seconds = _timed(lambda: (self.run(), disk and _fsync(self.target)))
         self.runs.append((seconds, _cpu_s(server_pid) - server_cpu, _my_cpu_s() - client_cpu))
@@ -174,7 +175,7 @@ def _throughput(args: argparse.Namespace, tmp: Path, src: Path, server: ServerPr
         transfers = _transfers(tmp, src, home, sdk, server, token, args.chunk_mib * 2**20)
         for _ in range(args.rounds):
             for transfer in transfers:
-                transfer.measure(disk, server.proc.pid)
+                transfer.measure(disk, server.proc.pid, args.settle_s)
                 for path in transfer.drop:
                     path.unlink()
         copy = transfers[0].median()[0]
@@ -210,6 +211,15 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=100_000)
     ap.add_argument("--chunk-mib", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--settle-s",
+        type=float,
+        default=10.0,
+        help="pause before each figure: on a virtual machine whose host takes back the memory its guest leaves free "
+        "(virtio-balloon free page reporting), the first write into such a page is 3-4 times slower, and a write "
+        "that follows a file's deletion at once reuses the pages still held; after the pause every figure, the "
+        "copy included, writes into memory in the same state (0 on a machine without it)",
+    )
     args = ap.parse_args()
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")  # fmt: skip
