@@ -196,28 +196,29 @@ class Preemption(Admission):
         pol = self.pol
         need = g * n
         directed = [v for v in self.directed.get(job.id, ()) if not v.claimed] if self.directed else []
-        # failing stays failing within a cycle: capacity, victims and eligibility only shrink
-        pkey: tuple = (q.name, rank, shape, rmask, exclude_models)
+        if rank == 0:  # a best-effort job: only least-attained-service among best-effort jobs
+            be, las, may_las = 0, self.be_las_avail, True
+        else:
+            # not a job that opted out of least-attained-service, nor (las_promoted_best_effort off) a best-effort
+            # job that aging promoted: those take free GPUs and best-effort jobs only
+            may_las = self.las_on and job.las and (pol.las_promoted_best_effort or job.id not in self.promoted_be)
+            be, las = self.be_avail, self.las_avail if may_las else 0
+        take_lent = not be or self._lent_grace_over(job)
+        # failing stays failing within a cycle, for the jobs that may take no more victims than the one that failed:
+        # capacity, victims and eligibility only shrink
+        pkey = (q.name, rank, shape, rmask, exclude_models, take_lent, may_las)
+        if not directed and pkey in self.nopre:
+            return None
         ckey = self._claim_key(q, model)
         reclaim_ok = False
-        if rank == 0:  # a best-effort job: only least-attained-service among best-effort jobs
-            be, las = 0, self.be_las_avail
-        else:
-            be, las = self.be_avail, self.las_avail if self.las_on and job.las else 0
-            if las and not pol.las_promoted_best_effort and job.id in self.promoted_be:
-                las = 0  # a best-effort job that aging promoted takes free GPUs and best-effort jobs only
         if rank and pol.reclaim and (self.reclaimable > 0 or self.be_avail > 0):  # best-effort: interactive too
             gq = q.guar.get(ckey, 0.0)
             reclaim_ok = gq > 0 and (q.used_nb.get(ckey, 0.0) + q.claimed.get(ckey, 0.0) + need <= gq + EPS)
-        take_lent = not be or self._lent_grace_over(job)
         if not take_lent:
             if not reclaim_ok:  # interactive best-effort jobs stay fair game for a reclaim
                 be = 0
             if pol.best_effort_grace_scope == "all":
                 las = 0  # no least-attained-service victim instead of the borrowers either
-        pkey = (*pkey, take_lent)
-        if not directed and pkey in self.nopre:
-            return None
         low = sum(q.rank_gpus[1:rank]) if pol.priority_preemption else 0
         bound: float = self.idx.free_gpus(model) + sum(v.gpus for v in directed) + self.anon_open + be
         if reclaim_ok:

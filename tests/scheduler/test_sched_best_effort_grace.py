@@ -5,9 +5,11 @@ has waited that long since it was queued; until then its ``GangNoFit`` reason sa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from caldera.core.tenancy import PriorityClass
 from caldera.scheduler.caldera_policy import CalderaPolicy
-from tests.builders import NOW, check_decisions, job, nodes, running, snapshot
+from tests.builders import NOW, check_decisions, job, node, nodes, running, snapshot
 
 BE = PriorityClass.BEST_EFFORT
 LONG = 2 * 3600.0  # GPU-seconds: past the first attained-service level (1 GPU-hour)
@@ -66,3 +68,30 @@ def test_a_promoted_best_effort_job_makes_no_least_attained_service_preemption_w
     assert decide(promoted, las_promoted_best_effort=False)[0] == []
     normal = snapshot(nodes(1, 1), [job("new", queued_since=NOW - 1000)], run)
     assert decide(normal, las_promoted_best_effort=False)[0] == [("long", "new", "LeastAttainedService")]
+
+
+def test_a_promoted_best_effort_job_that_may_not_preempt_leaves_the_victim_to_the_normal_job_behind_it():
+    """The promoted job comes first (it waited longer). It may take only the best-effort job, whose node has too few
+    CPUs for it, and fails; a normal job of the same shape behind it still preempts the least-attained-service
+    victim (a failure is remembered for the jobs that may take what it could, not for every job of its shape)."""
+    node_list = [node("n0", 1, cpu=2.0), node("n1", 1)]
+    run = [
+        running("be", {"n0": [0]}, priority=BE, started_at=NOW - 60),
+        running("long", {"n1": [0]}, attained_gpu_s=LONG, started_at=NOW - LONG),
+    ]
+    queued = [job("old", priority=BE, cpu=4.0, queued_since=NOW - 2000), job("new", cpu=4.0, queued_since=NOW - 1000)]
+    got, _ = decide(snapshot(node_list, queued, run), las_promoted_best_effort=False)
+    assert got == [("long", "new", "LeastAttainedService")]
+
+
+def test_a_job_that_opted_out_of_least_attained_service_leaves_the_victim_to_the_batch_job_behind_it():
+    """The same for an interactive job (``las`` False: it takes no least-attained-service victim), the default
+    policy: before, its failed search was remembered for its shape, and the batch job behind it waited too."""
+    node_list = [node("n0", 1, cpu=2.0), node("n1", 1)]
+    run = [
+        running("be", {"n0": [0]}, priority=BE, started_at=NOW - 60),
+        running("long", {"n1": [0]}, attained_gpu_s=LONG, started_at=NOW - LONG),
+    ]
+    notebook = replace(job("notebook", cpu=4.0, interactive=True, queued_since=NOW - 2000), las=False)
+    got, _ = decide(snapshot(node_list, [notebook, job("new", cpu=4.0, queued_since=NOW - 1000)], run))
+    assert got == [("long", "new", "LeastAttainedService")]
