@@ -157,8 +157,7 @@ class Admission(CycleBase):
         when longer (:func:`patience_s`)."""
         if self.thr is None:
             return False
-        since = job.queued_since if job.queued_since is not None else job.submitted_at
-        return self.now - since >= patience_s(self.thr, self.pol.starvation_factor, job.runtime_s or 0.0)
+        return self.now - job.waiting_since >= patience_s(self.thr, self.pol.starvation_factor, job.runtime_s or 0.0)
 
     def las_level(self, attained_gpu_s: float) -> int:
         """0 below the first attained-service threshold, 1 up to the second, and so on."""

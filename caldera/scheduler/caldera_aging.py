@@ -187,8 +187,7 @@ def _due(job: SchedJob, threshold_s: float, factor: float) -> float:
     """When the job was promoted; -inf for a job of ``normal`` or above."""
     if rank_of(job.priority) >= _NORMAL:
         return -math.inf
-    since = job.queued_since if job.queued_since is not None else job.submitted_at
-    return since + patience_of(job, threshold_s, factor)
+    return job.waiting_since + patience_of(job, threshold_s, factor)
 
 
 def promote_starved_batch(

@@ -279,7 +279,7 @@ class Preemption(Admission):
         grace = self.pol.best_effort_grace_s
         if not grace:
             return True
-        since = job.queued_since if job.queued_since is not None else job.submitted_at
+        since = job.waiting_since
         if self.now - since >= grace:
             return True
         self.lent_grace_until[job.id] = since + grace

@@ -54,6 +54,11 @@ class SchedJob:
         return self.request.gpu * self.replicas
 
     @property
+    def waiting_since(self) -> float:
+        """When it last entered the queue: ``queued_since``, else its submission."""
+        return self.queued_since if self.queued_since is not None else self.submitted_at
+
+    @property
     def runtime_s(self) -> float | None:
         """How long it is expected to run: its limit if it has one, else the caller's estimate (None: unknown)."""
         return self.max_runtime_s or self.expected_runtime_s
