@@ -6,6 +6,7 @@ interruption), and the last byte renames the complete file into place. Every pat
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import re
@@ -35,7 +36,7 @@ from caldera.storage.tree import OffsetMismatch
 router = APIRouter(prefix="/api/v1", tags=["files"])
 UPLOAD_CHUNK_PATH = re.compile(r"/api/v1/spaces/[^/]+/uploads/[0-9a-f]{32}")  # bodies up to storage_chunk_bytes
 MAX_PAGE = 5000
-_WRITE_BATCH = 8 << 20
+_WRITE_BATCH = 2 << 20  # writing starts soon after receiving; one trip between loop and thread per batch
 _MAX_PIECES = min(os.sysconf("SC_IOV_MAX"), 1024)  # what one writev takes
 
 SpaceName = Annotated[str, Path(max_length=80)]
@@ -309,7 +310,12 @@ async def append_chunk(space: SpaceName, upload_id: UploadId, request: Request, 
     except CalderaError:
         await run_in_threadpool(c.spaces.abort_upload, c.db, upload)
         raise
-    position = await run_in_threadpool(_append, opened, upload, offset, request)
+    batches: asyncio.Queue[list[bytes] | BaseException | None] = asyncio.Queue(maxsize=1)
+    reader = asyncio.create_task(_read_ahead(request.stream(), batches))
+    try:
+        position = await run_in_threadpool(_append, opened, upload, offset, batches)
+    finally:
+        reader.cancel()
     done = position == upload.size
     if done:
         with _fs_errors():
@@ -317,18 +323,17 @@ async def append_chunk(space: SpaceName, upload_id: UploadId, request: Request, 
     return {"id": upload_id, "offset": position, "size": upload.size, "done": done}
 
 
-def _append(opened: Opened, upload: StorageUpload, offset: int, request: Request) -> int:
-    """In a worker thread: write the request's body to the part as it arrives; the bytes written stay even when the
-    connection breaks, so the client resumes after them. The event loop gathers the body into batches of
-    ``_WRITE_BATCH`` bytes: one trip between the loop and this thread per batch, not per piece received (a quarter
-    mebibyte), and each batch is written as the pieces came (writev), never copied into one buffer."""
+def _append(opened: Opened, upload: StorageUpload, offset: int, batches: asyncio.Queue) -> int:
+    """In a worker thread: write the body's batches to the part as they arrive; the bytes written stay even when the
+    connection breaks, so the client resumes after them."""
     from anyio.from_thread import run as from_loop
 
-    stream = request.stream()
     position = offset
     try:
         with _fs_errors(), opened.tree.part_writer(upload.id, offset) as fd:
-            while batch := from_loop(_gather, stream):
+            while (batch := from_loop(batches.get)) is not None:
+                if isinstance(batch, BaseException):
+                    raise batch
                 if position + sum(map(len, batch)) > upload.size:
                     raise PathRefused(f"more bytes than the upload's declared size ({upload.size})")
                 position += _write_all(fd, batch)
@@ -337,17 +342,28 @@ def _append(opened: Opened, upload: StorageUpload, offset: int, request: Request
     return position
 
 
-async def _gather(stream: AsyncIterator[bytes]) -> list[bytes]:
-    """The next pieces of the body, ``_WRITE_BATCH`` bytes of them (or what is left), at most ``_MAX_PIECES``."""
+async def _read_ahead(stream: AsyncIterator[bytes], batches: asyncio.Queue) -> None:
+    """On the event loop: gather the body into batches of ``_WRITE_BATCH`` bytes (at most ``_MAX_PIECES`` pieces)
+    while the worker thread writes the one before, so that receiving and writing run side by side (uvicorn stops
+    reading the socket once it holds 64 KiB nobody took). Each batch is written as the pieces came (writev), never
+    copied into one buffer. What arrived before a broken connection is handed on too, then the error, for the
+    writer to raise; a whole body ends with None."""
     batch: list[bytes] = []
     size = 0
-    async for piece in stream:
-        if piece:
-            batch.append(piece)
-            size += len(piece)
-        if size >= _WRITE_BATCH or len(batch) == _MAX_PIECES:
-            break
-    return batch
+    end: Exception | None = None
+    try:
+        async for piece in stream:
+            if piece:
+                batch.append(piece)
+                size += len(piece)
+            if size >= _WRITE_BATCH or len(batch) == _MAX_PIECES:
+                await batches.put(batch)
+                batch, size = [], 0
+    except Exception as exc:
+        end = exc
+    if batch:
+        await batches.put(batch)
+    await batches.put(end)
 
 
 def _write_all(fd: int, pieces: list[bytes]) -> int:
