@@ -10,7 +10,7 @@ import asyncio
 import errno
 import os
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
@@ -27,6 +27,7 @@ from caldera.db.models import StorageMemberMode, StorageUpload, User
 from caldera.server import audit, files
 from caldera.server.deps import admin_user, current_user, db_session
 from caldera.server.errors import CalderaError, Conflict, Invalid, NotFound
+from caldera.server.request_body import RequestBody
 from caldera.storage.errors import PathRefused
 from caldera.storage.paths import MAX_PATH_CHARS, file_parts, parts
 from caldera.storage.service import Opened, Spaces
@@ -36,7 +37,6 @@ from caldera.storage.tree import OffsetMismatch
 router = APIRouter(prefix="/api/v1", tags=["files"])
 UPLOAD_CHUNK_PATH = re.compile(r"/api/v1/spaces/[^/]+/uploads/[0-9a-f]{32}")  # bodies up to storage_chunk_bytes
 MAX_PAGE = 5000
-_WRITE_BATCH = 2 << 20  # writing starts soon after receiving; one trip between loop and thread per batch
 _MAX_PIECES = min(os.sysconf("SC_IOV_MAX"), 1024)  # what one writev takes
 
 SpaceName = Annotated[str, Path(max_length=80)]
@@ -310,12 +310,11 @@ async def append_chunk(space: SpaceName, upload_id: UploadId, request: Request, 
     except CalderaError:
         await run_in_threadpool(c.spaces.abort_upload, c.db, upload)
         raise
-    batches: asyncio.Queue[list[bytes] | BaseException | None] = asyncio.Queue(maxsize=1)
-    reader = asyncio.create_task(_read_ahead(request.stream(), batches))
+    body = RequestBody(asyncio.get_running_loop(), request.receive)
     try:
-        position = await run_in_threadpool(_append, opened, upload, offset, batches)
+        position = await run_in_threadpool(_append, opened, upload, offset, body)
     finally:
-        reader.cancel()
+        body.close()
     done = position == upload.size
     if done:
         with _fs_errors():
@@ -323,47 +322,20 @@ async def append_chunk(space: SpaceName, upload_id: UploadId, request: Request, 
     return {"id": upload_id, "offset": position, "size": upload.size, "done": done}
 
 
-def _append(opened: Opened, upload: StorageUpload, offset: int, batches: asyncio.Queue) -> int:
-    """In a worker thread: write the body's batches to the part as they arrive; the bytes written stay even when the
-    connection breaks, so the client resumes after them."""
-    from anyio.from_thread import run as from_loop
-
+def _append(opened: Opened, upload: StorageUpload, offset: int, body: RequestBody) -> int:
+    """In a worker thread: write the body to the part as it arrives, the pieces as they came (``writev``), while the
+    event loop receives what follows (``RequestBody``); the bytes written stay even when the connection breaks, so
+    the client resumes after them."""
     position = offset
     try:
         with _fs_errors(), opened.tree.part_writer(upload.id, offset) as fd:
-            while (batch := from_loop(batches.get)) is not None:
-                if isinstance(batch, BaseException):
-                    raise batch
-                if position + sum(map(len, batch)) > upload.size:
+            while pieces := body.take():
+                if position + sum(map(len, pieces)) > upload.size:
                     raise PathRefused(f"more bytes than the upload's declared size ({upload.size})")
-                position += _write_all(fd, batch)
+                position += _write_all(fd, pieces)
     except OffsetMismatch as exc:
         raise OffsetConflict(f"{exc}: resume from there", "UploadOffset", {"offset": exc.size}) from None
     return position
-
-
-async def _read_ahead(stream: AsyncIterator[bytes], batches: asyncio.Queue) -> None:
-    """On the event loop: gather the body into batches of ``_WRITE_BATCH`` bytes (at most ``_MAX_PIECES`` pieces)
-    while the worker thread writes the one before, so that receiving and writing run side by side (uvicorn stops
-    reading the socket once it holds 64 KiB nobody took). Each batch is written as the pieces came (writev), never
-    copied into one buffer. What arrived before a broken connection is handed on too, then the error, for the
-    writer to raise; a whole body ends with None."""
-    batch: list[bytes] = []
-    size = 0
-    end: Exception | None = None
-    try:
-        async for piece in stream:
-            if piece:
-                batch.append(piece)
-                size += len(piece)
-            if size >= _WRITE_BATCH or len(batch) == _MAX_PIECES:
-                await batches.put(batch)
-                batch, size = [], 0
-    except Exception as exc:
-        end = exc
-    if batch:
-        await batches.put(batch)
-    await batches.put(end)
 
 
 def _write_all(fd: int, pieces: list[bytes]) -> int:
@@ -371,7 +343,7 @@ def _write_all(fd: int, pieces: list[bytes]) -> int:
     views = [memoryview(p) for p in pieces]
     total = sum(map(len, views))
     while views:
-        written = os.writev(fd, views)
+        written = os.writev(fd, views[:_MAX_PIECES])
         while views and written >= len(views[0]):
             written -= len(views.pop(0))
         if views:

@@ -1,16 +1,16 @@
-"""A WebDAV request's body as WsgiDAV reads it (``wsgi.input``, in place of a2wsgi's): received ahead on the
-event loop while WsgiDAV's thread writes it to a file.
+"""A request's body for a thread that writes it to a file, received ahead on the event loop meanwhile: a WebDAV
+PUT (``wsgi.input``, in place of a2wsgi's) and an API upload chunk.
 
 uvicorn stops reading a connection once 64 KiB of a body wait to be taken, until the application asks for them.
 a2wsgi's ``wsgi.input`` asked the loop for each piece (a quarter mebibyte at most) while the thread waited, then
 copied each byte three more times (into its buffer, a slice, ``bytes``): a PUT of 2 GiB ran at a third of a local
-copy's speed. Here a task on the loop receives the body ahead of the thread (up to ``AHEAD`` bytes), so the socket
-is read while the thread writes, and the thread takes all that arrived in one trip to the loop. (The API's upload
-chunks gather 8 MiB per trip already; receiving them ahead too measured no faster: the SDK client sets the pace.)
+copy's speed. The API's upload asked the loop for 8 MiB at a time, and receiving and writing took turns. Here a task
+on the loop receives the body ahead of the thread (up to ``AHEAD`` bytes), so the socket is read while the thread
+writes, and the thread takes all that arrived in one trip to the loop.
 
 A client that goes away before its body is complete is an error (a2wsgi read that as the end of the body: the
-part of a file received replaced the file); so is what ``receive`` raises (the body size limit).
-"""
+part of a file received replaced the file); so is what ``receive`` raises (the body size limit). The pieces that
+arrived before it are taken first: an upload chunk keeps them, for the client to resume after."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class RequestBody:
     def __init__(self, loop: asyncio.AbstractEventLoop, receive: Any):
         self._loop, self._receive = loop, receive
         self._taken: deque[memoryview] = deque()  # the thread's: what read() has not returned yet
-        self._finished = False
+        self._finished: bool | BaseException = False  # the end of the body, once the thread took it
         # the loop's:
         self._arrived: list[bytes] = []
         self._arrived_bytes = 0
@@ -72,14 +72,15 @@ class RequestBody:
         return pieces, self._end
 
     def take(self) -> list[bytes]:
-        """In the thread: all the pieces that arrived (waiting for one), as received; [] at the end of the body."""
-        if self._finished:
-            return []
-        pieces, end = asyncio.run_coroutine_threadsafe(self._take(), self._loop).result()
-        if isinstance(end, BaseException):
-            raise end
-        self._finished = end
-        return pieces
+        """In the thread: all the pieces that arrived (waiting for one), as received; [] at the end of the body. The
+        pieces that arrived before an error come first (an upload keeps them), the error on the next call."""
+        if self._finished is False:
+            pieces, self._finished = asyncio.run_coroutine_threadsafe(self._take(), self._loop).result()
+            if pieces:
+                return pieces
+        if isinstance(self._finished, BaseException):
+            raise self._finished
+        return []
 
     def read(self, size: int = -1) -> bytes:
         """``size`` bytes (all that is left when -1), fewer only at the end of the body; the pieces joined once."""
