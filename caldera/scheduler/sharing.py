@@ -246,14 +246,10 @@ def _alike(job: SchedJob, info: SharingInfo, queues: Mapping[str, QueueConfig]) 
     return (info.workload.get(job.id), info.tolerance(job, queues), job.request, job.replicas)
 
 
-def _since(job: SchedJob) -> float:
-    return job.queued_since or job.submitted_at
-
-
 def _first_blocked(snap: Snapshot, decisions: Decisions) -> SchedJob | None:
     """The first waiting job (in queue order) that needs whole GPUs and waits for capacity only."""
     started = {s.job_id for s in decisions.starts}
-    for job in sorted(snap.queued, key=lambda j: (_since(j), j.id)):
+    for job in sorted(snap.queued, key=lambda j: (j.waiting_since, j.id)):
         if job.id in started or not job.gpus or can_share(job):
             continue
         if all(r.code in CAPACITY_CODES for r in decisions.pending.get(job.id, ())):
@@ -355,15 +351,15 @@ def share_placements(snap: Snapshot, decisions: Decisions, aware: bool = True) -
     inner = {s.job_id: s for s in decisions.starts}
     queued = {j.id: j for j in snap.queued}
     movable = {i for i in inner if aware and info.prefer_gain is not None and i in queued and can_share(queued[i])}
-    order = sorted(snap.queued, key=lambda j: (j.id not in movable, j.queued_since or j.submitted_at, j.id))
+    order = sorted(snap.queued, key=lambda j: (j.id not in movable, j.waiting_since, j.id))
     barrier = float("inf")
     if aware and info.keep_order:
         barrier = min(
-            (_since(j) for j in snap.queued if j.id not in inner and j.gpus and not can_share(j)), default=barrier
+            (j.waiting_since for j in snap.queued if j.id not in inner and j.gpus and not can_share(j)), default=barrier
         )
     candidates: list[SchedJob] = []
     for job in order:
-        if job.id not in movable and _since(job) > barrier:
+        if job.id not in movable and job.waiting_since > barrier:
             continue
         if job.id in inner and job.id not in movable or not can_share(job):
             continue
