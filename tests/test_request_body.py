@@ -83,8 +83,12 @@ def test_a_body_cut_short_is_an_error_not_its_end(loop):
 
 def test_what_receive_raises_is_raised_in_the_thread_and_webdav_answers_its_status(loop):
     _, receive = receiving([*body(b"a" * 10, b"b")[:1], BodyTooLarge(10)])
+    stream = RequestBody(loop, receive)
+    assert stream.take() == [b"a" * 10]  # what arrived before it first: an upload chunk keeps it
     with pytest.raises(BodyTooLarge):
-        RequestBody(loop, receive).take()
+        stream.take()
+    with pytest.raises(BodyTooLarge):
+        stream.take()  # and again, never an end of the body
     _, receive = receiving([*body(b"a" * 10, b"b")[:1], BodyTooLarge(10)])
     with pytest.raises(DAVError) as refused:
         _Body(loop, receive).read(100)
