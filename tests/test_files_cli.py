@@ -75,13 +75,14 @@ def test_an_interrupted_upload_resumes(server, sdk, tmp_path):
 
 
 def test_a_chunk_whose_connection_breaks_keeps_what_arrived(server, sdk, tmp_path):
-    """A client that dies partway through a chunk's body: the bytes the server received are written, the part of a
-    write batch (2 MiB) among them, the upload says where it stands, and the rest sent from there makes the file."""
+    """A client that dies partway through a chunk's body: the bytes the server received are written (before, only
+    whole 8 MiB batches were, and this chunk left nothing), the upload says where it stands, and the rest sent from
+    there makes the file."""
     mib = 2**20
     data = os.urandom(4 * mib + 77)
     upload = sdk.post("/spaces/personal/uploads", {"path": "half.bin", "size": len(data)})
     path = f"/spaces/personal/uploads/{upload['id']}"
-    sent = 3 * mib  # one write batch and half of the next
+    sent = 3 * mib  # of the chunk's 4 MiB
     where = urlsplit(server.url)
     with socket.create_connection((where.hostname, where.port)) as conn:
         conn.sendall(
@@ -90,12 +91,14 @@ def test_a_chunk_whose_connection_breaks_keeps_what_arrived(server, sdk, tmp_pat
             f"Content-Length: {len(data)}\r\n\r\n".encode()
             + data[:sent]
         )
-    offsets = [-1, sdk.get(path)["offset"]]
+    offsets = [sdk.get(path)["offset"]]
     deadline = time.monotonic() + 30
-    while offsets[-1] != offsets[-2] and time.monotonic() < deadline:  # until the server has written all it got
+    while time.monotonic() < deadline:  # until the server has written what it got (a slow start is no end)
         time.sleep(0.5)
         offsets.append(sdk.get(path)["offset"])
-    # uvicorn drops what it holds unread when the connection goes (at most a read and 64 KiB): not the half batch
+        if offsets[-1] == offsets[-2] > 2.5 * mib:
+            break
+    # uvicorn drops what it holds unread when the connection goes: at most a read and 64 KiB short of what was sent
     assert 2.5 * mib < offsets[-1] <= sent
     assert [e["name"] for e in sdk.ls()] == []  # nothing visible before the last byte
     rest = sdk.http.patch(f"/api/v1{path}", content=data[offsets[-1] :], headers={"Upload-Offset": str(offsets[-1])})
@@ -105,8 +108,8 @@ def test_a_chunk_whose_connection_breaks_keeps_what_arrived(server, sdk, tmp_pat
     assert back.read_bytes() == data
 
 
-def test_a_chunk_of_several_write_batches_and_a_download_read_from_the_connection(server, sdk, tmp_path):
-    """One chunk of 20 MiB and 3 bytes, which the server writes in three batches as it arrives, comes back byte for
+def test_a_20_mib_chunk_and_a_download_read_from_the_connection(server, sdk, tmp_path):
+    """One chunk of 20 MiB and 3 bytes, which the server writes in pieces as it arrives, comes back byte for
     byte through the SDK's download (read from the connection past h11, a mebibyte at a time); the SDK goes on with
     its next call on a new connection."""
     data = os.urandom(20 * 2**20 + 3)
