@@ -21,6 +21,8 @@ from typing import Any, BinaryIO
 import httpcore
 import httpx
 
+from caldera.storage.direct_writer import DirectWriter
+
 ENDED = ("Succeeded", "Failed", "Cancelled", "Lost")
 
 
@@ -424,12 +426,16 @@ class Client:
                 self._check(resp)
             total, done = int(resp.headers.get("content-length", 0)), 0
             try:
-                with tmp.open("wb") as fh:
-                    for block in _body_blocks(resp):
-                        fh.write(block)
-                        done += len(block)
-                        if progress:
-                            progress(done, total)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+                try:
+                    with DirectWriter(fd) as fh:  # past the page cache, as the server writes uploads
+                        for block in _body_blocks(resp):
+                            fh.write(block)
+                            done += len(block)
+                            if progress:
+                                progress(done, total)
+                finally:
+                    os.close(fd)
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise

@@ -152,13 +152,13 @@ def test_a_personal_space_serves_only_its_owners_files(tmp_path):
 
 def test_upload_parts_resume_and_never_replace(space):
     space.new_part("u2")
-    with space.part_writer("u2", 0) as fd:
-        os.write(fd, b"abc")
+    with space.part_writer("u2", 0) as part:
+        part.write(b"abc")
     with pytest.raises(OffsetMismatch) as exc, space.part_writer("u2", 0):
         pass
     assert exc.value.size == 3
-    with space.part_writer("u2", 3) as fd:
-        os.write(fd, b"def")
+    with space.part_writer("u2", 3) as part:
+        part.write(b"def")
     assert space.part_size("u2") == 6
     assert [e.name for e in space.list(())[0]] == ["data", "etc", "fifo", "other", "passwd"]  # unfinished: invisible
     with pytest.raises(NameClash):
@@ -180,8 +180,8 @@ def test_no_job_reaches_where_other_users_uploads_go(tmp_path):
     data = backend.host_path(ref)
     tree = backend.store(ref, None)
     tree.new_part("victim")
-    with tree.part_writer("victim", 0) as fd:
-        os.write(fd, b"another member's upload")
+    with tree.part_writer("victim", 0) as part:
+        part.write(b"another member's upload")
     assert os.listdir(data) == []
     for name in os.listdir(backend.uploads_path(ref).parent):  # what a job could rename to read it through the API
         assert name == "data" or not (backend.uploads_path(ref).parent / name).is_relative_to(data)

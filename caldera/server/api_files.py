@@ -37,7 +37,6 @@ from caldera.storage.tree import OffsetMismatch
 router = APIRouter(prefix="/api/v1", tags=["files"])
 UPLOAD_CHUNK_PATH = re.compile(r"/api/v1/spaces/[^/]+/uploads/[0-9a-f]{32}")  # bodies up to storage_chunk_bytes
 MAX_PAGE = 5000
-_MAX_PIECES = min(os.sysconf("SC_IOV_MAX"), 1024)  # what one writev takes
 
 SpaceName = Annotated[str, Path(max_length=80)]
 UploadId = Annotated[str, Path(pattern="^[0-9a-f]{32}$")]
@@ -323,29 +322,16 @@ async def append_chunk(space: SpaceName, upload_id: UploadId, request: Request, 
 
 
 def _append(opened: Opened, upload: StorageUpload, offset: int, body: RequestBody) -> int:
-    """In a worker thread: write the body to the part as it arrives, the pieces as they came (``writev``), while the
-    event loop receives what follows (``RequestBody``); the bytes written stay even when the connection breaks, so
-    the client resumes after them."""
+    """In a worker thread: write the body to the part as it arrives (past the page cache where it can:
+    ``DirectWriter``), while the event loop receives what follows (``RequestBody``); the bytes that arrived stay
+    even when the connection breaks, so the client resumes after them."""
     position = offset
     try:
-        with _fs_errors(), opened.tree.part_writer(upload.id, offset) as fd:
+        with _fs_errors(), opened.tree.part_writer(upload.id, offset) as part:
             while pieces := body.take():
                 if position + sum(map(len, pieces)) > upload.size:
                     raise PathRefused(f"more bytes than the upload's declared size ({upload.size})")
-                position += _write_all(fd, pieces)
+                position += part.writev(pieces)
     except OffsetMismatch as exc:
         raise OffsetConflict(f"{exc}: resume from there", "UploadOffset", {"offset": exc.size}) from None
     return position
-
-
-def _write_all(fd: int, pieces: list[bytes]) -> int:
-    """Write the pieces in order (a short write goes on where it stopped); how many bytes."""
-    views = [memoryview(p) for p in pieces]
-    total = sum(map(len, views))
-    while views:
-        written = os.writev(fd, views[:_MAX_PIECES])
-        while views and written >= len(views[0]):
-            written -= len(views.pop(0))
-        if views:
-            views[0] = views[0][written:]
-    return total

@@ -149,8 +149,8 @@ def _download(platform: Platform, spaces: Spaces, db, imp: StorageImport, opened
             tree.new_part(imp.id)
         imp.total_bytes = fetch.total_of(response, offset)
         db.commit()
-        with tree.part_writer(imp.id, offset) as fd:
-            imp.done_bytes = fetch.copy(response, fd, offset, limit, progress)
+        with tree.part_writer(imp.id, offset) as part:
+            imp.done_bytes = fetch.copy(response, part, offset, limit, progress)
     if imp.total_bytes is not None and imp.done_bytes != imp.total_bytes:
         raise fetch.FetchFailed(f"the download broke off at byte {imp.done_bytes} of {imp.total_bytes}", True)
     imp.state = "done"  # from here its bytes are counted as the file's, not as an unfinished import's

@@ -8,7 +8,6 @@ Links and other non-files a job planted are not shown; ``/dav/`` lists the space
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from collections.abc import Iterator
@@ -250,7 +249,7 @@ class _PartWriter:
         self.part = secrets.token_hex(16)
         opened.tree.new_part(self.part)
         self._cm = opened.tree.part_writer(self.part, 0)
-        self._fd = self._cm.__enter__()
+        self._part = self._cm.__enter__()
 
     def write(self, data: bytes) -> None:
         self.size += len(data)
@@ -258,9 +257,7 @@ class _PartWriter:
             self.close()
             self.opened.tree.drop_part(self.part)
             raise DAVError(HTTP_INSUFFICIENT_STORAGE, str(QuotaExceeded("the space's quota is reached")))
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        self._part.write(data)
 
     def close(self) -> None:
         if self._cm is not None:

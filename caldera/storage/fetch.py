@@ -9,13 +9,13 @@ space's quota; a restart asks for the rest (``Range``) and starts over when the 
 from __future__ import annotations
 
 import http.client
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from urllib.parse import urljoin
 
 from caldera import outbound
 from caldera.config import Settings
+from caldera.storage.direct_writer import DirectWriter
 
 _REDIRECTS = 5
 _TIMEOUT_S = 30.0
@@ -73,14 +73,14 @@ def total_of(response: http.client.HTTPResponse, offset: int) -> int | None:
     return offset + int(length) if length.isascii() and length.isdigit() else None  # "²" is a digit to isdigit
 
 
-def copy(response: http.client.HTTPResponse, fd: int, done: int, limit: int, progress: Callable[[int], None]) -> int:
-    """Append the body to ``fd`` (which has ``done`` bytes), at most ``limit`` bytes in all; the bytes it has."""
+def copy(
+    response: http.client.HTTPResponse, part: DirectWriter, done: int, limit: int, progress: Callable[[int], None]
+) -> int:
+    """Append the body to ``part`` (which has ``done`` bytes), at most ``limit`` bytes in all; the bytes it has."""
     while block := response.read(1 << 20):
         if done + len(block) > limit:
             raise FetchFailed(f"larger than the {limit} bytes it may bring")
-        view = memoryview(block)
-        while view:
-            view = view[os.write(fd, view) :]
+        part.write(block)
         done += len(block)
         progress(done)
     return done

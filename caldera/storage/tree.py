@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from caldera.storage.direct_writer import DirectWriter
 from caldera.storage.errors import NameClash, NoSuchPath, PathRefused, QuotaExceeded
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -334,9 +335,10 @@ class Tree:
                 raise NoSuchPath("the upload's data is gone; start it again") from None
 
     @contextmanager
-    def part_writer(self, upload_id: str, offset: int) -> Iterator[int]:
-        """A write descriptor of the part, positioned at ``offset``, which must be its size (the client resumes
-        where the platform stopped, never leaves a hole or writes twice)."""
+    def part_writer(self, upload_id: str, offset: int) -> Iterator[DirectWriter]:
+        """A writer that appends to the part from ``offset``, which must be its size (the client resumes where the
+        platform stopped, never leaves a hole or writes twice); what it was given is in the part once it closes,
+        an error inside the block included."""
         with self._uploads() as up:
             try:
                 fd = os.open(upload_id, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=up)
@@ -347,7 +349,8 @@ class Tree:
             if size != offset:
                 raise OffsetMismatch(size)
             os.lseek(fd, offset, os.SEEK_SET)
-            yield fd
+            with DirectWriter(fd) as writer:
+                yield writer
         finally:
             os.close(fd)
 
