@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
+import mmap
 import os
 import random
 
@@ -59,7 +61,7 @@ def direct_writes_taken(folder) -> bool:
     except OSError:
         return False
     try:
-        with direct_writer.mmap.mmap(-1, ALIGN) as block:
+        with mmap.mmap(-1, ALIGN) as block:
             os.write(fd, block)
         return True
     except OSError:
@@ -96,7 +98,7 @@ def test_a_file_system_that_refuses_direct_writes_gets_buffered_ones(tmp_path, m
     real_write, direct_tries = os.write, []
 
     def refusing_write(fd, data):
-        if direct_writer.fcntl.fcntl(fd, direct_writer.fcntl.F_GETFL) & os.O_DIRECT:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
             direct_tries.append(len(data))
             raise OSError(errno.EINVAL, "Invalid argument")
         return real_write(fd, data)
@@ -115,7 +117,7 @@ def test_what_was_written_before_an_error_is_kept(tmp_path):
         with pytest.raises(ConnectionResetError), DirectWriter(fd) as part:
             part.write(b"x" * (ALIGN + 7))
             raise ConnectionResetError("the client went away")
-        assert not direct_writer.fcntl.fcntl(fd, direct_writer.fcntl.F_GETFL) & os.O_DIRECT  # left as found
+        assert not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT  # left as found
     finally:
         os.close(fd)
     assert path.read_bytes() == b"x" * (ALIGN + 7)
